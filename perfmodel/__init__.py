@@ -1,0 +1,60 @@
+"""perfmodel: LLM serving as pure, differentiable budgets (memory, compute, bandwidth, comms)."""
+
+from ._catalog import (
+    CatalogError as CatalogError,
+    data_dir as data_dir,
+    hardware_from_row as hardware_from_row,
+    hardware_ids as hardware_ids,
+    load_hardware as load_hardware,
+    load_model as load_model,
+    model_from_config as model_from_config,
+    model_from_row as model_from_row,
+    model_ids as model_ids,
+)
+from ._compute import (
+    StepTime as StepTime,
+    attention_flops as attention_flops,
+    compute_fraction as compute_fraction,
+    linear_flops as linear_flops,
+    peak_flops_per_s as peak_flops_per_s,
+)
+from ._constants import DTYPE_BYTES as DTYPE_BYTES, GB as GB, GiB as GiB, TERA as TERA
+from ._memory import (
+    allocated_tokens_per_sequence as allocated_tokens_per_sequence,
+    kv_bytes_per_sequence as kv_bytes_per_sequence,
+    kv_bytes_per_token as kv_bytes_per_token,
+    kv_bytes_per_token_per_gpu as kv_bytes_per_token_per_gpu,
+    kv_capacity_tokens as kv_capacity_tokens,
+    kv_free_bytes_per_gpu as kv_free_bytes_per_gpu,
+    max_concurrent_requests as max_concurrent_requests,
+    weight_bytes as weight_bytes,
+    weight_bytes_per_gpu as weight_bytes_per_gpu,
+    workspace_bytes_per_gpu as workspace_bytes_per_gpu,
+)
+from ._parallel import (
+    pp_bubble_fraction as pp_bubble_fraction,
+    pp_transfer_s as pp_transfer_s,
+    ring_all_reduce_s as ring_all_reduce_s,
+    tp_comm_s as tp_comm_s,
+)
+from ._sheet import (
+    BINDING_BUDGETS as BINDING_BUDGETS,
+    HARDWARE_BUDGETS as HARDWARE_BUDGETS,
+    BudgetSheet as BudgetSheet,
+    budget_sheet as budget_sheet,
+    decode_elasticities as decode_elasticities,
+    decode_tokens_per_s_max as decode_tokens_per_s_max,
+)
+from ._specs import (
+    Deployment as Deployment,
+    Efficiency as Efficiency,
+    HardwareSpec as HardwareSpec,
+    ModelSpec as ModelSpec,
+)
+from ._step import (
+    decode_step as decode_step,
+    expected_experts_touched as expected_experts_touched,
+    forward_step as forward_step,
+    prefill_step as prefill_step,
+)
+from ._fit_check import smallest_fitting_parallelism as smallest_fitting_parallelism

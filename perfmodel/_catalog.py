@@ -1,0 +1,279 @@
+"""Load catalogs (``data/``) into spec pytrees: hardware rows, prices, ``config.json`` files.
+
+The only I/O in ``perfmodel``.  A user's own file goes through the same code path as a bundled
+one (STYLE §7).  Bad input raises ``CatalogError`` whose message names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+
+from ._constants import COMPUTE_DTYPES, GB
+from ._params import LayerCounts, layer_counts
+from ._specs import HardwareSpec, ModelSpec
+
+DEFAULT_INTERNODE_BYTES_PER_S = 50.0 * GB
+"""Between nodes: one 400 Gb/s InfiniBand NDR / RoCE NIC per GPU (DGX H100 layout), one direction."""
+
+_FLOP_COLUMNS = {
+    "bf16": "dense_bf16_flops_per_s",
+    "fp8": "dense_fp8_flops_per_s",
+    "int8": "dense_int8_ops_per_s",
+    "fp4": "dense_fp4_flops_per_s",
+}
+_FALLBACK = {"bf16": None, "fp8": "bf16", "int8": "fp8", "fp4": "fp8"}
+
+
+class CatalogError(ValueError):
+    """Unknown or malformed catalog input; the message says what to do."""
+
+
+def data_dir() -> Path:
+    """Folder of the bundled catalogs: inside an installed wheel, else the checkout's ``data/``."""
+    packaged = Path(__file__).parent / "data"
+    if (packaged / "hardware.csv").exists():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "data"
+
+
+def _close(name: str, options: list[str]) -> str:
+    matches = difflib.get_close_matches(name.lower(), [o.lower() for o in options], n=4, cutoff=0.4)
+    lower = {o.lower(): o for o in options}
+    if not matches:
+        matches = [o for o in (x.lower() for x in options) if name.lower() in o][:4]
+    return ", ".join(lower[m] for m in matches) if matches else "none"
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path, newline="") as fh:
+            return list(csv.DictReader(fh))
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
+
+
+# ---------------------------------------------------------------- hardware --------------------
+
+
+@lru_cache(maxsize=8)
+def _hardware_rows(path: str) -> dict[str, dict[str, str]]:
+    rows = _read_csv(Path(path))
+    if rows and "id" not in rows[0]:
+        raise CatalogError(f"{path}: no 'id' column; a hardware CSV needs the columns of data/hardware.csv")
+    out: dict[str, dict[str, str]] = {}
+    for i, row in enumerate(rows, start=2):
+        if row["id"] in out:
+            raise CatalogError(f"{path}:{i}: duplicate hardware id {row['id']!r}; ids must be unique")
+        out[row["id"]] = row
+    return out
+
+
+@lru_cache(maxsize=8)
+def _prices(path: str) -> dict[str, float]:
+    """Cheapest on-demand $ per GPU-hour for each hardware id."""
+    best: dict[str, float] = {}
+    for row in _read_csv(Path(path)):
+        gpu, price = row.get("gpu", ""), row.get("price_per_gpu_hour", "")
+        if gpu and price:
+            best[gpu] = min(best.get(gpu, math.inf), float(price))
+    return best
+
+
+def hardware_ids(hardware_csv: str | Path | None = None) -> list[str]:
+    """Ids in a hardware CSV (default: the bundled catalog)."""
+    return list(_hardware_rows(str(hardware_csv or data_dir() / "hardware.csv")))
+
+
+def _field(row: dict[str, str], key: str, where: str, required: bool) -> float:
+    raw = (row.get(key) or "").strip()
+    if not raw:
+        if required:
+            raise CatalogError(
+                f"{where}: column {key!r} is empty; fill it with the datasheet value (SI units)"
+            )
+        return math.nan
+    try:
+        value = float(raw)
+    except ValueError:
+        raise CatalogError(f"{where}: column {key!r} = {raw!r} is not a number; write it in SI units") from None
+    if not value > 0:
+        raise CatalogError(f"{where}: column {key!r} = {raw!r} must be positive")
+    return value
+
+
+def hardware_from_row(
+    row: dict[str, str],
+    *,
+    price_per_gpu_hour: float = math.nan,
+    where: str = "hardware row",
+    internode_bytes_per_s: float = DEFAULT_INTERNODE_BYTES_PER_S,
+) -> HardwareSpec:
+    """Turn one row with the columns of ``data/hardware.csv`` into a ``HardwareSpec``.
+
+    A rate the chip lacks (e.g. FP8 on A100) falls back to the next wider dtype's rate, which is
+    what weight-only kernels achieve.  Missing HBM size, bandwidth or bf16 rate is an error.
+    """
+    where = f"{where} {row.get('id', '?')!r}"
+    rates: dict[str, float] = {}
+    for dtype in COMPUTE_DTYPES:
+        rates[dtype] = _field(row, _FLOP_COLUMNS[dtype], where, required=dtype == "bf16")
+    for dtype in COMPUTE_DTYPES:
+        fallback = _FALLBACK[dtype]
+        while math.isnan(rates[dtype]) and fallback is not None:
+            rates[dtype] = rates[fallback]
+            fallback = _FALLBACK[fallback]
+    return HardwareSpec(
+        name=row.get("id", "custom"),
+        hbm_bytes=_field(row, "hbm_bytes", where, True),
+        hbm_bytes_per_s=_field(row, "hbm_bytes_per_s", where, True),
+        dense_flops_per_s=jnp.asarray([rates[d] for d in COMPUTE_DTYPES]),
+        link_bytes_per_s=_field(row, "link_bytes_per_s_unidir", where, False),
+        gpus_per_node=_field(row, "gpus_per_node", where, False) if row.get("gpus_per_node") else 8.0,
+        internode_bytes_per_s=internode_bytes_per_s,
+        price_per_gpu_hour=price_per_gpu_hour,
+    )
+
+
+def load_hardware(
+    name: str,
+    *,
+    hardware_csv: str | Path | None = None,
+    prices_csv: str | Path | None = None,
+) -> HardwareSpec:
+    """Load accelerator ``name`` (an ``id`` of ``hardware.csv``) with its cheapest listed price.
+
+    Raises:
+        CatalogError: unknown id (close matches are listed) or a malformed row.
+    """
+    path = str(hardware_csv or data_dir() / "hardware.csv")
+    rows = _hardware_rows(path)
+    if name not in rows:
+        lowered = {k.lower(): k for k in rows}
+        if name.lower() in lowered:
+            name = lowered[name.lower()]
+        else:
+            raise CatalogError(
+                f"unknown GPU {name!r}; close matches: {_close(name, list(rows))} "
+                f"(all ids: servingmath gpus, or pass --hardware-csv with your own row)"
+            )
+    price = _prices(str(prices_csv or data_dir() / "prices.csv")).get(name, math.nan)
+    return hardware_from_row(rows[name], price_per_gpu_hour=price, where=path)
+
+
+# ---------------------------------------------------------------- models ----------------------
+
+
+def model_from_counts(name: str, c: LayerCounts) -> ModelSpec:
+    """Build a ``ModelSpec`` from plain counts."""
+    return ModelSpec(
+        name=name,
+        **{k: float(getattr(c, k)) for k in LayerCounts.__dataclass_fields__},
+    )
+
+
+def model_from_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
+    """A ``ModelSpec`` from a parsed Hugging Face ``config.json``.
+
+    Raises:
+        CatalogError: a key the architecture needs is missing or not a number.
+    """
+    try:
+        return model_from_counts(name, layer_counts(config))
+    except KeyError as exc:
+        raise CatalogError(
+            f"config for {name!r} lacks key {exc.args[0]!r}; pass a complete Hugging Face config.json"
+        ) from None
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise CatalogError(f"config for {name!r} has a malformed value ({exc}); check its numbers") from None
+
+
+def model_from_row(row: dict[str, str]) -> ModelSpec:
+    """A ``ModelSpec`` from a ``models.csv`` dimension row (models with no ``config.json``).
+
+    Dense GQA/MHA with a gated MLP is assumed where ``intermediate_size`` is given; otherwise the
+    MLP is 4d wide.  Parameter counts come from the row when present.
+    """
+    name = row["id"]
+    try:
+        d, layers = int(row["hidden_size"]), int(row["num_layers"])
+        heads, kv = int(row["heads"]), int(row["kv_heads"])
+        head_dim = int(row["head_dim"])
+        vocab = int(row["vocab"])
+    except (KeyError, ValueError):
+        raise CatalogError(
+            f"models.csv row {name!r} lacks dimensions; pass the model's config.json instead"
+        ) from None
+    cfg = {
+        "model_type": "bloom" if "bloom" in name else ("falcon" if "falcon" in name else ("gptj" if "gpt-j" in name else "llama")),
+        "hidden_size": d,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "vocab_size": vocab,
+        "intermediate_size": int(row["intermediate_size"]) if row.get("intermediate_size") else 4 * d,
+        "tie_word_embeddings": "bloom" in name,
+    }
+    c = layer_counts(cfg)
+    if row.get("total_params"):
+        c = LayerCounts(**{**c.__dict__, "total_params": float(row["total_params"]),
+                           "active_params": float(row["active_params"] or row["total_params"])})
+    return model_from_counts(name, c)
+
+
+@lru_cache(maxsize=4)
+def _model_index(catalog: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    rows = {r["id"]: r for r in _read_csv(Path(catalog) / "models.csv")}
+    alias_owners: dict[str, list[str]] = {}
+    for model_id in rows:
+        alias_owners.setdefault(model_id.split("/")[-1].lower(), []).append(model_id)
+        alias_owners.setdefault(model_id.lower(), []).append(model_id)
+    aliases = {a: ids[0] for a, ids in alias_owners.items() if len(ids) == 1}
+    return rows, aliases
+
+
+def model_ids() -> list[str]:
+    """Hugging Face ids in the bundled ``models.csv``."""
+    return list(_model_index(str(data_dir()))[0])
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """Load a model by Hugging Face id, short alias (``llama-3.1-70b``) or ``config.json`` path.
+
+    Raises:
+        CatalogError: unknown name (close matches listed) or a malformed config.
+    """
+    path = Path(name_or_path)
+    if name_or_path.endswith(".json") or path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except OSError as exc:
+            raise CatalogError(f"cannot read model config {path}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise CatalogError(
+                f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); pass a Hugging Face config.json"
+            ) from None
+        if not isinstance(config, dict):
+            raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+        return model_from_config(config, name=path.stem)
+    catalog = data_dir()
+    rows, aliases = _model_index(str(catalog))
+    model_id = name_or_path if name_or_path in rows else aliases.get(name_or_path.lower())
+    if model_id is None:
+        raise CatalogError(
+            f"unknown model {name_or_path!r}; close matches: {_close(name_or_path, list(rows))} "
+            "(or pass the path of a config.json)"
+        )
+    row = rows[model_id]
+    if row.get("file"):
+        config = json.loads((catalog / row["file"]).read_text())
+        return model_from_config(config, name=model_id)
+    return model_from_row(row)

@@ -1,0 +1,98 @@
+"""Communication budget: TP all-reduces, PP stage transfers and bubbles.
+
+Ring all-reduce: t = 2(p-1)/p * n / bw + 2(p-1) * alpha (Patarasuk & Yuan 2009; Thakur et al. 2005).
+Megatron TP: two all-reduces of the activations per layer (Shoeybi et al. 2019).
+GPipe bubble: (p-1) / (m + p - 1) for m microbatches over p stages (Huang et al. 2019).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from ._constants import ACTIVATION_BYTES
+from ._smooth import smooth_step
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+
+Array = jnp.ndarray
+
+ALL_REDUCES_PER_LAYER = 2.0
+"""Attention output and MLP output (Megatron-LM)."""
+
+
+def _safe_div(num: ArrayLike, den: ArrayLike) -> Array:
+    """num / den, 0 where den is not a positive finite number (double-where keeps grads finite)."""
+    ok = jnp.isfinite(den) & (jnp.asarray(den) > 0)
+    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
+
+
+def ring_all_reduce_s(
+    message_bytes: ArrayLike,
+    num_devices: ArrayLike,
+    link_bytes_per_s: ArrayLike,
+    efficiency: Efficiency,
+) -> Array:
+    """Ring all-reduce time: 2(p-1)/p * n / (bw * eta) + 2(p-1) * alpha; zero for one device."""
+    p = jnp.asarray(num_devices)
+    hops = 2.0 * (p - 1.0)
+    volume = hops / p * message_bytes
+    bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
+    return jnp.where(p > 1.0, _safe_div(volume, bw) + hops * efficiency.collective_latency_s, 0.0)
+
+
+def point_to_point_s(
+    message_bytes: ArrayLike, link_bytes_per_s: ArrayLike, efficiency: Efficiency
+) -> Array:
+    """One send/recv: n / (bw * eta) + alpha."""
+    bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
+    return _safe_div(message_bytes, bw) + efficiency.collective_latency_s
+
+
+def group_link_bytes_per_s(
+    hardware: HardwareSpec, group_size: ArrayLike, temperature: float = 0.0
+) -> Array:
+    """Bandwidth a group's collective runs at: the node fabric while the group fits in a node,
+    the inter-node network once it spans nodes."""
+    spans = smooth_step(jnp.asarray(group_size) - hardware.gpus_per_node, temperature)
+    intra = jnp.where(jnp.isfinite(hardware.link_bytes_per_s), hardware.link_bytes_per_s, 0.0)
+    return (1.0 - spans) * intra + spans * hardware.internode_bytes_per_s
+
+
+def tp_comm_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    tokens: ArrayLike,
+    temperature: float = 0.0,
+) -> Array:
+    """TP all-reduce time of one forward pass over ``tokens``, all layers (summed over stages)."""
+    message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
+    link = group_link_bytes_per_s(hardware, deployment.tp, temperature)
+    per_call = ring_all_reduce_s(message, deployment.tp, link, efficiency)
+    return ALL_REDUCES_PER_LAYER * model.num_layers * per_call
+
+
+def pp_transfer_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    tokens: ArrayLike,
+    temperature: float = 0.0,
+) -> Array:
+    """Activation hand-offs between the pp stages of one forward pass: (pp - 1) sends."""
+    message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
+    link = group_link_bytes_per_s(hardware, deployment.tp * deployment.pp, temperature)
+    return (deployment.pp - 1.0) * point_to_point_s(message, link, efficiency)
+
+
+def pp_bubble_fraction(pp: ArrayLike, microbatches: ArrayLike) -> Array:
+    """Idle share of a GPipe schedule: (p - 1) / (m + p - 1)."""
+    return (pp - 1.0) / (microbatches + pp - 1.0)
+
+
+def pipeline_time_factor(pp: ArrayLike, microbatches: ArrayLike) -> Array:
+    """Iteration time of m microbatches through p stages, relative to one pass of the whole batch
+    through all stages at the same per-microbatch work: (m + p - 1) / (m * p).  Equals 1 at p = 1."""
+    return (microbatches + pp - 1.0) / (microbatches * pp)

@@ -1,0 +1,161 @@
+"""The budget sheet of one deployment: what ``servingmath explain`` prints.
+
+Composes the static budgets (memory, compute, bandwidth, communication) at one prompt/output
+length, names the binding budget, and differentiates decode throughput with respect to each
+hardware budget (elasticities, d log tokens/s / d log budget).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from ._memory import (
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    max_concurrent_requests,
+    weight_bytes_per_gpu,
+)
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._step import decode_step, prefill_step
+
+Array = jnp.ndarray
+
+BINDING_BUDGETS: tuple[str, ...] = (
+    "memory_capacity",
+    "compute",
+    "memory_bandwidth",
+    "communication",
+)
+"""Labels of ``BudgetSheet.binding_budget`` codes."""
+
+HARDWARE_BUDGETS: tuple[str, ...] = (
+    "peak_flops_per_s",
+    "hbm_bytes_per_s",
+    "hbm_bytes",
+    "link_bytes_per_s",
+)
+"""Hardware budgets the elasticities are taken against, in order."""
+
+
+class BudgetSheet(eqx.Module):
+    """Static budgets of one deployment at one (input_len, output_len); SI units.
+
+    ``kv_capacity_tokens`` and ``max_concurrent_requests`` are for the whole TP x PP group;
+    ``decode_tokens_per_s_max`` for all replicas.  ``binding_budget`` indexes ``BINDING_BUDGETS``.
+    """
+
+    kv_bytes_per_token: Array
+    weight_bytes_per_gpu: Array
+    kv_capacity_tokens: Array
+    max_concurrent_requests: Array
+    max_decode_batch: Array
+    prefill_s: Array
+    decode_step_s_batch1: Array
+    decode_step_s_max_batch: Array
+    decode_tokens_per_s_max: Array
+    binding_budget: Array
+    fits: Array
+
+
+def _decode_batch(model, hardware, deployment, input_len, output_len, temperature):
+    concurrent = max_concurrent_requests(
+        model, hardware, deployment, jnp.asarray(input_len) + output_len, temperature
+    )
+    return concurrent, jnp.minimum(concurrent, deployment.max_num_seqs)
+
+
+def decode_tokens_per_s_max(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    input_len: ArrayLike,
+    output_len: ArrayLike,
+    temperature: float = 0.0,
+) -> Array:
+    """Decode tokens/s of all replicas at the largest batch memory and ``max_num_seqs`` allow,
+    with the mean decode context input_len + output_len / 2."""
+    _, batch = _decode_batch(model, hardware, deployment, input_len, output_len, temperature)
+    batch = jnp.maximum(batch, 0.0)
+    context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
+    step = decode_step(model, hardware, deployment, efficiency, batch, context, temperature)
+    return deployment.replicas * batch / step.total_s
+
+
+def budget_sheet(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    input_len: ArrayLike,
+    output_len: ArrayLike,
+) -> BudgetSheet:
+    """Evaluate every static budget at one operating point (exact: no relaxation)."""
+    concurrent, batch = _decode_batch(model, hardware, deployment, input_len, output_len, 0.0)
+    batch = jnp.maximum(batch, 0.0)
+    context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
+    step1 = decode_step(model, hardware, deployment, efficiency, 1.0, context)
+    step_max = decode_step(model, hardware, deployment, efficiency, jnp.maximum(batch, 1.0), context)
+    prefill = prefill_step(model, hardware, deployment, efficiency, input_len)
+    tokens_per_s = deployment.replicas * batch / step_max.total_s
+
+    kv_limited = concurrent < deployment.max_num_seqs
+    bandwidth_bound = step_max.memory_s >= step_max.compute_s
+    time_budget = jnp.argmax(
+        jnp.stack([step_max.compute_s, step_max.memory_s, step_max.comm_s]), axis=0
+    ) + 1
+    binding = jnp.where(kv_limited & bandwidth_bound, 0, time_budget)
+    return BudgetSheet(
+        kv_bytes_per_token=kv_bytes_per_token(model, deployment.kv_bytes_per_elem),
+        weight_bytes_per_gpu=weight_bytes_per_gpu(model, deployment),
+        kv_capacity_tokens=kv_capacity_tokens(model, hardware, deployment),
+        max_concurrent_requests=concurrent,
+        max_decode_batch=batch,
+        prefill_s=prefill.total_s,
+        decode_step_s_batch1=step1.total_s,
+        decode_step_s_max_batch=step_max.total_s,
+        decode_tokens_per_s_max=tokens_per_s,
+        binding_budget=binding,
+        fits=concurrent >= 1.0,
+    )
+
+
+def _scale_hardware(hardware: HardwareSpec, log_scales: Array) -> HardwareSpec:
+    s = jnp.exp(log_scales)
+    return eqx.tree_at(
+        lambda h: (h.dense_flops_per_s, h.hbm_bytes_per_s, h.hbm_bytes, h.link_bytes_per_s),
+        hardware,
+        (
+            hardware.dense_flops_per_s * s[0],
+            hardware.hbm_bytes_per_s * s[1],
+            hardware.hbm_bytes * s[2],
+            hardware.link_bytes_per_s * s[3],
+        ),
+    )
+
+
+def decode_elasticities(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    input_len: ArrayLike,
+    output_len: ArrayLike,
+    temperature: float = 1e-3,
+) -> Array:
+    """d log(decode tokens/s) / d log(budget) for ``HARDWARE_BUDGETS``, by ``jax.grad``.
+
+    The batch size is relaxed to a real number (a small ``temperature``) so that extra HBM
+    capacity shows up as a larger batch; a 1.0 means tokens/s scales one-for-one with the budget.
+    """
+
+    def log_tps(log_scales):
+        hw = _scale_hardware(hardware, log_scales)
+        return jnp.log(
+            decode_tokens_per_s_max(model, hw, deployment, efficiency, input_len, output_len, temperature)
+        )
+
+    return jax.grad(log_tps)(jnp.zeros(4))
