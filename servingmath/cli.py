@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # exact byte counts and token capacities
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)

@@ -1,0 +1,118 @@
+"""Options shared by every command that describes one deployment (model, GPU, parallelism, dtypes).
+
+``add_deployment_arguments`` declares them; ``resolve_deployment`` turns parsed arguments into
+spec pytrees, raising ``UsageError`` with a one-line fix for anything a user can get wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import perfmodel as pm
+from perfmodel import CatalogError, Deployment, HardwareSpec, ModelSpec
+from perfmodel._fit_check import tp_divides_heads
+
+from .errors import UsageError
+
+
+def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Model, hardware, parallelism, dtypes and engine memory knobs."""
+    g = parser.add_argument_group("deployment")
+    g.add_argument("--model", required=True, help="Hugging Face id, short alias, or a config.json path")
+    g.add_argument("--gpu", required=True, help="hardware id from data/hardware.csv (see `servingmath gpus`)")
+    g.add_argument("--hardware-csv", help="your own hardware CSV (columns of data/hardware.csv)")
+    g.add_argument("--prices-csv", help="your own price list (columns of data/prices.csv)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
+    g.add_argument("--replicas", type=int, default=1, help="copies of the TP x PP group (default 1)")
+    g.add_argument("--weight-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
+    g.add_argument("--kv-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
+    g.add_argument("--max-model-len", type=int, default=8192, help="longest admitted sequence (tokens)")
+    g.add_argument("--block-size", type=int, default=16, help="paged-KV block size (tokens)")
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g.add_argument("--kv-allocation", choices=("paged", "static"), default="paged",
+                   help="paged blocks, or static max_model_len reservation per sequence")
+
+
+def positive(name: str, value: float) -> None:
+    """Reject non-positive or non-finite numbers with a one-line fix."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} must be a positive number, got {value}; pass e.g. {name} 1")
+
+
+def resolve_model_and_gpu(args: argparse.Namespace) -> tuple[ModelSpec, HardwareSpec]:
+    """Load the model and hardware named by ``--model`` / ``--gpu``."""
+    try:
+        model = pm.load_model(args.model)
+        hardware = pm.load_hardware(
+            args.gpu, hardware_csv=args.hardware_csv, prices_csv=args.prices_csv
+        )
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    return model, hardware
+
+
+def resolve_deployment(
+    args: argparse.Namespace, *, max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None
+) -> tuple[ModelSpec, HardwareSpec, Deployment]:
+    """Specs for the deployment the arguments describe; bad combinations raise ``UsageError``."""
+    model, hardware = resolve_model_and_gpu(args)
+    for flag in ("tp", "pp", "replicas", "max_model_len", "block_size"):
+        positive(f"--{flag.replace('_', '-')}", getattr(args, flag))
+    if not 0 < args.gpu_memory_utilization <= 1:
+        raise UsageError(
+            f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}"
+        )
+    if not tp_divides_heads(model, args.tp):
+        heads = int(model.num_heads)
+        ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if heads % t == 0]
+        raise UsageError(
+            f"--tp {args.tp} does not divide {model.name}'s {heads} attention heads; "
+            f"use one of {', '.join(map(str, ok))}"
+        )
+    if args.tp > 1 and not math.isfinite(float(hardware.link_bytes_per_s)):
+        raise UsageError(
+            f"{hardware.name} has no link bandwidth in the catalog, needed for --tp {args.tp}; "
+            "pass --hardware-csv with link_bytes_per_s_unidir filled in"
+        )
+    knobs: dict[str, float | str] = {
+        "max_model_len": float(args.max_model_len),
+        "block_size_tokens": float(args.block_size),
+        "gpu_memory_utilization": float(args.gpu_memory_utilization),
+        "kv_allocation": args.kv_allocation,
+    }
+    if max_num_batched_tokens is not None:
+        knobs["max_num_batched_tokens"] = float(max_num_batched_tokens)
+    if max_num_seqs is not None:
+        knobs["max_num_seqs"] = float(max_num_seqs)
+    deployment = Deployment.create(
+        tp=args.tp,
+        pp=args.pp,
+        replicas=args.replicas,
+        weight_dtype=args.weight_dtype,
+        kv_dtype=args.kv_dtype,
+        **knobs,
+    )
+    return model, hardware, deployment
+
+
+def require_fit(
+    model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, sequence_tokens: float
+) -> None:
+    """Raise a ``UsageError`` naming the smallest TP x PP that fits when this one does not."""
+    concurrent = float(pm.max_concurrent_requests(model, hardware, deployment, sequence_tokens))
+    if concurrent >= 1.0:
+        return
+    tp, pp = int(deployment.tp), int(deployment.pp)
+    need = pm.smallest_fitting_parallelism(model, hardware, deployment, sequence_tokens)
+    weights_gib = float(pm.weight_bytes_per_gpu(model, deployment)) / pm.GiB
+    usable_gib = float(hardware.hbm_bytes * deployment.gpu_memory_utilization) / pm.GiB
+    what = (
+        f"{model.name} does not fit on {hardware.name} at --tp {tp} --pp {pp}: "
+        f"{weights_gib:.1f} GiB of weights per GPU against {usable_gib:.1f} GiB usable, "
+        f"leaving no room for one {int(sequence_tokens)}-token sequence"
+    )
+    if need is None:
+        raise UsageError(f"{what}; even 512 GPUs are not enough: use a smaller weight dtype")
+    raise UsageError(f"{what}; the smallest that fits is --tp {need[0]} --pp {need[1]}")

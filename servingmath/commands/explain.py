@@ -1,0 +1,103 @@
+"""``servingmath explain``: the budget sheet of one deployment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax.numpy as jnp
+
+import perfmodel as pm
+
+from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
+from .._render import human_bytes, human_seconds, table
+from ..errors import UsageError
+
+HELP = "the budget sheet of one deployment: memory, compute, bandwidth, communication"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_deployment_arguments(parser)
+    parser.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
+    parser.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def sheet_report(
+    model: pm.ModelSpec,
+    hardware: pm.HardwareSpec,
+    deployment: pm.Deployment,
+    efficiency: pm.Efficiency,
+    input_len: float,
+    output_len: float,
+) -> dict:
+    """The static budget sheet as a JSON-ready dict (keys documented in issue 2)."""
+    sheet = pm.budget_sheet(model, hardware, deployment, efficiency, input_len, output_len)
+    elasticities = pm.decode_elasticities(
+        model, hardware, deployment, efficiency, input_len, output_len
+    )
+    return {
+        "model": model.name,
+        "gpu": hardware.name,
+        "tp": int(deployment.tp),
+        "pp": int(deployment.pp),
+        "replicas": int(deployment.replicas),
+        "input_len": int(input_len),
+        "output_len": int(output_len),
+        "kv_bytes_per_token": float(sheet.kv_bytes_per_token),
+        "weight_bytes_per_gpu": float(sheet.weight_bytes_per_gpu),
+        "kv_capacity_tokens": float(sheet.kv_capacity_tokens),
+        "max_concurrent_requests": int(sheet.max_concurrent_requests),
+        "max_decode_batch": int(sheet.max_decode_batch),
+        "prefill_s": float(sheet.prefill_s),
+        "decode_step_s_batch1": float(sheet.decode_step_s_batch1),
+        "decode_step_s_max_batch": float(sheet.decode_step_s_max_batch),
+        "decode_tokens_per_s_max": float(sheet.decode_tokens_per_s_max),
+        "binding_budget": pm.BINDING_BUDGETS[int(sheet.binding_budget)],
+        "elasticities": {
+            name: round(float(e), 4) for name, e in zip(pm.HARDWARE_BUDGETS, elasticities)
+        },
+    }
+
+
+def _render(report: dict) -> str:
+    rows = [
+        ("KV bytes per token (all layers)", human_bytes(report["kv_bytes_per_token"])),
+        ("weights per GPU", human_bytes(report["weight_bytes_per_gpu"])),
+        ("KV capacity (group)", f"{report['kv_capacity_tokens']:,.0f} tokens"),
+        ("max concurrent requests", f"{report['max_concurrent_requests']:,}"),
+        ("decode batch at max", f"{report['max_decode_batch']:,}"),
+        ("prefill, one prompt", human_seconds(report["prefill_s"])),
+        ("decode step, batch 1", human_seconds(report["decode_step_s_batch1"])),
+        ("decode step, max batch", human_seconds(report["decode_step_s_max_batch"])),
+        ("decode tokens/s at max", f"{report['decode_tokens_per_s_max']:,.0f}"),
+        ("binding budget", report["binding_budget"]),
+    ]
+    head = (
+        f"{report['model']} on {report['tp'] * report['pp']}x {report['gpu']} "
+        f"(TP {report['tp']}, PP {report['pp']}), prompt {report['input_len']}, "
+        f"output {report['output_len']}"
+    )
+    el = [(f"  d log tokens/s / d log {k}", f"{v:+.3f}") for k, v in report["elasticities"].items()]
+    return "\n".join([head, table(rows), "elasticities of decode throughput:", table(el)])
+
+
+def run(args: argparse.Namespace) -> int:
+    positive("--input-len", args.input_len)
+    positive("--output-len", args.output_len)
+    model, hardware, deployment = resolve_deployment(args)
+    total = args.input_len + args.output_len
+    if total > args.max_model_len:
+        raise UsageError(
+            f"--input-len + --output-len = {total} exceeds --max-model-len {args.max_model_len}; "
+            "raise --max-model-len or shorten the request"
+        )
+    require_fit(model, hardware, deployment, float(total))
+    efficiency = pm.Efficiency()
+    report = sheet_report(
+        model, hardware, deployment, efficiency, float(args.input_len), float(args.output_len)
+    )
+    if not all(jnp.isfinite(v) for v in report.values() if isinstance(v, float)):
+        raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
+    print(json.dumps(report, indent=2) if args.json else _render(report))
+    return 0
