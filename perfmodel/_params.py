@@ -39,10 +39,16 @@ class LayerCounts:
     expert_params: float
 
 
-def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+_REQUIRED = object()
+
+
+def _get(cfg: dict[str, Any], *keys: str, default: Any = _REQUIRED) -> Any:
+    """First present key among ``keys``; ``KeyError(keys[0])`` if none and no default."""
     for k in keys:
         if cfg.get(k) is not None:
             return cfg[k]
+    if default is _REQUIRED:
+        raise KeyError(keys[0])
     return default
 
 
@@ -68,7 +74,7 @@ def layer_counts(cfg: dict[str, Any]) -> LayerCounts:
     n_layers = int(_get(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     heads = int(_get(cfg, "num_attention_heads", "n_head"))
     kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
-    vocab = int(cfg["vocab_size"])
+    vocab = int(_get(cfg, "vocab_size"))
     head_dim = int(_get(cfg, "head_dim", default=d // heads))
     tied = bool(cfg.get("tie_word_embeddings", mt.startswith("gemma")))
 

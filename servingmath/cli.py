@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"servingmath {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("servingmath: interrupted", file=sys.stderr)
         return 130

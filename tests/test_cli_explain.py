@@ -1,0 +1,89 @@
+"""`servingmath explain`: JSON keys and values, and one-line errors with exit status 2."""
+
+import json
+
+import pytest
+
+from servingmath.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_explain_json_keys_and_values(capsys):
+    code, out, _ = run(
+        capsys, "explain", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100-sxm", "--tp", "4",
+        "--kv-dtype", "fp8", "--input-len", "2000", "--output-len", "200", "--json",
+    )
+    assert code == 0
+    report = json.loads(out)
+    for key in (
+        "kv_bytes_per_token", "weight_bytes_per_gpu", "kv_capacity_tokens", "max_concurrent_requests",
+        "prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max",
+        "binding_budget", "elasticities",
+    ):
+        assert key in report
+    assert report["kv_bytes_per_token"] == 327680 / 2  # fp8 KV
+    assert report["weight_bytes_per_gpu"] == pytest.approx(70553706496 * 2 / 4)
+    assert report["binding_budget"] in ("memory_capacity", "compute", "memory_bandwidth", "communication")
+    assert set(report["elasticities"]) == {"peak_flops_per_s", "hbm_bytes_per_s", "hbm_bytes", "link_bytes_per_s"}
+    assert report["decode_step_s_max_batch"] >= report["decode_step_s_batch1"]
+
+
+def test_explain_human_output(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb")
+    assert code == 0
+    assert "binding budget" in out and "elasticities" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "llama-3.1-8b", "--gpu", "h100"], "unknown GPU 'h100'; close matches: .*h100-sxm"),
+        (["--model", "llama-9", "--gpu", "h100-sxm"], "unknown model 'llama-9'"),
+        (["--model", "meta-llama/Llama-3.1-405B", "--gpu", "h100-sxm", "--tp", "2"], "does not fit.*smallest that fits is --tp 4 --pp 3"),
+        # 405.9e9 params x 2 B = 756 GiB; 72 GiB usable per H100 (0.9 x 80) less ~1.5 GiB workspace
+        # -> at least 11 GPUs; the smallest legal TP x PP product >= 11 is 12 = TP 4 x PP 3
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "0"], "--input-len must be a positive number"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--output-len", "-5"], "--output-len must be a positive number"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "3"], "--tp 3 does not divide .* 32 attention heads; use one of 1, 2, 4, 8"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "9000"], "exceeds --max-model-len 8192"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-nvl", "--tp", "1"], "h100-nvl.*dense_bf16_flops_per_s' is empty"),
+    ],
+)
+def test_explain_bad_input_one_line_exit_2(capsys, argv, message):
+    import re
+
+    code, out, err = run(capsys, "explain", *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_malformed_config_and_hardware_row(capsys, tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"hidden_size": 4096,')
+    code, _, err = run(capsys, "explain", "--model", str(bad), "--gpu", "h100-sxm")
+    assert code == 2 and "not valid JSON" in err
+    hw = tmp_path / "hw.csv"
+    hw.write_text("id,hbm_bytes,hbm_bytes_per_s,dense_bf16_flops_per_s\nmine,lots,1e12,1e14\n")
+    code, _, err = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "mine", "--hardware-csv", str(hw))
+    assert code == 2 and "'hbm_bytes' = 'lots' is not a number" in err
+
+
+def test_subprocess_entry_point_exit_status(tmp_path):
+    """The console entry point itself returns status 2 and one line (no traceback)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "servingmath", "explain", "--model", "x", "--gpu", "h100-sxm"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "unknown model 'x'" in proc.stderr
