@@ -3,4 +3,4 @@
 import jax
 
 jax.config.update("jax_enable_x64", True)
-jax.config.update("jax_numpy_dtype_promotion", "standard")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
