@@ -1,0 +1,381 @@
+"""Read measurement files into one tidy, validated table (``data/measurements/SCHEMA.md``).
+
+Tidy ``.csv``/``.csv.gz`` files and benchmark-tool outputs (``_formats``) all become the same
+columns.  Malformed input raises ``MeasurementFormatError`` naming file, line and field; rows
+whose GPU or model the catalog does not know are returned as ``SkippedRow``s with the reason.
+Checks are vectorized, and catalog look-ups are made once per distinct value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import json
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import perfmodel
+
+from . import _formats as F
+
+TABLE_SUFFIXES = (".csv", ".csv.gz")
+TOOL_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
+
+
+class MeasurementFormatError(ValueError):
+    """A measurement file is malformed; the message names file, line, field and the fix."""
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    """A row left out of the table: where it is and why (an unknown GPU or model)."""
+
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """The tidy table (SCHEMA.md columns, ``Int64``/``float64``/``str``) and the rows left out."""
+
+    table: pd.DataFrame
+    skipped: list[SkippedRow] = field(default_factory=list)
+    files: tuple[str, ...] = ()
+
+
+def bundled_measurements() -> list[Path]:
+    """The measurement files shipped with servingmath (``data/measurements``), sorted."""
+    return _expand([perfmodel.data_dir() / "measurements"])
+
+
+def _expand(paths: Iterable[str | PathLike[str]]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(q for q in p.iterdir() if q.name.endswith(TABLE_SUFFIXES + TOOL_SUFFIXES))
+        elif not p.is_file():
+            raise MeasurementFormatError(f"{p}: no such file or folder; check the path")
+        else:
+            out.append(p)
+    return out
+
+
+def _read_text(path: Path) -> str:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _json_records(path: Path) -> list[tuple[int, Any]]:
+    text = _read_text(path)
+    try:
+        whole = json.loads(text)
+        return [(1, r) for r in (whole if isinstance(whole, list) else [whole])]
+    except json.JSONDecodeError:
+        pass
+    records = []
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip():
+            try:
+                records.append((line, json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                raise MeasurementFormatError(
+                    f"{path}:{line}: not valid JSON ({exc.msg}); write one JSON object per line"
+                ) from None
+    return records
+
+
+def _tool_frame(path: Path, skipped: list[SkippedRow]) -> tuple[pd.DataFrame, np.ndarray]:
+    rows, lines = [], []
+    for line, record in _json_records(path):
+        def fail(msg: str, line: int = line) -> MeasurementFormatError:
+            return MeasurementFormatError(f"{path}:{line}: {msg}")
+
+        tool = F.detect(record) if isinstance(record, dict) else None
+        if tool is None:
+            raise fail("not a known benchmark result; expected a vLLM --save-result JSON, an "
+                       "SGLang bench_serving JSONL line or a GenAI-Perf profile_export_genai_perf.json")
+        got = (F.convert_genai_perf(record, fail) if tool == "genai-perf"
+               else F.convert_vllm_or_sglang(tool, record, fail))
+        if not got:
+            skipped.append(SkippedRow(str(path), line, f"{tool} result with no completed request"))
+        for row in got:
+            rows.append({**row, "source_ref": str(path)})
+            lines.append(line)
+    frame = pd.DataFrame(rows, columns=list(F.COLUMNS))
+    for col in F.STR_COLUMNS:
+        frame[col] = frame[col].astype(object).fillna("").astype(str)
+    for col in F.INT_COLUMNS + F.FLOAT_COLUMNS:
+        frame[col] = frame[col].astype("float64")
+    return frame, np.asarray(lines, dtype=np.int64)
+
+
+def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndarray]:
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+    except pd.errors.EmptyDataError:
+        raise MeasurementFormatError(f"{path}:1: empty file; write the SCHEMA.md header") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise MeasurementFormatError(f"{path}: not a readable CSV ({exc}); check quoting") from None
+    unknown = [c for c in frame.columns if c not in F.COLUMNS]
+    if unknown:
+        raise MeasurementFormatError(
+            f"{path}:1: column {unknown[0]!r} is not in the measurement schema; rename it to a "
+            "SCHEMA.md column or move its content into 'notes'")
+    for col in F.REQUIRED_COLUMNS:
+        if col not in frame.columns and fills.get(col) is None:
+            raise MeasurementFormatError(
+                f"{path}:1: missing required column {col!r}; the header needs "
+                f"{', '.join(F.REQUIRED_COLUMNS)} (see SCHEMA.md)")
+    frame = frame.reindex(columns=list(F.COLUMNS), fill_value="")
+    if "source" not in frame or (frame["source"] == "").all():
+        frame["source"] = path.name.split(".")[0]
+    return frame, np.arange(len(frame), dtype=np.int64) + 2  # line 1 is the header
+
+
+def _check_labels(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> None:
+    def fail(mask: pd.Series, col: str, msg: str) -> None:
+        i = np.flatnonzero(mask.to_numpy())[0]
+        value = frame[col].to_numpy()[i]
+        raise MeasurementFormatError(f"{path}:{int(lines[i])}: column {col!r} = {value!r} {msg}")
+
+    for col, allowed, fix in (
+        ("scenario", F.SCENARIO_METRICS, f"is not a scenario; use one of {', '.join(F.SCENARIO_METRICS)}"),
+        ("unit", F.UNITS, f"is not a unit; use one of {', '.join(F.UNITS)} (SI: seconds, not ms)"),
+        ("weight_dtype", F.DTYPES, f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"),
+        ("kv_dtype", F.DTYPES, f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"),
+    ):
+        bad = [v for v in frame[col].unique() if v not in allowed]
+        if bad:
+            fail(frame[col].isin(bad), col, fix)
+    bad_stats = [v for v in frame["stat"].unique() if not F.STAT_PATTERN.fullmatch(v)]
+    if bad_stats:
+        fail(frame["stat"].isin(bad_stats), "stat", "is not a statistic; use mean, median, min, max, "
+             "pNN (e.g. p99) or leave it empty for a single measurement")
+    pairs = frame[["scenario", "metric", "unit"]].drop_duplicates()
+    for scenario, metric, unit in pairs.itertuples(index=False):
+        here = (frame["scenario"] == scenario) & (frame["metric"] == metric)
+        if metric not in F.SCENARIO_METRICS[scenario]:
+            fail(here, "metric", f"is not a metric of scenario {scenario!r}; use one of "
+                 f"{', '.join(sorted(F.SCENARIO_METRICS[scenario]))}")
+        if F.METRIC_UNIT[metric] != unit:
+            fail(here & (frame["unit"] == unit), "unit",
+                 f"does not fit metric {metric!r}; write it in {F.METRIC_UNIT[metric]}")
+
+
+def _numbers(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> pd.DataFrame:
+    for col in F.INT_COLUMNS + F.FLOAT_COLUMNS:
+        raw = frame[col]
+        if raw.dtype.kind in "fiu":
+            num = raw.astype("float64")
+            text = None
+        else:
+            text = raw.astype(str).str.strip()
+            num = pd.to_numeric(text.where(text != ""), errors="coerce").astype("float64")
+        given = ~num.isna().to_numpy() if text is None else (text != "").to_numpy()
+        checks = [(num.isna().to_numpy() & given, "is not a number; write "
+                   + ("it in its unit (seconds, tokens/s, ...)" if col == "value" else "it")
+                   + " as a plain number")]
+        values = num.to_numpy()
+        with np.errstate(invalid="ignore"):
+            if col in F.INT_COLUMNS:
+                checks.append((given & ~(np.isfinite(values) & (values == np.round(values))),
+                               "is not a whole number; write a count"))
+                low = 1 if col in ("num_gpus", "tp", "pp", "ep") else 0
+                checks.append((given & (values < low), f"must be at least {low}"))
+            elif col in ("value", "concurrency", "request_rate"):
+                finite = col != "request_rate"  # an open-loop rate may be inf (saturation)
+                checks.append((given & ~((values > 0) & (np.isfinite(values) | (not finite))),
+                               "must be a positive number" + (" (finite)" if finite else "")))
+            else:
+                checks.append((given & ~(np.isfinite(values) & (values >= 0)), "must be >= 0"))
+        if col == "value":
+            checks.insert(0, (~given, "is empty; every row needs its measured value"))
+        for bad, msg in checks:
+            if bad.any():
+                i = np.flatnonzero(bad)[0]
+                shown = raw.to_numpy()[i]
+                raise MeasurementFormatError(
+                    f"{path}:{int(lines[i])}: column {col!r} = {shown!r} {msg}")
+        frame[col] = num.round().astype("Int64") if col in F.INT_COLUMNS else num
+    return frame
+
+
+# ---------------------------------------------------------------- catalog -------------------
+
+
+def _close(name: str, options: Collection[str]) -> str:
+    found = difflib.get_close_matches(name, list(options), n=3, cutoff=0.5)
+    return f" (close: {', '.join(found)})" if found else ""
+
+
+def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
+    if not name:
+        return None, "gpu is empty; fill the gpu column or pass gpu="
+    if name.lower() in known:
+        return known[name.lower()], ""
+    return None, (f"gpu {name!r} is not in the hardware catalog{_close(name, known.values())}; "
+                  "fix the id, or add its row to a hardware CSV and pass its ids as hardware_ids=")
+
+
+def _resolve_model(name: str, known: dict[str, str], bases: dict[str, str]) -> tuple[str | None, str]:
+    """Catalog id (exact, any case, or a unique basename such as ``/models/Llama-3.1-8B``)."""
+    if name.lower() in known:
+        return known[name.lower()], ""
+    parts = name.replace("\\", "/").rstrip("/").split("/")
+    for candidate in ("/".join(parts[-2:]).lower(), parts[-1].lower()):
+        if candidate in known:
+            return known[candidate], ""
+        if candidate in bases:
+            return bases[candidate], ""
+    if name.endswith(".json") and Path(name).is_file():
+        try:
+            perfmodel.load_model(name)
+            return name, ""
+        except perfmodel.CatalogError as exc:
+            return None, f"model config {name!r} is not usable: {exc}"
+    return None, (f"model {name!r} is not in the model catalog{_close(name, known.values())} "
+                  "and is not a config.json path; pass model= with a catalog id or a config path")
+
+
+def _catalog_filter(frame: pd.DataFrame, lines: np.ndarray, path: Path,
+                    gpus: dict[str, str], models: dict[str, str], bases: dict[str, str],
+                    skipped: list[SkippedRow]) -> pd.DataFrame:
+    reasons = np.full(len(frame), "", dtype=object)
+    for col, resolve in (("gpu", lambda n: _resolve_gpu(n, gpus)),
+                         ("model", lambda n: _resolve_model(n, models, bases))):
+        codes, uniques = pd.factorize(frame[col])
+        mapped = []
+        for u, value in enumerate(uniques):
+            canonical, why = (value, "") if col == "model" and value == "" else resolve(value)
+            mapped.append(canonical if canonical is not None else value)
+            if why:
+                hit = (codes == u) & (reasons == "")
+                reasons[hit] = why
+        frame[col] = pd.Series(np.asarray(mapped, dtype=object)[codes], index=frame.index).astype(str)
+    no_model = (frame["model"] == "").to_numpy() & ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS).to_numpy()
+    reasons[no_model & (reasons == "")] = ("model is empty; a row of this scenario needs one "
+                                           "(fill the model column or pass model=)")
+    out = reasons != ""
+    skipped.extend(SkippedRow(str(path), int(line), str(why))
+                   for line, why in zip(lines[out], reasons[out]))
+    return frame.loc[~out]
+
+
+# ---------------------------------------------------------------- public --------------------
+
+
+def _fill(frame: pd.DataFrame, fills: dict[str, Any], tool: bool) -> pd.DataFrame:
+    for col, value in fills.items():
+        if value is None:
+            continue
+        if tool and col == "model":
+            recorded = frame["model"]
+            frame["notes"] = frame["notes"].where(recorded == "", frame["notes"] + ";recorded_model=" + recorded)
+            frame["model"] = str(value)
+        elif frame[col].dtype.kind in "fiu":  # numbers of a tool output
+            frame[col] = frame[col].fillna(float(value))
+        else:  # text of a CSV, numbers included
+            frame[col] = frame[col].where(frame[col] != "", str(value))
+    return frame
+
+
+def load_measurements(
+    paths: str | PathLike[str] | Sequence[str | PathLike[str]],
+    *,
+    hardware_ids: Collection[str] | None = None,
+    model_ids: Collection[str] | None = None,
+    gpu: str | None = None,
+    model: str | None = None,
+    tp: int | None = None,
+    num_gpus: int | None = None,
+    engine: str | None = None,
+) -> IngestResult:
+    """Read measurement files (or folders of them) into one validated tidy table.
+
+    Args:
+        paths: files or folders.  ``.csv``/``.csv.gz`` in the SCHEMA.md layout; ``.json``/
+            ``.jsonl`` written by ``vllm bench serve --save-result``, ``sglang.bench_serving`` or
+            GenAI-Perf (``profile_export_genai_perf.json``), detected by content.
+        hardware_ids: GPU ids to accept (default ``perfmodel.hardware_ids()``).
+        model_ids: model ids to accept (default ``perfmodel.model_ids()``); a path to a
+            ``config.json`` is always accepted.
+        gpu, model, tp, num_gpus, engine: what the files do not record.  They fill empty cells of
+            a tidy CSV; for tool outputs they set the row (``model=`` replaces the served name the
+            tool recorded, which is kept in ``notes``).  ``num_gpus`` defaults to ``tp``.
+
+    Returns:
+        ``IngestResult``: the table (SCHEMA.md columns; ``Int64`` counts, ``float64`` values in
+        SI, ``str`` labels with ``""`` for empty; GPU and model names made canonical catalog ids)
+        and the rows skipped because their GPU or model is unknown, each with file, line, reason.
+
+    Raises:
+        MeasurementFormatError: a malformed file; the message names file, line, field and fix.
+    """
+    fills = {"gpu": gpu, "model": model, "tp": tp, "num_gpus": num_gpus if num_gpus is not None else tp,
+             "engine": engine}
+    gpus = {g.lower(): g for g in (hardware_ids if hardware_ids is not None else perfmodel.hardware_ids())}
+    ids = list(model_ids if model_ids is not None else perfmodel.model_ids())
+    models = {m.lower(): m for m in ids}
+    base_owners: dict[str, list[str]] = {}
+    for m in ids:
+        base_owners.setdefault(m.split("/")[-1].lower(), []).append(m)
+    bases = {b: owners[0] for b, owners in base_owners.items() if len(owners) == 1}
+    files = _expand([paths] if isinstance(paths, (str, PathLike)) else paths)
+    frames, skipped = [], []
+    for path in files:
+        tool = not path.name.endswith(TABLE_SUFFIXES) and (
+            path.name.endswith(TOOL_SUFFIXES) or _read_text(path).lstrip()[:1] in ("{", "["))
+        frame, lines = _tool_frame(path, skipped) if tool else _csv_frame(path, fills)
+        frame = _fill(frame, fills, tool)
+        _check_labels(frame, lines, path)
+        frame = _numbers(frame, lines, path)
+        frames.append(_catalog_filter(frame, lines, path, gpus, models, bases, skipped))
+    table = pd.concat(frames, ignore_index=True) if frames else _empty()
+    return IngestResult(table=_intern(table), skipped=skipped, files=tuple(map(str, files)))
+
+
+def _empty() -> pd.DataFrame:
+    frame = pd.DataFrame({c: pd.Series([], dtype=str) for c in F.COLUMNS})
+    for col in F.INT_COLUMNS:
+        frame[col] = frame[col].astype("Int64")
+    for col in F.FLOAT_COLUMNS:
+        frame[col] = frame[col].astype("float64")
+    return frame
+
+
+def _intern(table: pd.DataFrame) -> pd.DataFrame:
+    """Share one string object per distinct label (repeated refs cost 8 bytes, not a copy)."""
+    for col in F.STR_COLUMNS:
+        codes, uniques = pd.factorize(table[col])
+        table[col] = pd.Series(np.asarray(uniques, dtype=object)[codes], index=table.index, dtype=str)
+    return table
+
+
+def describe(result: IngestResult) -> str:
+    """A short human summary: rows per scenario, GPU and source; skipped rows by reason."""
+    table = result.table
+
+    def counts(col: str) -> str:
+        vc = table[col].replace("", "(none)").value_counts()
+        return ", ".join(f"{k} {v:,}" for k, v in vc.items())
+
+    lines = [f"{len(table):,} measurements from {len(result.files)} file(s); "
+             f"{len(result.skipped):,} skipped"]
+    if len(table):
+        lines += [f"  by scenario: {counts('scenario')}", f"  by gpu: {counts('gpu')}",
+                  f"  by source: {counts('source')}"]
+    if result.skipped:
+        reasons = pd.Series([s.reason for s in result.skipped]).value_counts()
+        lines.append("  skipped:")
+        lines += [f"    {n:,} x {why}" for why, n in reasons.head(8).items()]
+        if len(reasons) > 8:
+            lines.append(f"    ... and {len(reasons) - 8} other reasons")
+    return "\n".join(lines)
