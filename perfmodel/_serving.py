@@ -1,0 +1,289 @@
+"""Serving metrics under load: TTFT, TPOT and E2E (mean, p50, p95, p99), utilisation, tokens/s.
+
+Composes the mixed-iteration step time (``_batching``) with closed-form queueing (``_queueing``)
+for an iteration-level engine (Orca; vLLM; Sarathi-Serve chunked prefill):
+
+1. Decode batch, by Little's law: n_d = lambda (E[O] - 1) TPOT, capped by ``seat_capacity``.
+2. TPOT: every iteration decodes each running sequence once; a prompt P adds Delta(P) seconds of
+   prefill work to the iterations it rides in (chunked) or its own prefill-only iteration
+   (unchunked), so the mean gap is TPOT = tau_d(n_d) / (1 - lambda E[Delta]), solved jointly with
+   (1) by fixed-point iteration.  Per request, the prefill work landing in its (O - 1) gaps is
+   compound-Poisson: Var(TPOT | O) = c_a^2 lambda TPOT E[Delta^2] / (O - 1).
+3. TTFT = residual of the running iteration + queue wait + own prefill.  The prefill path is a
+   G/G/1 queue whose backlogged server drains ``prefill_budget_tokens`` per full iteration
+   (Kingman), plus a G/G/c queue for the c = seat_capacity running slots (Allen-Cunneen); the
+   wait has the exponential tail P(W > t) = p exp(-t p / W); a long prompt ahead delays every
+   short one behind it through E[S^2] (head-of-line blocking).
+4. E2E = TTFT + (O - 1) TPOT.  Quantiles come from equal-probability nodes of the lognormal
+   lengths convolved with the wait law (``wait_plus_quantile_s``).
+
+Utilisation = max(prefill-server rho, seat rho); at >= 1 the metrics are ``inf`` with
+``stable = False``.  Arrival rate and burstiness are split evenly over ``deployment.replicas``.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._batching import EngineConfig, iteration_s, prefill_budget_tokens, seat_capacity
+from ._memory import max_concurrent_requests
+from ._queueing import (
+    allen_cunneen_wait_s,
+    ggc_wait_probability,
+    kingman_wait_s,
+    lognormal_mixture_quantile,
+    lognormal_nodes,
+    solve_quantile,
+    wait_plus_quantile_s,
+)
+from ._smooth import smooth_max, smooth_min
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._step import forward_step
+from ._workload import Workload
+
+Array = jnp.ndarray
+
+QUANTILES: tuple[float, float, float] = (0.5, 0.95, 0.99)
+"""Reported quantiles, in the order p50, p95, p99."""
+
+PROMPT_NODES = 64
+"""Equal-probability nodes of the prompt-length lognormal (p99 lies inside the last node)."""
+OUTPUT_NODES = 32
+"""Equal-probability nodes of the output-length lognormal."""
+FIXED_POINT_ITERATIONS = 60
+"""Damped iterations of the (n_d, TPOT) fixed point; converged to < 1e-6 relative below rho = 0.95."""
+QUEUEING_CODE = 4
+"""``binding_budget`` code meaning "queueing": index of "queueing" after ``BINDING_BUDGETS``."""
+
+
+class Percentiles(eqx.Module):
+    """Summary of a latency distribution across requests, seconds."""
+
+    mean: Array
+    p50: Array
+    p95: Array
+    p99: Array
+
+
+class ServingMetrics(eqx.Module):
+    """What a user feels under the workload; latencies are ``inf`` when ``stable`` is False.
+
+    Attributes:
+        ttft_s: time to first token.
+        tpot_s: time per output token after the first (per-request mean gap).
+        e2e_s: end-to-end latency.
+        utilization: max of the prefill-server and running-slot utilisations (>= 1: overload).
+        stable: utilization < 1 and at least one request fits.
+        output_tokens_per_s: generated tokens/s of all replicas (capacity when overloaded).
+        decode_batch: mean sequences decoding per iteration (one replica).
+        binding_budget: index into ``BINDING_BUDGETS + ("queueing",)``.
+    """
+
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    e2e_s: Percentiles
+    utilization: Array
+    stable: Array
+    output_tokens_per_s: Array
+    decode_batch: Array
+    binding_budget: Array
+
+
+class _Steady(eqx.Module):
+    n_d: Array
+    tau_d: Array
+    tpot: Array
+    own: Array  # (K,) own prefill time at each prompt node
+    busy: Array  # (K,) prefill-server time per prompt when backlogged
+    delta2: Array  # E[Delta^2]
+    rho_p: Array
+    seats: Array
+
+
+def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature):
+    """Fixed point of decode batch and TPOT at arrival rate ``rate`` (one replica)."""
+    p_mean = jnp.mean(p_nodes)
+    ctx_d = p_mean + o_mean / 2.0
+    o_dec = jnp.maximum(o_mean - 1.0, 0.0)
+    seats = seat_capacity(model, hardware, deployment, ctx_d, temperature)
+
+    def T(**kw):
+        return iteration_s(model, hardware, deployment, efficiency, temperature=temperature, **kw)
+
+    def costs(n_d, rho_p):
+        tau_d = T(decode_seqs=n_d, decode_context=ctx_d)
+        p = p_nodes
+        if config.chunked_prefill:
+            budget = prefill_budget_tokens(deployment, config, n_d, temperature)
+            small = T(prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
+            chunk = T(
+                prefill_tokens=budget, prefill_seqs=1.0,
+                prefill_context=jnp.maximum(p - budget, 0.0) / 2.0,
+                decode_seqs=n_d, decode_context=ctx_d,
+            )
+            fits = p <= budget
+            own = jnp.where(fits, small, p / budget * chunk)
+            delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
+            full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
+            busy = p / budget * full
+        else:
+            b = deployment.max_num_batched_tokens
+            own = T(prefill_tokens=p, prefill_seqs=1.0)
+            packed = p / b * T(prefill_tokens=b, prefill_seqs=b / p)
+            busy = jnp.where(p <= b, packed, own)
+            delta = (1.0 - rho_p) * own + rho_p * busy
+        return tau_d, own, busy, delta
+
+    def step(_, state):
+        n_d, rho_p = state
+        tau_d, _, busy, delta = costs(n_d, rho_p)
+        rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
+        extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
+        tpot = tau_d / (1.0 - extra)
+        n_new = smooth_min(rate * o_dec * tpot, seats, temperature)
+        return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new)
+
+    n_d, rho_p = jax.lax.fori_loop(
+        0, FIXED_POINT_ITERATIONS, step, (jnp.zeros_like(rate), jnp.zeros_like(rate))
+    )
+    tau_d, own, busy, delta = costs(n_d, rho_p)
+    extra = rate * jnp.mean(delta)
+    tpot = tau_d / (1.0 - jnp.minimum(extra, 0.99))
+    return _Steady(
+        n_d=n_d, tau_d=tau_d, tpot=tpot, own=own, busy=busy,
+        delta2=jnp.mean(jnp.square(delta)), rho_p=rate * jnp.mean(busy), seats=seats,
+    )
+
+
+def _pct(mean, quantiles, stable):
+    inf = jnp.inf
+    return Percentiles(
+        mean=jnp.where(stable, mean, inf),
+        p50=jnp.where(stable, quantiles[0], inf),
+        p95=jnp.where(stable, quantiles[1], inf),
+        p99=jnp.where(stable, quantiles[2], inf),
+    )
+
+
+def _open_loop(model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature):
+    p_nodes = lognormal_nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
+    o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
+    o_mean = workload.output_tokens_mean
+    s = _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature)
+    o_dec_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
+
+    # prefill server (G/G/1, Kingman) and running slots (G/G/c, Allen-Cunneen)
+    busy_mean = jnp.mean(s.busy)
+    cs2_p = jnp.var(s.busy) / jnp.square(busy_mean)
+    resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes) * s.tpot
+    resid_var = jnp.var(s.own) + jnp.var(o_dec_nodes) * jnp.square(s.tpot)
+    rho_s = rate * resid_time / jnp.maximum(s.seats, 1e-9)
+    utilization = smooth_max(s.rho_p, rho_s, temperature)
+    stable = (utilization < 1.0) & (s.seats >= 1.0)
+    rho_p = jnp.where(stable, s.rho_p, 0.5)
+    rho_s = jnp.where(stable, rho_s, 0.5)
+    w_p = kingman_wait_s(rho_p, ca2, cs2_p, busy_mean)
+    w_s = allen_cunneen_wait_s(rho_s, s.seats, ca2, resid_var / jnp.square(resid_time), resid_time)
+    wait = w_p + w_s
+    p_wait = jnp.clip(jnp.maximum(rho_p, ggc_wait_probability(rho_s, s.seats)), 1e-9, 1.0)
+    w_cond = wait / p_wait
+    residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0
+
+    ttft_nodes = residual + s.own
+    e2e_nodes = (ttft_nodes[:, None] + o_dec_nodes[None, :] * s.tpot).reshape(-1)
+    ttft_q = [wait_plus_quantile_s(ttft_nodes, p_wait, w_cond, q) for q in QUANTILES]
+    e2e_q = [wait_plus_quantile_s(e2e_nodes, p_wait, w_cond, q) for q in QUANTILES]
+    gaps = jnp.maximum(o_dec_nodes, 1.0)
+    tpot_var = ca2 * rate * s.tpot * s.delta2 / gaps
+    tpot_means = jnp.broadcast_to(s.tpot, gaps.shape)
+    tpot_q = [lognormal_mixture_quantile(tpot_means, tpot_var, q) for q in QUANTILES]
+
+    ttft_mean = residual + wait + jnp.mean(s.own)
+    e2e_mean = ttft_mean + jnp.mean(o_dec_nodes) * s.tpot
+    return dict(
+        ttft=_pct(ttft_mean, ttft_q, stable),
+        tpot=_pct(s.tpot, tpot_q, stable),
+        e2e=_pct(e2e_mean, e2e_q, stable),
+        utilization=utilization, stable=stable, steady=s, wait=wait, rate=rate,
+    )
+
+
+def _binding(model, hardware, deployment, efficiency, workload, out, temperature):
+    s = out["steady"]
+    ctx_d = workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0
+    prefill_per_iter = out["rate"] * workload.prompt_tokens_mean * s.tpot
+    step = forward_step(
+        model, hardware, deployment, efficiency,
+        prefill_tokens=prefill_per_iter, prefill_seqs=jnp.minimum(prefill_per_iter, 1.0),
+        decode_seqs=s.n_d, decode_context=ctx_d, temperature=temperature,
+    )
+    time_code = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
+    kv_seats = max_concurrent_requests(model, hardware, deployment, ctx_d, temperature)
+    kv_bound = s.n_d >= 0.99 * jnp.minimum(kv_seats, deployment.max_num_seqs) - 1e-9
+    kv_bound = kv_bound & (kv_seats < deployment.max_num_seqs)
+    queue_bound = (~out["stable"]) | (out["wait"] > jnp.mean(s.own))
+    return jnp.where(queue_bound, QUEUEING_CODE, jnp.where(kv_bound, 0, time_code))
+
+
+def serving_metrics(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    workload: Workload,
+    *,
+    chunked_prefill: bool = True,
+    chunk_tokens: float | None = None,
+    temperature: float = 0.0,
+) -> ServingMetrics:
+    """TTFT/TPOT/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
+
+    Args:
+        model, hardware, deployment, efficiency: the static budgets (``perfmodel``).
+        workload: offered load on all replicas; ``concurrency > 0`` is a closed loop whose rate
+            solves N = lambda E[E2E(lambda)] (Little's law, zero think time).
+        chunked_prefill: Sarathi-style chunked prefill (True) or prefill-only iterations.
+        chunk_tokens: cap on one sequence's prefill chunk (None = the token budget).
+        temperature: smoothing of the hard min/max laws (0 = exact).
+
+    Returns:
+        ``ServingMetrics``; jit-able and vmap-able, differentiable in the continuous leaves.
+    """
+    config = EngineConfig(
+        chunked_prefill=chunked_prefill,
+        chunk_tokens=float("inf") if chunk_tokens is None else chunk_tokens,
+    )
+    replicas = jnp.maximum(deployment.replicas, 1.0)
+    ca2 = 1.0 - 1.0 / replicas + jnp.square(workload.interarrival_cv) / replicas
+
+    def run(rate):
+        return _open_loop(
+            model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature
+        )
+
+    # closed loop: per-replica N / replicas = rate * E[E2E(rate)]
+    n_per = jnp.maximum(workload.concurrency, 0.0) / replicas
+    closed = n_per > 0
+    n_safe = jnp.where(closed, n_per, 1.0)
+    e2e_idle = run(jnp.asarray(1e-12) * n_safe)["e2e"].mean
+
+    def in_flight(rate):
+        e2e = run(rate)["e2e"].mean
+        return jnp.where(jnp.isfinite(e2e), rate * e2e, 2.0 * n_safe + 1.0)
+
+    rate_closed = solve_quantile(in_flight, n_safe, 0.0, n_safe / e2e_idle, iters=48)
+    rate = jnp.where(closed, rate_closed, workload.arrival_rate_per_s / replicas)
+    out = run(rate)
+    tokens = replicas * rate * workload.output_tokens_mean / jnp.maximum(out["utilization"], 1.0)
+    return ServingMetrics(
+        ttft_s=out["ttft"],
+        tpot_s=out["tpot"],
+        e2e_s=out["e2e"],
+        utilization=out["utilization"],
+        stable=out["stable"],
+        output_tokens_per_s=tokens,
+        decode_batch=out["steady"].n_d,
+        binding_budget=_binding(model, hardware, deployment, efficiency, workload, out, temperature),
+    )

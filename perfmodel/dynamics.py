@@ -1,0 +1,41 @@
+"""Serving dynamics: workloads, traces, token-budget batching, closed-form queueing, simulator.
+
+Everything a user calls for latency under load (issue 3); ``perfmodel`` holds the static budgets.
+"""
+
+from ._batching import (
+    EngineConfig as EngineConfig,
+    iteration_s as iteration_s,
+    prefill_budget_tokens as prefill_budget_tokens,
+    saturated_output_tokens_per_s as saturated_output_tokens_per_s,
+    seat_capacity as seat_capacity,
+)
+from ._queueing import (
+    allen_cunneen_wait_s as allen_cunneen_wait_s,
+    ggc_wait_probability as ggc_wait_probability,
+    kingman_wait_s as kingman_wait_s,
+    lognormal_mixture_quantile as lognormal_mixture_quantile,
+    mg1_wait_s as mg1_wait_s,
+    wait_plus_quantile_s as wait_plus_quantile_s,
+    wait_quantile_s as wait_quantile_s,
+)
+from ._serving import (
+    QUANTILES as QUANTILES,
+    QUEUEING_CODE as QUEUEING_CODE,
+    Percentiles as Percentiles,
+    ServingMetrics as ServingMetrics,
+    serving_metrics as serving_metrics,
+)
+from ._traces import (
+    PRESETS as PRESETS,
+    Trace as Trace,
+    load_trace as load_trace,
+    trace_path as trace_path,
+    workload_from_trace as workload_from_trace,
+)
+from ._workload import (
+    Workload as Workload,
+    lognormal_params as lognormal_params,
+    sample_arrivals as sample_arrivals,
+    sample_lengths as sample_lengths,
+)
