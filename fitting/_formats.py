@@ -64,7 +64,9 @@ MS = 1e-3
 _TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": MS, "us": 1e-6, "ns": 1e-9}
 _RATE_UNITS = {"tokens/sec": "tokens/s", "tokens/s": "tokens/s",
                "requests/sec": "requests/s", "requests/s": "requests/s"}
-_STAT_KEY = re.compile(r"(mean|median|std|min|max|p\d{1,2}(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e_latency)_ms")
+_STAT_KEY = re.compile(
+    r"(mean|median|std|min|max|p\d{1,2}(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e_latency)_ms"
+)
 _SERVING_METRIC = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency",
                    "e2e_latency": "e2e_latency"}
 _GENAI_METRIC = {"time_to_first_token": "ttft", "inter_token_latency": "tpot",
@@ -206,7 +208,8 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
     model = model[0] if isinstance(model, list) else model
     notes = ["tool=genai-perf"]
     lengths: dict[str, int | None] = {}
-    for name, key in (("input_len", "input_sequence_length"), ("output_len", "output_sequence_length")):
+    for name, key in (("input_len", "input_sequence_length"),
+                      ("output_len", "output_sequence_length")):
         avg = _number(record.get(key) or {}, "avg", fail, f"{key}.avg")
         lengths[name] = None if avg is None else round(avg)
         if avg is not None:
@@ -215,9 +218,10 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
     if count is not None:
         notes.append(f"completed={count:g}")
     backend = str(_find(config, ("backend",)) or "")
+    service = _find(config, ("service_kind",))
+    engine = _ENGINES.get(backend.lower(), "") if service in (None, "triton") else ""
     base = {
-        "source": "genai-perf", "model": str(model or ""), "scenario": "serving",
-        "engine": _ENGINES.get(backend.lower(), ""),
+        "source": "genai-perf", "model": str(model or ""), "scenario": "serving", "engine": engine,
         "concurrency": _number({"c": _find(config, ("concurrency",))}, "c", fail,
                                "input_config.concurrency"),
         "request_rate": _number({"r": _find(config, ("request_rate",))}, "r", fail,
@@ -232,11 +236,13 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
         unit = str(stats.get("unit", ""))
         if metric.endswith("throughput"):
             if unit not in _RATE_UNITS:
-                raise fail(f"{key}.unit = {unit!r} is not a known rate unit; expected tokens/sec or requests/sec")
+                raise fail(f"{key}.unit = {unit!r} is not a known rate unit; "
+                           "expected tokens/sec or requests/sec")
             scale, si_unit = 1.0, _RATE_UNITS[unit]
         else:
             if unit not in _TIME_UNITS:
-                raise fail(f"{key}.unit = {unit!r} is not a known time unit; expected ms, us, ns or s")
+                raise fail(f"{key}.unit = {unit!r} is not a known time unit; "
+                           "expected ms, us, ns or s")
             scale, si_unit = _TIME_UNITS[unit], "s"
         std = _number(stats, "std", fail, f"{key}.std")
         for name in stats:

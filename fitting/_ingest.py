@@ -95,20 +95,24 @@ def _json_records(path: Path) -> list[tuple[int, Any]]:
 def _tool_frame(path: Path, skipped: list[SkippedRow]) -> tuple[pd.DataFrame, np.ndarray]:
     rows, lines = [], []
     for line, record in _json_records(path):
+
         def fail(msg: str, line: int = line) -> MeasurementFormatError:
             return MeasurementFormatError(f"{path}:{line}: {msg}")
 
         tool = F.detect(record) if isinstance(record, dict) else None
         if tool is None:
-            raise fail("not a known benchmark result; expected a vLLM --save-result JSON, an "
-                       "SGLang bench_serving JSONL line or a GenAI-Perf profile_export_genai_perf.json")
-        got = (F.convert_genai_perf(record, fail) if tool == "genai-perf"
-               else F.convert_vllm_or_sglang(tool, record, fail))
+            raise fail(
+                "not a known benchmark result; expected a vLLM --save-result JSON, an SGLang "
+                "bench_serving JSONL line or a GenAI-Perf profile_export_genai_perf.json"
+            )
+        if tool == "genai-perf":
+            got = F.convert_genai_perf(record, fail)
+        else:
+            got = F.convert_vllm_or_sglang(tool, record, fail)
         if not got:
             skipped.append(SkippedRow(str(path), line, f"{tool} result with no completed request"))
-        for row in got:
-            rows.append({**row, "source_ref": str(path)})
-            lines.append(line)
+        rows += [{**row, "source_ref": str(path)} for row in got]
+        lines += [line] * len(got)
     frame = pd.DataFrame(rows, columns=list(F.COLUMNS))
     for col in F.STR_COLUMNS:
         frame[col] = frame[col].astype(object).fillna("").astype(str)
@@ -118,6 +122,7 @@ def _tool_frame(path: Path, skipped: list[SkippedRow]) -> tuple[pd.DataFrame, np
 
 
 def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndarray]:
+    """All cells as text (``""`` when empty); line numbers assume no newline inside a cell."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
     except pd.errors.EmptyDataError:
@@ -128,15 +133,16 @@ def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndar
     if unknown:
         raise MeasurementFormatError(
             f"{path}:1: column {unknown[0]!r} is not in the measurement schema; rename it to a "
-            "SCHEMA.md column or move its content into 'notes'")
+            "SCHEMA.md column or move its content into 'notes'"
+        )
     for col in F.REQUIRED_COLUMNS:
         if col not in frame.columns and fills.get(col) is None:
             raise MeasurementFormatError(
                 f"{path}:1: missing required column {col!r}; the header needs "
-                f"{', '.join(F.REQUIRED_COLUMNS)} (see SCHEMA.md)")
+                f"{', '.join(F.REQUIRED_COLUMNS)} (see SCHEMA.md)"
+            )
     frame = frame.reindex(columns=list(F.COLUMNS), fill_value="")
-    if "source" not in frame or (frame["source"] == "").all():
-        frame["source"] = path.name.split(".")[0]
+    frame["source"] = frame["source"].where(frame["source"] != "", path.name.split(".")[0])
     return frame, np.arange(len(frame), dtype=np.int64) + 2  # line 1 is the header
 
 
@@ -146,19 +152,21 @@ def _check_labels(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> None:
         value = frame[col].to_numpy()[i]
         raise MeasurementFormatError(f"{path}:{int(lines[i])}: column {col!r} = {value!r} {msg}")
 
+    dtype_fix = f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"
+    scenario_fix = f"is not a scenario; use one of {', '.join(F.SCENARIO_METRICS)}"
     for col, allowed, fix in (
-        ("scenario", F.SCENARIO_METRICS, f"is not a scenario; use one of {', '.join(F.SCENARIO_METRICS)}"),
+        ("scenario", F.SCENARIO_METRICS, scenario_fix),
         ("unit", F.UNITS, f"is not a unit; use one of {', '.join(F.UNITS)} (SI: seconds, not ms)"),
-        ("weight_dtype", F.DTYPES, f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"),
-        ("kv_dtype", F.DTYPES, f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"),
+        ("weight_dtype", F.DTYPES, dtype_fix),
+        ("kv_dtype", F.DTYPES, dtype_fix),
     ):
         bad = [v for v in frame[col].unique() if v not in allowed]
         if bad:
             fail(frame[col].isin(bad), col, fix)
     bad_stats = [v for v in frame["stat"].unique() if not F.STAT_PATTERN.fullmatch(v)]
     if bad_stats:
-        fail(frame["stat"].isin(bad_stats), "stat", "is not a statistic; use mean, median, min, max, "
-             "pNN (e.g. p99) or leave it empty for a single measurement")
+        fix = "is not a statistic; use mean, median, min, max, pNN (e.g. p99) or leave it empty"
+        fail(frame["stat"].isin(bad_stats), "stat", fix + " for a single measurement")
     pairs = frame[["scenario", "metric", "unit"]].drop_duplicates()
     for scenario, metric, unit in pairs.itertuples(index=False):
         here = (frame["scenario"] == scenario) & (frame["metric"] == metric)
@@ -225,7 +233,9 @@ def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
                   "fix the id, or add its row to a hardware CSV and pass its ids as hardware_ids=")
 
 
-def _resolve_model(name: str, known: dict[str, str], bases: dict[str, str]) -> tuple[str | None, str]:
+def _resolve_model(
+    name: str, known: dict[str, str], bases: dict[str, str]
+) -> tuple[str | None, str]:
     """Catalog id (exact, any case, or a unique basename such as ``/models/Llama-3.1-8B``)."""
     if name.lower() in known:
         return known[name.lower()], ""
@@ -245,9 +255,15 @@ def _resolve_model(name: str, known: dict[str, str], bases: dict[str, str]) -> t
                   "and is not a config.json path; pass model= with a catalog id or a config path")
 
 
-def _catalog_filter(frame: pd.DataFrame, lines: np.ndarray, path: Path,
-                    gpus: dict[str, str], models: dict[str, str], bases: dict[str, str],
-                    skipped: list[SkippedRow]) -> pd.DataFrame:
+def _catalog_filter(
+    frame: pd.DataFrame,
+    lines: np.ndarray,
+    path: Path,
+    catalog: tuple[dict[str, str], dict[str, str], dict[str, str]],
+    skipped: list[SkippedRow],
+) -> pd.DataFrame:
+    """Canonical GPU/model ids; rows the catalog does not know go to ``skipped``."""
+    gpus, models, bases = catalog
     reasons = np.full(len(frame), "", dtype=object)
     for col, resolve in (("gpu", lambda n: _resolve_gpu(n, gpus)),
                          ("model", lambda n: _resolve_model(n, models, bases))):
@@ -259,10 +275,12 @@ def _catalog_filter(frame: pd.DataFrame, lines: np.ndarray, path: Path,
             if why:
                 hit = (codes == u) & (reasons == "")
                 reasons[hit] = why
-        frame[col] = pd.Series(np.asarray(mapped, dtype=object)[codes], index=frame.index).astype(str)
-    no_model = (frame["model"] == "").to_numpy() & ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS).to_numpy()
-    reasons[no_model & (reasons == "")] = ("model is empty; a row of this scenario needs one "
-                                           "(fill the model column or pass model=)")
+        labels = np.asarray(mapped, dtype=object)[codes]
+        frame[col] = pd.Series(labels, index=frame.index, dtype=str)
+    needs = ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS).to_numpy()
+    reasons[needs & (frame["model"] == "").to_numpy() & (reasons == "")] = (
+        "model is empty; a row of this scenario needs one (fill the model column or pass model=)"
+    )
     out = reasons != ""
     skipped.extend(SkippedRow(str(path), int(line), str(why))
                    for line, why in zip(lines[out], reasons[out]))
@@ -273,17 +291,22 @@ def _catalog_filter(frame: pd.DataFrame, lines: np.ndarray, path: Path,
 
 
 def _fill(frame: pd.DataFrame, fills: dict[str, Any], tool: bool) -> pd.DataFrame:
+    """Put the caller's ``gpu=``/``model=``/... into the cells the file left empty."""
     for col, value in fills.items():
         if value is None:
             continue
-        if tool and col == "model":
+        if tool and col == "model":  # the served name a tool records is often a local path
             recorded = frame["model"]
-            frame["notes"] = frame["notes"].where(recorded == "", frame["notes"] + ";recorded_model=" + recorded)
+            noted = frame["notes"] + ";recorded_model=" + recorded
+            frame["notes"] = frame["notes"].where(recorded == "", noted)
             frame["model"] = str(value)
         elif frame[col].dtype.kind in "fiu":  # numbers of a tool output
             frame[col] = frame[col].fillna(float(value))
         else:  # text of a CSV, numbers included
-            frame[col] = frame[col].where(frame[col] != "", str(value))
+            empty = frame[col] == ""
+            if col == "model":  # op/collective rows legitimately have no model
+                empty &= ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS)
+            frame[col] = frame[col].where(~empty, str(value))
     return frame
 
 
@@ -319,44 +342,39 @@ def load_measurements(
     Raises:
         MeasurementFormatError: a malformed file; the message names file, line, field and fix.
     """
-    fills = {"gpu": gpu, "model": model, "tp": tp, "num_gpus": num_gpus if num_gpus is not None else tp,
-             "engine": engine}
-    gpus = {g.lower(): g for g in (hardware_ids if hardware_ids is not None else perfmodel.hardware_ids())}
-    ids = list(model_ids if model_ids is not None else perfmodel.model_ids())
-    models = {m.lower(): m for m in ids}
-    base_owners: dict[str, list[str]] = {}
-    for m in ids:
-        base_owners.setdefault(m.split("/")[-1].lower(), []).append(m)
-    bases = {b: owners[0] for b, owners in base_owners.items() if len(owners) == 1}
+    fills = {"gpu": gpu, "model": model, "tp": tp, "engine": engine,
+             "num_gpus": num_gpus if num_gpus is not None else tp}
     files = _expand([paths] if isinstance(paths, (str, PathLike)) else paths)
+    if not files:
+        raise MeasurementFormatError(
+            f"no measurement files in {paths}; pass .csv, .csv.gz or benchmark .json/.jsonl files"
+        )
+    catalog = _catalog(hardware_ids, model_ids)
     frames, skipped = [], []
     for path in files:
         tool = not path.name.endswith(TABLE_SUFFIXES) and (
-            path.name.endswith(TOOL_SUFFIXES) or _read_text(path).lstrip()[:1] in ("{", "["))
+            path.name.endswith(TOOL_SUFFIXES) or _read_text(path).lstrip()[:1] in ("{", "[")
+        )
         frame, lines = _tool_frame(path, skipped) if tool else _csv_frame(path, fills)
         frame = _fill(frame, fills, tool)
         _check_labels(frame, lines, path)
         frame = _numbers(frame, lines, path)
-        frames.append(_catalog_filter(frame, lines, path, gpus, models, bases, skipped))
-    table = pd.concat(frames, ignore_index=True) if frames else _empty()
-    return IngestResult(table=_intern(table), skipped=skipped, files=tuple(map(str, files)))
+        frames.append(_catalog_filter(frame, lines, path, catalog, skipped))
+    table = pd.concat(frames, ignore_index=True)
+    return IngestResult(table=table, skipped=skipped, files=tuple(map(str, files)))
 
 
-def _empty() -> pd.DataFrame:
-    frame = pd.DataFrame({c: pd.Series([], dtype=str) for c in F.COLUMNS})
-    for col in F.INT_COLUMNS:
-        frame[col] = frame[col].astype("Int64")
-    for col in F.FLOAT_COLUMNS:
-        frame[col] = frame[col].astype("float64")
-    return frame
-
-
-def _intern(table: pd.DataFrame) -> pd.DataFrame:
-    """Share one string object per distinct label (repeated refs cost 8 bytes, not a copy)."""
-    for col in F.STR_COLUMNS:
-        codes, uniques = pd.factorize(table[col])
-        table[col] = pd.Series(np.asarray(uniques, dtype=object)[codes], index=table.index, dtype=str)
-    return table
+def _catalog(
+    hardware_ids: Collection[str] | None, model_ids: Collection[str] | None
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Lower-case look-ups: GPU ids, model ids, and model basenames owned by exactly one id."""
+    gpus = hardware_ids if hardware_ids is not None else perfmodel.hardware_ids()
+    ids = list(model_ids if model_ids is not None else perfmodel.model_ids())
+    owners: dict[str, list[str]] = {}
+    for m in ids:
+        owners.setdefault(m.split("/")[-1].lower(), []).append(m)
+    bases = {base: found[0] for base, found in owners.items() if len(found) == 1}
+    return {g.lower(): g for g in gpus}, {m.lower(): m for m in ids}, bases
 
 
 def describe(result: IngestResult) -> str:

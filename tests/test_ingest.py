@@ -98,6 +98,7 @@ def test_sglang_jsonl_converts_each_run_and_needs_a_model():
     # SGLang records no model id: without model= every row is skipped, with its reason
     unknown = load_measurements(SGLANG, **H100)
     assert len(unknown.table) == 0 and len(unknown.skipped) == 30
+    _assert_schema_dtypes(unknown.table)
     assert {s.line for s in unknown.skipped} == {1, 2}
     assert all("model is empty" in s.reason for s in unknown.skipped)
 
@@ -114,6 +115,15 @@ def test_genai_perf_export_converts_with_itl_as_tpot():
     assert _rows(table, "ttft", "p25").value.iloc[0] == pytest.approx(0.0587712004)
     assert _rows(table, "output_throughput", "").value.iloc[0] == pytest.approx(607.1309061642707)
     assert "mean_input_len=550.03" in table.notes.iloc[0]
+
+
+def test_genai_perf_backend_names_the_engine_only_for_triton(tmp_path):
+    record = json.loads(GENAI.read_text())
+    record["input_config"] |= {"service_kind": "openai", "endpoint_type": "chat"}
+    path = tmp_path / "profile_export_genai_perf.json"
+    path.write_text(json.dumps(record))
+    assert set(load_measurements(path, **H100).table.engine) == {""}  # backend is only a default
+    assert set(load_measurements(path, engine="vllm", **H100).table.engine) == {"vllm"}
 
 
 def test_a_folder_loads_every_format_and_describe_summarises(tmp_path):
@@ -172,6 +182,11 @@ def test_unknown_gpu_and_model_are_skipped_with_file_line_and_reason(tmp_path):
     assert "gpu 'h100-sxmm' is not in the hardware catalog (close: h100-sxm" in gpu.reason
     assert model.line == 4 and "model 'acme/NotAModel-7B' is not in the model catalog" in model.reason
     assert "2 x " not in describe(result) and "1 x gpu 'h100-sxmm'" in describe(result)
+
+
+def test_model_argument_fills_no_model_into_op_or_collective_rows():
+    table = load_measurements(TIDY, model="meta-llama/Llama-3.1-8B").table
+    assert set(table.model[table.scenario.isin(["op", "collective"])]) == {"", "Qwen/Qwen-72B"}
 
 
 def test_user_hardware_ids_and_empty_cells_filled_by_arguments(tmp_path):
@@ -240,6 +255,9 @@ def test_missing_and_unknown_columns_name_the_header(tmp_path):
         load_measurements(tmp_path / "b.csv")
     with pytest.raises(MeasurementFormatError, match="no such file"):
         load_measurements(tmp_path / "missing.csv")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MeasurementFormatError, match="no measurement files in"):
+        load_measurements(tmp_path / "empty")
 
 
 @pytest.mark.parametrize(
