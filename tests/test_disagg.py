@@ -1,0 +1,73 @@
+"""Prefill/decode disaggregation: the KV hand-off anchor, and the split winning for long prompts
+with moderate outputs but losing for short prompts (same 8 GPUs either way)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from perfmodel import Deployment, Efficiency, kv_bytes_per_token, load_hardware, load_model, prefill_step
+from perfmodel._disagg import DEFAULT_TRANSFER_LATENCY_S, disaggregation, kv_transfer_s
+
+H100 = load_hardware("h100-sxm")
+LLAMA8B = load_model("meta-llama/Llama-3.1-8B")
+EFF = Efficiency()
+
+
+def _compare(prompt, output, load, prefill_gpus=4, decode_gpus=4, **kw):
+    """``load`` = colocated prefill utilisation lambda * prefill_s / 8 replicas."""
+    colocated = Deployment.create(replicas=8)
+    rate = load * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, prompt).total_s)
+    return disaggregation(
+        LLAMA8B, EFF,
+        colocated=(H100, colocated),
+        prefill=(H100, Deployment.create(replicas=prefill_gpus)),
+        decode=(H100, Deployment.create(replicas=decode_gpus)),
+        prompt_tokens=prompt, output_tokens=output, arrival_rate_per_s=rate, **kw,
+    )
+
+
+def test_kv_transfer_anchor():
+    # Llama-3.1-8B bf16: 2 * 32 layers * 8 KV heads * 128 * 2 B = 131,072 B/token
+    assert float(kv_bytes_per_token(LLAMA8B, 2.0)) == 131072.0
+    t = kv_transfer_s(LLAMA8B, Deployment.create(), 8000.0, 50e9)
+    assert float(t) == pytest.approx(8000 * 131072 / 50e9 + DEFAULT_TRANSFER_LATENCY_S)
+    # TP shards move in parallel: each of 2 devices sends half
+    t2 = kv_transfer_s(LLAMA8B, Deployment.create(tp=2), 8000.0, 50e9)
+    assert float(t2) == pytest.approx(8000 * 65536 / 50e9 + DEFAULT_TRANSFER_LATENCY_S)
+
+
+def test_split_wins_for_long_prompts_with_moderate_outputs():
+    r = _compare(8000.0, 256.0, 0.3)
+    assert bool(r.colocated_stable) and bool(r.split_stable)
+    assert float(r.prefill_interference) > 1.2  # long prefills stretch colocated decode gaps
+    assert float(r.split_tpot_s) < float(r.colocated_tpot_s)
+    assert float(r.benefit_of_isolation_s) > float(r.kv_transfer_s + r.orchestration_s)
+    assert float(r.net_s) > 0
+
+
+def test_split_loses_for_short_prompts():
+    for load in (0.1, 0.3):
+        r = _compare(200.0, 256.0, load)
+        assert float(r.prefill_interference) < 1.01  # a short prompt rides a bandwidth-bound step
+        assert float(r.net_s) < 0
+
+
+def test_net_is_the_e2e_difference_and_accounts_for_the_handoff():
+    r = _compare(2000.0, 256.0, 0.3)
+    assert float(r.net_s) == pytest.approx(float(r.colocated_e2e_s - r.split_e2e_s))
+    assert float(r.net_s) == pytest.approx(
+        float(r.benefit_of_isolation_s - r.kv_transfer_s - r.orchestration_s)
+    )
+    slow = _compare(2000.0, 256.0, 0.3, transfer_bytes_per_s=1e8)  # 100 MB/s link
+    assert float(slow.kv_transfer_s) > 1.0 and float(slow.net_s) < 0
+
+
+def test_an_undersized_pool_is_reported_unstable():
+    r = _compare(8000.0, 256.0, 0.5, prefill_gpus=2, decode_gpus=6)
+    assert not bool(r.split_stable) and float(r.split_ttft_s) == jnp.inf
+    assert float(r.net_s) == -jnp.inf
+
+
+def test_net_gain_is_differentiable_in_the_transfer_bandwidth():
+    g = jax.grad(lambda bw: _compare(8000.0, 256.0, 0.3, transfer_bytes_per_s=bw).net_s)(50e9)
+    assert jnp.isfinite(g) and float(g) > 0
