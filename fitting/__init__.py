@@ -1,0 +1,29 @@
+"""fitting: calibrate perfmodel's budgets on real measurements (NumPyro), with intervals.
+
+``load_posterior`` / ``efficiency_draws`` give per-GPU ``perfmodel.Efficiency`` draws from the
+bundled (or a user's) posterior; ``prepare`` / ``predict_log`` map measurement rows to
+predictions; ``fit_table`` refits; ``validate`` scores a posterior on held-out measurements.
+"""
+
+from ._diagnostics import Diagnostics as Diagnostics, diagnose as diagnose
+from ._fit import FitResult as FitResult, fit_table as fit_table, read_tables as read_tables, subsample as subsample
+from ._model import PRIORS as PRIORS, calibration_model as calibration_model
+from ._posterior import (
+    Posterior as Posterior,
+    PosteriorError as PosteriorError,
+    default_posterior_path as default_posterior_path,
+    efficiency_draws as efficiency_draws,
+    kernel_efficiency_draws as kernel_efficiency_draws,
+    load_posterior as load_posterior,
+    predictive_log_draws as predictive_log_draws,
+    save_posterior as save_posterior,
+)
+from ._predict import Prepared as Prepared, predict_log as predict_log, prepare as prepare
+from .ingest import (
+    IngestResult as IngestResult,
+    MeasurementFormatError as MeasurementFormatError,
+    SkippedRow as SkippedRow,
+    bundled_measurements as bundled_measurements,
+    describe as describe,
+    load_measurements as load_measurements,
+)

@@ -1,0 +1,186 @@
+"""The NumPyro calibration model: a plain function around ``predict_log`` (the physics).
+
+Per GPU g and parameter p (every ``Efficiency`` and ``KernelEfficiency`` field), on its
+unconstrained scale u = logit(theta) for fractions in (0, 1) and log(theta) for positive quantities:
+
+    mu_p ~ Normal(prior_p, s_p)             spec-sheet-informed population mean
+    tau_p ~ HalfNormal(t_p)                 spread between GPU types (partial pooling)
+    u_gp = mu_p + tau_p * z_gp, z_gp ~ N(0, 1)   (non-centred; Gelman et al., BDA3 ch. 5)
+
+A new GPU's parameters are draws from Normal(mu_p, tau_p) (its spec sheet supplies the peaks).
+Each row r adds a source/engine offset delta_s ~ N(0, tau_src) (a different lab or engine widens
+the interval instead of biasing it) and a Kennedy & O'Hagan (2001) discrepancy b_k ~ N(0, tau_b)
+for its noise group k (scenario and operator class), with multiplicative Student-t noise:
+
+    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_s + b_k, sigma_k).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Population prior of one parameter: ``link`` maps (0, 1) or (0, inf) to the real line.
+
+    Attributes:
+        link: ``"logit"`` for fractions of a peak, ``"log"`` for positive quantities.
+        center: prior median in natural units (spec-sheet experience, cited per field).
+        scale: prior sd of the population mean on the unconstrained scale.
+        spread: half-normal scale of the between-GPU sd tau_p.
+    """
+
+    link: str
+    center: float
+    scale: float
+    spread: float = 0.5
+
+
+PRIORS: dict[str, Prior] = {
+    # Dense GEMMs reach 70-85 % of the bf16 datasheet peak (vidur, aiconfigurator sanity tables).
+    "compute_fraction_max": Prior("logit", 0.75, 1.0),
+    "compute_half_tokens": Prior("log", 64.0, 1.5),
+    # Streaming kernels read HBM at 80-92 % of peak (aiconfigurator decode attention ~90 %).
+    "bandwidth_fraction": Prior("logit", 0.85, 1.0),
+    "step_overhead_s": Prior("log", 1.0e-3, 2.0),
+    # NCCL: ~5 us per hop, 60-90 % of link bandwidth (vidur DGX bus bandwidth tables).
+    "collective_latency_s": Prior("log", 5.0e-6, 1.5),
+    "collective_bandwidth_fraction": Prior("logit", 0.7, 1.0),
+    "launch_overhead_s": Prior("log", 5.0e-6, 1.5),
+    "elementwise_bandwidth_fraction": Prior("logit", 0.7, 1.0),
+    # FlashAttention-2/3 reach 50-75 % of peak (Dao 2023; Shah et al. 2024).
+    "attention_compute_fraction_max": Prior("logit", 0.6, 1.0),
+    "attention_half_tokens": Prior("log", 512.0, 1.5),
+    "gemm_half_width": Prior("log", 64.0, 1.0),
+    "low_precision_compute_ratio": Prior("logit", 0.6, 1.0),
+}
+PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
+assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"
+
+STUDENT_DF = 5.0
+"""Degrees of freedom of the log-scale noise: robust to the odd outlier row."""
+
+NOISE_SCALE = 0.3
+"""Half-normal scale of each group's log-noise sd (30 % multiplicative)."""
+
+SOURCE_SCALE = 0.3
+"""Half-normal scale of tau_src, the spread of source/engine offsets on log time."""
+
+DISCREPANCY_SCALE = 0.5
+"""Half-normal scale of tau_b, the spread of model discrepancies between noise groups."""
+
+
+def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
+    """Unconstrained value -> natural units through the parameter's link."""
+    return jnp.exp(u) if PRIORS[name].link == "log" else 1.0 / (1.0 + jnp.exp(-u))
+
+
+def prior_center_unconstrained(name: str) -> float:
+    """The prior median on the unconstrained scale."""
+    p = PRIORS[name]
+    return math.log(p.center) if p.link == "log" else math.log(p.center / (1.0 - p.center))
+
+
+def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> None:
+    """NumPyro model of the log measurements in ``prep`` (``observed`` = their logs, or None to
+    sample from the prior predictive)."""
+    n_gpu, n_src, n_key = len(prep.gpus), len(prep.sources), len(prep.noise_keys)
+    params = {}
+    for name in PARAM_NAMES:
+        pr = PRIORS[name]
+        mu = numpyro.sample(f"mu_{name}", dist.Normal(prior_center_unconstrained(name), pr.scale))
+        tau = numpyro.sample(f"tau_{name}", dist.HalfNormal(pr.spread))
+        with numpyro.plate("gpu", n_gpu):
+            z = numpyro.sample(f"z_{name}", dist.Normal(0.0, 1.0))
+        params[name] = numpyro.deterministic(name, to_natural(name, mu + tau * z))
+    tau_src = numpyro.sample("tau_source", dist.HalfNormal(SOURCE_SCALE))
+    tau_b = numpyro.sample("tau_discrepancy", dist.HalfNormal(DISCREPANCY_SCALE))
+    with numpyro.plate("source", n_src):
+        z_src = numpyro.sample("z_source", dist.Normal(0.0, 1.0))
+    with numpyro.plate("noise_key", n_key):
+        z_b = numpyro.sample("z_discrepancy", dist.Normal(0.0, 1.0))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
+    offset = numpyro.deterministic("source_offset", tau_src * z_src)
+    disc = numpyro.deterministic("discrepancy", tau_b * z_b)
+    loc = predict_log(prep, params) + offset[prep.source_idx] + disc[prep.noise_idx]
+    with numpyro.plate("row", len(prep.log_value)):
+        numpyro.sample(
+            "log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed
+        )
+
+
+POSTERIOR_VARS = tuple(f"mu_{n}" for n in PARAM_NAMES) + tuple(f"tau_{n}" for n in PARAM_NAMES) + (
+    PARAM_NAMES + ("tau_source", "tau_discrepancy", "source_offset", "discrepancy", "sigma")
+)
+"""Sites kept in the saved posterior (natural units for the per-GPU parameters)."""
+
+
+def _dims(prep: Prepared) -> tuple[dict, dict]:
+    coords = {"gpu": list(prep.gpus), "source": list(prep.sources), "noise_key": list(prep.noise_keys)}
+    dims = {n: ["gpu"] for n in PARAM_NAMES}
+    dims |= {"source_offset": ["source"], "discrepancy": ["noise_key"], "sigma": ["noise_key"]}
+    return coords, dims
+
+
+def run_nuts(prep: Prepared, *, num_draws: int = 500, num_warmup: int = 500, num_chains: int = 2,
+             seed: int = 0, target_accept: float = 0.9, progress: bool = False):
+    """NUTS (Hoffman & Gelman 2014) on ``calibration_model``; returns ArviZ ``InferenceData``."""
+    import arviz as az
+    import jax
+    from numpyro.infer import MCMC, NUTS
+
+    kernel = NUTS(calibration_model, target_accept_prob=target_accept)
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_draws, num_chains=num_chains,
+                chain_method="sequential", progress_bar=progress)
+    mcmc.run(jax.random.PRNGKey(seed), prep, jnp.asarray(prep.log_value),
+             extra_fields=("diverging",))
+    samples = mcmc.get_samples(group_by_chain=True)
+    post = {k: jax.device_get(v) for k, v in samples.items() if k in POSTERIOR_VARS}
+    diverging = jax.device_get(mcmc.get_extra_fields(group_by_chain=True)["diverging"])
+    coords, dims = _dims(prep)
+    return az.from_dict(posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims)
+
+
+def run_svi(prep: Prepared, *, num_draws: int = 1000, num_steps: int = 3000, seed: int = 0,
+            learning_rate: float = 0.01, low_rank: bool = True):
+    """SVI with ``AutoLowRankMultivariateNormal`` (or ``AutoNormal``) for large tables; the
+    guide's draws are returned as a one-chain ``InferenceData`` (no R-hat: not a Markov chain)."""
+    import arviz as az
+    import jax
+    import optax
+    from numpyro.infer import SVI, Predictive, Trace_ELBO
+    from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoNormal
+
+    guide = (AutoLowRankMultivariateNormal if low_rank else AutoNormal)(calibration_model)
+    svi = SVI(calibration_model, guide, optax.adam(learning_rate), Trace_ELBO())
+    k_fit, k_draw = jax.random.split(jax.random.PRNGKey(seed))
+    result = svi.run(k_fit, num_steps, prep, jnp.asarray(prep.log_value), progress_bar=False)
+    pred = Predictive(calibration_model, guide=guide, params=result.params, num_samples=num_draws,
+                      return_sites=list(POSTERIOR_VARS))
+    draws = pred(k_draw, prep, None)
+    post = {k: jax.device_get(v)[None] for k, v in draws.items() if k in POSTERIOR_VARS}
+    coords, dims = _dims(prep)
+    idata = az.from_dict(posterior=post, coords=coords, dims=dims)
+    idata.attrs["svi_final_loss"] = float(result.losses[-1])
+    return idata
+
+
+def sample_prior(prep: Prepared, *, num_draws: int = 1000, seed: int = 0):
+    """Draws from the prior (the spec-sheet-only model) as ``InferenceData``."""
+    import arviz as az
+    import jax
+    from numpyro.infer import Predictive
+
+    draws = Predictive(calibration_model, num_samples=num_draws, return_sites=list(POSTERIOR_VARS))(
+        jax.random.PRNGKey(seed), prep, None)
+    post = {k: jax.device_get(v)[None] for k, v in draws.items() if k in POSTERIOR_VARS}
+    coords, dims = _dims(prep)
+    return az.from_dict(posterior=post, coords=coords, dims=dims)

@@ -1,0 +1,197 @@
+"""The calibrated posterior: load/save (ArviZ netCDF), per-GPU ``Efficiency`` draws, predictive draws.
+
+A GPU or source the fit never saw gets the population: u = mu_p + tau_p * z, z ~ N(0, 1), on each
+parameter's unconstrained scale (``_model``), and a source offset delta ~ N(0, tau_src).  So a new
+accelerator is predicted from its spec sheet with the pooled efficiencies, and a new lab or engine
+widens the interval instead of shifting it (Gelman et al., BDA3 ch. 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import perfmodel
+from perfmodel import Efficiency
+from perfmodel._ops import KernelEfficiency
+
+from ._model import PARAM_NAMES, PRIORS, STUDENT_DF, to_natural
+from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
+
+DEFAULT_POSTERIOR = "posteriors/default.nc"
+"""Bundled posterior, relative to ``perfmodel.data_dir()``."""
+
+_LOW_PRECISION = {"fp8", "fp4", "int8"}
+
+
+class PosteriorError(ValueError):
+    """A posterior file that cannot be read or lacks what is asked of it; the message says why."""
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """A fitted (or prior-only) calibration: ArviZ ``InferenceData`` plus its labels.
+
+    Attributes:
+        idata: the ``InferenceData``; group ``posterior`` holds ``mu_<p>``, ``tau_<p>``, the per-GPU
+            ``<p>`` (natural units, dim ``gpu``), ``source_offset``, ``discrepancy``, ``sigma``.
+        path: the file it came from (None when built in memory).
+    """
+
+    idata: object
+    path: str | None = None
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(str(g) for g in self.idata.posterior["gpu"].values)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(str(s) for s in self.idata.posterior["source"].values)
+
+    @property
+    def noise_keys(self) -> tuple[str, ...]:
+        return tuple(str(k) for k in self.idata.posterior["noise_key"].values)
+
+    @property
+    def num_draws(self) -> int:
+        p = self.idata.posterior
+        return int(p.sizes["chain"] * p.sizes["draw"])
+
+    def flat(self, var: str) -> np.ndarray:
+        """Draws of ``var`` with chain and draw merged into one leading axis."""
+        v = np.asarray(self.idata.posterior[var].values)
+        return v.reshape((-1,) + v.shape[2:])
+
+
+def default_posterior_path() -> Path:
+    return perfmodel.data_dir() / DEFAULT_POSTERIOR
+
+
+def load_posterior(path: str | Path | None = None) -> Posterior:
+    """Read a posterior netCDF (default: the bundled ``data/posteriors/default.nc``).
+
+    Raises:
+        PosteriorError: missing or unreadable file, or not a servingmath posterior.
+    """
+    import arviz as az
+
+    p = Path(path) if path is not None else default_posterior_path()
+    if not p.is_file():
+        raise PosteriorError(f"no posterior at {p}; pass --posterior FILE or run `python -m fitting.fit_bundled`")
+    try:
+        idata = az.from_netcdf(str(p))
+    except Exception as exc:  # h5py/xarray raise many types for a bad file
+        raise PosteriorError(f"cannot read posterior {p} ({type(exc).__name__}); is it a netCDF from `servingmath fit`?") from None
+    missing = [v for v in (*PARAM_NAMES, "sigma", "source_offset") if v not in idata.posterior]
+    if missing:
+        raise PosteriorError(f"{p} lacks posterior variables {missing[:3]}; refit with `servingmath fit`")
+    return Posterior(idata, str(p))
+
+
+def save_posterior(posterior: Posterior | object, path: str | Path) -> Path:
+    """Write the ``InferenceData`` (compressed netCDF, h5netcdf engine)."""
+    idata = posterior.idata if isinstance(posterior, Posterior) else posterior
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    idata.to_netcdf(str(path))
+    return path
+
+
+def _draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator) -> np.ndarray:
+    total = posterior.num_draws
+    return rng.choice(total, size=num_draws, replace=num_draws > total)
+
+
+def parameter_draws(posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray,
+                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Every parameter for ``gpus`` at posterior draws ``idx``: shape (len(idx), len(gpus));
+    a GPU the posterior lacks is drawn from the population mu_p + tau_p * z."""
+    known = {g: i for i, g in enumerate(posterior.gpus)}
+    out = {}
+    for name in PARAM_NAMES:
+        per_gpu = posterior.flat(name)[idx]
+        mu, tau = posterior.flat(f"mu_{name}")[idx], posterior.flat(f"tau_{name}")[idx]
+        cols = []
+        for g in gpus:
+            if g in known:
+                cols.append(per_gpu[:, known[g]])
+            else:
+                z = rng.standard_normal(len(idx))
+                cols.append(np.asarray(to_natural(name, jnp.asarray(mu + tau * z))))
+        out[name] = np.stack(cols, axis=1) if cols else np.zeros((len(idx), 0))
+    return out
+
+
+def _source_offsets(posterior: Posterior, source: str | None, idx: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    if source is not None and source in posterior.sources:
+        return posterior.flat("source_offset")[idx, posterior.sources.index(source)]
+    return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
+
+
+def efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *, seed: int = 0,
+                     source: str | None = None, weight_dtype: str = "bf16") -> Efficiency:
+    """``num_draws`` posterior draws of ``perfmodel.Efficiency`` for ``gpu`` (leading axis).
+
+    An unseen ``gpu`` draws from the population (mu, tau).  ``source`` (``"vidur:sarathi"``,
+    ``"trtllm-docs-v0.9:trtllm"``, ... as in ``posterior.sources``) folds that source's offset
+    delta into the fractions (divided by e^delta) and fixed costs (times e^delta), which scales
+    every roofline/collective time by e^delta exactly; None or an unseen source draws delta from
+    N(0, tau_src), widening the spread.  FP8/FP4/INT8 ``weight_dtype`` derates
+    ``compute_fraction_max`` by the fitted ``low_precision_compute_ratio``.
+    """
+    rng = np.random.default_rng(seed)
+    idx = _draw_indices(posterior, num_draws, rng)
+    p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
+    scale = np.exp(_source_offsets(posterior, source, idx, rng))
+    fields = {f: p[f] for f in EFFICIENCY_FIELDS}
+    for f in ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidth_fraction"):
+        fields[f] = fields[f] / scale
+    for f in ("step_overhead_s", "collective_latency_s"):
+        fields[f] = fields[f] * scale
+    if weight_dtype in _LOW_PRECISION:
+        fields["compute_fraction_max"] = fields["compute_fraction_max"] * p["low_precision_compute_ratio"]
+    return Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
+
+
+def kernel_efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *,
+                            seed: int = 0) -> KernelEfficiency:
+    """``num_draws`` draws of ``KernelEfficiency`` for ``gpu`` (population for an unseen GPU)."""
+    rng = np.random.default_rng(seed)
+    idx = _draw_indices(posterior, num_draws, rng)
+    p = parameter_draws(posterior, (gpu,), idx, rng)
+    return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})
+
+
+def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 200, *,
+                         seed: int = 0, noise: bool = True) -> np.ndarray:
+    """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
+
+    log y = log f(theta_g) + delta_source + b_group + sigma_group * t_nu; unseen GPUs, sources and
+    groups take population draws (an unseen group's sigma is the largest fitted one).
+    """
+    rng = np.random.default_rng(seed)
+    idx = _draw_indices(posterior, num_draws, rng)
+    params = parameter_draws(posterior, prep.gpus, idx, rng)
+    offsets = np.stack([_source_offsets(posterior, s, idx, rng) for s in prep.sources], axis=1)
+    keys = posterior.noise_keys
+    disc_all, sig_all = posterior.flat("discrepancy")[idx], posterior.flat("sigma")[idx]
+    tau_b = posterior.flat("tau_discrepancy")[idx]
+    disc = np.stack([disc_all[:, keys.index(k)] if k in keys else tau_b * rng.standard_normal(len(idx))
+                     for k in prep.noise_keys], axis=1)
+    sig = np.stack([sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1)
+                    for k in prep.noise_keys], axis=1)
+    f = jax.jit(jax.vmap(lambda prm: predict_log(prep, prm)))
+    base = np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}))
+    loc = base + offsets[:, prep.source_idx] + disc[:, prep.noise_idx]
+    if not noise:
+        return loc
+    eps = rng.standard_t(STUDENT_DF, size=loc.shape)
+    return loc + sig[:, prep.noise_idx] * eps
+
+

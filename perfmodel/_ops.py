@@ -1,0 +1,163 @@
+"""Operator-level roofline: one GEMM, one elementwise kernel, one attention call, one collective.
+
+A kernel takes max(FLOPs / (peak * eta_c), bytes / (BW * eta_b)) plus a fixed launch cost
+(roofline: Williams, Waterman & Patterson 2009; per-operator use as in LLM-Viewer, Yuan et al. 2024,
+and vidur's per-operator decomposition, Agrawal et al. 2024).  The step-level budgets in
+``_compute``/``_step`` use the same ``Efficiency``; what only a single kernel reveals (launch cost,
+elementwise and attention-kernel efficiency, narrow-GEMM tiling, the FP8 derate) lives in
+``KernelEfficiency``.
+
+Collective volume factors (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009; nccl-tests
+``PERFORMANCE.md``): all-reduce moves 2(p-1)/p * n per device, all-gather / reduce-scatter /
+all-to-all (p-1)/p * n, each with its number of ring steps times the per-hop latency.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from ._compute import compute_fraction
+from ._constants import FLOPS_PER_MAC
+from ._parallel import point_to_point_s, ring_all_reduce_s
+from ._smooth import smooth_max
+from ._specs import Efficiency
+
+Array = jnp.ndarray
+
+ATTENTION_MATMULS = 2.0
+"""Q K^T logits and the P V reduction: two matmuls per attended (query, key) pair."""
+
+OUTPUT_BYTES = 2.0
+"""Width of a kernel's activation output (bf16/fp16)."""
+
+
+class KernelEfficiency(eqx.Module):
+    """Kernel-level parameters beside ``Efficiency`` (what per-operator timings identify).
+
+    Attributes:
+        launch_overhead_s: fixed cost of one kernel (launch, prologue, tail), seconds.
+        elementwise_bandwidth_fraction: fraction of peak HBM bandwidth a norm/add/activation/rope
+            kernel streams at.
+        attention_compute_fraction_max: asymptotic fraction of peak FLOP/s of a fused
+            (flash) attention kernel.
+        attention_half_tokens: query tokens in one attention call at which its compute fraction is
+            half the asymptote.
+        gemm_half_width: GEMM N or K at which tiling leaves half the tensor cores idle:
+            eta(m, n, k) = eta_c(m) * n / (n + w) * k / (k + w).
+        low_precision_compute_ratio: achieved FP8 (or narrower) GEMM fraction of its own peak,
+            relative to the bf16 fraction (power and clock limits bite harder at 2x the rate).
+    """
+
+    launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
+    elementwise_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.7)
+    attention_compute_fraction_max: Array = eqx.field(converter=jnp.asarray, default=0.6)
+    attention_half_tokens: Array = eqx.field(converter=jnp.asarray, default=512.0)
+    gemm_half_width: Array = eqx.field(converter=jnp.asarray, default=64.0)
+    low_precision_compute_ratio: Array = eqx.field(converter=jnp.asarray, default=0.6)
+
+
+def gemm_time_s(
+    m: ArrayLike,
+    n: ArrayLike,
+    k: ArrayLike,
+    input_bytes_per_elem: ArrayLike,
+    peak_flops_per_s: ArrayLike,
+    hbm_bytes_per_s: ArrayLike,
+    efficiency: Efficiency,
+    kernel: KernelEfficiency,
+    low_precision: ArrayLike = 0.0,
+    temperature: float = 0.0,
+) -> Array:
+    """Time of ``y = x W^T`` with x (m, k), W (n, k): roofline of 2mnk FLOPs and the bytes moved.
+
+    Bytes = (m k + n k) * input width + m n * ``OUTPUT_BYTES``.  Compute fraction
+    eta_c(m) * n/(n + w) * k/(k + w), times ``low_precision_compute_ratio`` where ``low_precision``
+    is 1 (FP8/FP4 rates).  E.g. 4096^3 bf16 on H100 SXM at eta = 0.75: 2 * 4096^3 / (0.75 * 989e12)
+    = 185 us (aiconfigurator measures 166 us).
+    """
+    m, n, k = jnp.asarray(m), jnp.asarray(n), jnp.asarray(k)
+    w = kernel.gemm_half_width
+    derate = 1.0 + jnp.asarray(low_precision) * (kernel.low_precision_compute_ratio - 1.0)
+    eta = compute_fraction(efficiency, m) * n / (n + w) * k / (k + w) * derate
+    compute_s = FLOPS_PER_MAC * m * n * k / (peak_flops_per_s * eta)
+    moved = (m * k + n * k) * input_bytes_per_elem + m * n * OUTPUT_BYTES
+    memory_s = moved / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
+    return smooth_max(compute_s, memory_s, temperature) + kernel.launch_overhead_s
+
+
+def elementwise_time_s(
+    bytes_moved: ArrayLike, hbm_bytes_per_s: ArrayLike, kernel: KernelEfficiency
+) -> Array:
+    """Bandwidth-bound kernel (norm, residual add, activation, rope, embedding gather):
+    bytes / (BW * eta_elem) + launch."""
+    bw = hbm_bytes_per_s * kernel.elementwise_bandwidth_fraction
+    return jnp.asarray(bytes_moved) / bw + kernel.launch_overhead_s
+
+
+def attention_time_s(
+    flops: ArrayLike,
+    bytes_moved: ArrayLike,
+    query_tokens: ArrayLike,
+    peak_flops_per_s: ArrayLike,
+    hbm_bytes_per_s: ArrayLike,
+    efficiency: Efficiency,
+    kernel: KernelEfficiency,
+    temperature: float = 0.0,
+) -> Array:
+    """One fused attention call: roofline of its FLOPs at eta_a(q) = eta_a,max q / (q + q_half)
+    and the bytes it moves (Q, K, V, output; the KV cache for decode) at eta_b, plus launch."""
+    q = jnp.asarray(query_tokens)
+    eta = kernel.attention_compute_fraction_max * q / (q + kernel.attention_half_tokens)
+    compute_s = jnp.asarray(flops) / (peak_flops_per_s * eta)
+    memory_s = jnp.asarray(bytes_moved) / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
+    return smooth_max(compute_s, memory_s, temperature) + kernel.launch_overhead_s
+
+
+def prefill_attention_flops(
+    batch: ArrayLike, new_tokens: ArrayLike, num_heads: ArrayLike, head_dim: ArrayLike,
+    window_tokens: ArrayLike = 0.0,
+) -> Array:
+    """Causal self-attention FLOPs of ``batch`` prompts of ``new_tokens`` from an empty cache:
+    pairs = s(s+1)/2 (full) or ~ s * min((s+1)/2, W) (window W > 0); each pair costs
+    2 matmuls * 2 FLOPs * heads * head_dim (Kaplan et al. 2020, Table 1)."""
+    s = jnp.asarray(new_tokens)
+    w = jnp.asarray(window_tokens)
+    pairs = jnp.where(w > 0, s * jnp.minimum((s + 1.0) / 2.0, jnp.where(w > 0, w, 1.0)),
+                      s * (s + 1.0) / 2.0)
+    return batch * pairs * ATTENTION_MATMULS * FLOPS_PER_MAC * num_heads * head_dim
+
+
+def one_pass_collective_s(
+    message_bytes: ArrayLike,
+    num_devices: ArrayLike,
+    link_bytes_per_s: ArrayLike,
+    efficiency: Efficiency,
+) -> Array:
+    """All-gather, reduce-scatter or all-to-all (ring / pairwise): (p-1)/p * n / (bw * eta)
+    + (p-1) * alpha; zero for one device (``message_bytes`` is the whole buffer, nccl-tests size)."""
+    p = jnp.asarray(num_devices)
+    volume = (p - 1.0) / p * message_bytes
+    bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
+    return jnp.where(p > 1.0, volume / bw + (p - 1.0) * efficiency.collective_latency_s, 0.0)
+
+
+def collective_time_s(
+    kind: ArrayLike,
+    message_bytes: ArrayLike,
+    num_devices: ArrayLike,
+    link_bytes_per_s: ArrayLike,
+    efficiency: Efficiency,
+) -> Array:
+    """Collective by kind code: 0 all-reduce (ring), 1 one-pass (gather/scatter/all-to-all),
+    2 send/recv (point to point).  Codes keep the dispatch a ``where``, not Python control flow."""
+    kind = jnp.asarray(kind)
+    ar = ring_all_reduce_s(message_bytes, num_devices, link_bytes_per_s, efficiency)
+    op = one_pass_collective_s(message_bytes, num_devices, link_bytes_per_s, efficiency)
+    p2p = point_to_point_s(message_bytes, link_bytes_per_s, efficiency)
+    return jnp.where(kind == 0, ar, jnp.where(kind == 1, op, p2p))
+
+
+COLLECTIVE_KINDS = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 1, "alltoall": 1, "send_recv": 2}
+"""Kind code of each collective ``op`` name in the measurement schema."""
