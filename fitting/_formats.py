@@ -158,7 +158,7 @@ def _run_base(tool: str, record: Mapping[str, Any], fail: Fail) -> tuple[dict[st
                             _number(record, "total_output_tokens", fail), completed, notes)
     if tool == "sglang" and (measured := _number(record, "concurrency", fail)) is not None:
         notes.append(f"measured_concurrency={measured:.6g}")
-    for key in ("dataset_name", "date", "label", "burstiness"):
+    for key in ("failed", "num_prompts", "dataset_name", "date", "label", "burstiness"):
         if record.get(key) not in (None, ""):
             notes.append(f"{key}={record[key]}")
     backend = str(record.get("backend") or "")

@@ -180,7 +180,8 @@ def test_unknown_gpu_and_model_are_skipped_with_file_line_and_reason(tmp_path):
     (gpu, model) = result.skipped
     assert (gpu.file, gpu.line) == (str(path), 3)
     assert "gpu 'h100-sxmm' is not in the hardware catalog (close: h100-sxm" in gpu.reason
-    assert model.line == 4 and "model 'acme/NotAModel-7B' is not in the model catalog" in model.reason
+    assert model.line == 4
+    assert "model 'acme/NotAModel-7B' is not in the model catalog" in model.reason
     assert "2 x " not in describe(result) and "1 x gpu 'h100-sxmm'" in describe(result)
 
 
@@ -198,6 +199,14 @@ def test_user_hardware_ids_and_empty_cells_filled_by_arguments(tmp_path):
                                                    "h200-sxm"], tp=4)
     assert result.skipped == [] and result.table.gpu.iloc[0] == "my-gpu"
     assert result.table.tp.iloc[0] == 4 and result.table.tp.iloc[1] == 2  # fills only the gap
+
+
+def test_gpu_argument_stands_in_for_a_missing_gpu_column(tmp_path):
+    table = pd.read_csv(TIDY, dtype=str, keep_default_na=False).drop(columns=["gpu", "source"])
+    table.to_csv(tmp_path / "mine.csv", index=False)
+    result = load_measurements(tmp_path / "mine.csv", gpu="h200-sxm")
+    assert len(result.table) == 9 and set(result.table.gpu) == {"h200-sxm"}
+    assert set(result.table.source) == {"mine"}  # a file without sources is named after itself
 
 
 def test_model_alias_and_config_path_are_accepted(tmp_path):
@@ -219,7 +228,7 @@ def test_model_alias_and_config_path_are_accepted(tmp_path):
 @pytest.mark.parametrize(
     ("line", "column", "value", "message"),
     [
-        (3, "scenario", "warmup", ":3: column 'scenario' = 'warmup' is not a scenario; use one of op"),
+        (3, "scenario", "warmup", ":3: column 'scenario' = 'warmup' is not a scenario; use one"),
         (4, "value", "abc", ":4: column 'value' = 'abc' is not a number"),
         (2, "value", "", ":2: column 'value' = '' is empty"),
         (5, "value", "-0.5", ":5: column 'value' = '-0.5' must be a positive number"),
@@ -263,7 +272,8 @@ def test_missing_and_unknown_columns_name_the_header(tmp_path):
 @pytest.mark.parametrize(
     ("source", "edit", "message"),
     [
-        (VLLM, lambda r: r | {"mean_ttft_ms": "fast"}, ":1: key 'mean_ttft_ms' = 'fast' is not a number"),
+        (VLLM, lambda r: r | {"mean_ttft_ms": "fast"},
+         ":1: key 'mean_ttft_ms' = 'fast' is not a number"),
         (GENAI, lambda r: r | {"time_to_first_token": r["time_to_first_token"] | {"unit": "min"}},
          ":1: time_to_first_token.unit = 'min' is not a known time unit"),
         (GENAI, lambda r: r | {"request_latency": r["request_latency"] | {"p99": "n/a"}},
