@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from .errors import UsageError
+from .errors import user_error_types
 
 COMMANDS: tuple[str, ...] = (
     "explain",
@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except UsageError as exc:
+    except Exception as exc:
+        if not isinstance(exc, user_error_types()):
+            raise
         print(f"servingmath {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed early

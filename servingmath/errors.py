@@ -1,6 +1,8 @@
-"""The one exception the CLI turns into a one-line message and exit status 2."""
+"""Errors the CLI turns into a one-line message and exit status 2 (never a traceback)."""
 
 from __future__ import annotations
+
+import sys
 
 from perfmodel import CatalogError
 
@@ -9,5 +11,13 @@ class UsageError(ValueError):
     """Bad input from the user; the message names the problem and the fix."""
 
 
-USER_ERRORS = (UsageError, CatalogError)
-"""Library errors that are the user's input, re-raised by commands as ``UsageError``."""
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Library exceptions that mean "the user's input is wrong": usage, catalog, measurement files.
+
+    ``fitting`` is only consulted if a command already imported it (keeps ``explain`` start-up lean).
+    """
+    types: list[type[BaseException]] = [UsageError, CatalogError]
+    ingest = sys.modules.get("fitting._ingest")
+    if ingest is not None and hasattr(ingest, "MeasurementFormatError"):
+        types.append(ingest.MeasurementFormatError)
+    return tuple(types)
