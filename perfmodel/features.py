@@ -1,0 +1,40 @@
+"""Serving features that help only in some workloads: prefix caching, speculative decoding,
+parallelism choice, expert parallelism, prefill/decode disaggregation, a host KV tier, and the
+verdicts that say which one matters for a deployment."""
+
+from ._disagg import (
+    DEFAULT_ORCHESTRATION_S as DEFAULT_ORCHESTRATION_S,
+    DEFAULT_TRANSFER_LATENCY_S as DEFAULT_TRANSFER_LATENCY_S,
+    Disaggregation as Disaggregation,
+    disaggregation as disaggregation,
+    kv_transfer_s as kv_transfer_s,
+)
+from ._expert import (
+    ExpertParallelStep as ExpertParallelStep,
+    all_to_all_s as all_to_all_s,
+    ep_decode_step as ep_decode_step,
+)
+from ._host_tier import HostTier as HostTier, host_tier as host_tier
+from ._parallel_choice import (
+    ParallelOption as ParallelOption,
+    best_parallelism as best_parallelism,
+    parallelism_options as parallelism_options,
+    with_parallelism as with_parallelism,
+)
+from ._reuse import (
+    PrefixReuse as PrefixReuse,
+    che_hit_rate as che_hit_rate,
+    monotone_root as monotone_root,
+    prefix_reuse as prefix_reuse,
+    reusable_prefix_tokens as reusable_prefix_tokens,
+)
+from ._speculative import (
+    AcceptanceRecord as AcceptanceRecord,
+    SpeculativeBudget as SpeculativeBudget,
+    acceptance_from_length as acceptance_from_length,
+    acceptance_prior as acceptance_prior,
+    expected_tokens_per_step as expected_tokens_per_step,
+    load_acceptance as load_acceptance,
+    speculative_decode as speculative_decode,
+)
+from ._verdicts import verdicts as verdicts

@@ -1,0 +1,66 @@
+"""Verdicts: each answer follows the budget it quotes (the numbers in the sentence are the
+budgets' own), for deployments built to land on each side of each question."""
+
+import re
+
+from perfmodel import (
+    Deployment, Efficiency, decode_step, load_hardware, load_model, max_concurrent_requests,
+)
+from perfmodel._verdicts import verdicts
+
+H100 = load_hardware("h100-sxm")
+EFF = Efficiency()
+LLAMA8B = load_model("meta-llama/Llama-3.1-8B")
+LLAMA70B = load_model("meta-llama/Llama-3.1-70B")
+KEYS = {"kv_or_queue", "decode_bandwidth", "prefix_reuse", "pp_or_interference"}
+
+
+def test_kv_bound_at_full_load_quotes_the_memory_budget():
+    dep = Deployment.create()
+    v = verdicts(LLAMA8B, H100, dep, EFF, prompt_tokens=3000.0, output_tokens=200.0)
+    assert set(v) == KEYS
+    seats = float(max_concurrent_requests(LLAMA8B, H100, dep, 3200.0))
+    assert v["kv_or_queue"].startswith("KV-bound") and f"holds {seats:.0f} sequences" in v["kv_or_queue"]
+    assert v["prefix_reuse"].startswith("No prefix reuse")
+
+
+def test_short_sequences_are_not_kv_bound():
+    v = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=200.0, output_tokens=100.0)
+    assert v["kv_or_queue"].startswith("not KV-bound")
+
+
+def test_overload_by_prefill_is_queue_bound():
+    v = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=8000.0, output_tokens=50.0,
+                 arrival_rate_per_s=50.0)
+    assert v["kv_or_queue"].startswith("queue-bound")
+
+
+def test_decode_bandwidth_verdict_matches_the_roofline():
+    dep = Deployment.create(tp=4)
+    v = verdicts(LLAMA70B, H100, dep, EFF, prompt_tokens=2000.0, output_tokens=500.0)
+    batch = min(float(max_concurrent_requests(LLAMA70B, H100, dep, 2500.0)), 256.0)
+    step = decode_step(LLAMA70B, H100, dep, EFF, batch, 2250.0)
+    word = "bandwidth-limited" if step.memory_s >= step.compute_s else "compute-limited"
+    assert word in v["decode_bandwidth"]
+    assert f"{float(step.memory_s) * 1e3:.2f} ms" in v["decode_bandwidth"]
+
+
+def test_prefix_reuse_real_with_a_shared_system_prompt_and_not_without():
+    kw = dict(prompt_tokens=3000.0, output_tokens=200.0, arrival_rate_per_s=1.0, prefix_tokens=2000.0)
+    real = verdicts(LLAMA8B, H100, Deployment.create(), EFF, shared_fraction=0.9, **kw)
+    rare = verdicts(LLAMA8B, H100, Deployment.create(), EFF, shared_fraction=0.02, **kw)
+    assert real["prefix_reuse"].startswith("Prefix reuse is real")
+    assert rare["prefix_reuse"].startswith("Prefix reuse is negligible")
+    speedup = float(re.search(r"prefill ([0-9.]+)x faster", real["prefix_reuse"]).group(1))
+    assert speedup > 1.5
+
+
+def test_interference_named_for_long_prompts_and_pp_for_a_kv_starved_replica():
+    long = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=8000.0,
+                    output_tokens=256.0, arrival_rate_per_s=1.7)
+    assert long["pp_or_interference"].startswith("Interference is the issue")
+    starved = verdicts(LLAMA70B, H100, Deployment.create(tp=2), EFF, prompt_tokens=2000.0,
+                       output_tokens=500.0)
+    assert starved["pp_or_interference"].startswith("PP would help")  # 12 seats -> ~200 with PP=2
+    roomy = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=3000.0, output_tokens=200.0)
+    assert roomy["pp_or_interference"].startswith("Neither")
