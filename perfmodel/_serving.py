@@ -17,7 +17,8 @@ for an iteration-level engine (Orca; vLLM; Sarathi-Serve chunked prefill):
 4. E2E = TTFT + (O - 1) TPOT.  Quantiles come from equal-probability nodes of the lognormal
    lengths convolved with the wait law (``wait_plus_quantile_s``).
 
-Utilisation = max(prefill-server rho, seat rho); at >= 1 the metrics are ``inf`` with
+Utilisation = max(prefill-server rho, seat rho, work rho = lambda E[O] / saturated tokens/s of a
+full iteration, the batch-service view); at >= 1 the metrics are ``inf`` with
 ``stable = False``.  Arrival rate and burstiness are split evenly over ``deployment.replicas``.
 """
 
@@ -27,7 +28,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._batching import EngineConfig, iteration_s, prefill_budget_tokens, seat_capacity
+from ._batching import (
+    EngineConfig,
+    iteration_s,
+    prefill_budget_tokens,
+    saturated_output_tokens_per_s,
+    seat_capacity,
+)
 from ._memory import max_concurrent_requests
 from ._queueing import (
     allen_cunneen_wait_s,
@@ -136,21 +143,31 @@ def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_me
             delta = (1.0 - rho_p) * own + rho_p * busy
         return tau_d, own, busy, delta
 
-    def step(_, state):
-        n_d, rho_p = state
-        tau_d, _, busy, delta = costs(n_d, rho_p)
-        rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
+    def mean_gap(n_d, rho_p, tpot):
+        """TPOT = max(lumpy, smooth): prompts alone in their iterations, tau_d / (1 - lambda E[Delta]),
+        or spread evenly, T(lambda E[P] TPOT prefill tokens, n_d) (Jensen: each is a lower bound
+        in the other regime)."""
+        tau_d, own, busy, delta = costs(n_d, rho_p)
         extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
-        tpot = tau_d / (1.0 - extra)
-        n_new = smooth_min(rate * o_dec * tpot, seats, temperature)
-        return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new)
+        lumpy = tau_d / (1.0 - extra)
+        if config.chunked_prefill:
+            spread = T(
+                prefill_tokens=rate * p_mean * tpot, prefill_seqs=rate * tpot,
+                decode_seqs=n_d, decode_context=ctx_d,
+            )
+            lumpy = smooth_max(lumpy, spread, temperature)
+        return tau_d, own, busy, delta, lumpy
 
-    n_d, rho_p = jax.lax.fori_loop(
-        0, FIXED_POINT_ITERATIONS, step, (jnp.zeros_like(rate), jnp.zeros_like(rate))
-    )
-    tau_d, own, busy, delta = costs(n_d, rho_p)
-    extra = rate * jnp.mean(delta)
-    tpot = tau_d / (1.0 - jnp.minimum(extra, 0.99))
+    def step(_, state):
+        n_d, rho_p, tpot = state
+        _, _, busy, _, gap = mean_gap(n_d, rho_p, tpot)
+        rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
+        n_new = smooth_min(rate * o_dec * gap, seats, temperature)
+        return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new), 0.5 * (tpot + gap)
+
+    zero = jnp.zeros_like(rate)
+    n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
+    tau_d, own, busy, delta, tpot = mean_gap(n_d, rho_p, tpot)
     return _Steady(
         n_d=n_d, tau_d=tau_d, tpot=tpot, own=own, busy=busy,
         delta2=jnp.mean(jnp.square(delta)), rho_p=rate * jnp.mean(busy), seats=seats,
@@ -180,7 +197,12 @@ def _open_loop(model, hardware, deployment, efficiency, workload, config, rate, 
     resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes) * s.tpot
     resid_var = jnp.var(s.own) + jnp.var(o_dec_nodes) * jnp.square(s.tpot)
     rho_s = rate * resid_time / jnp.maximum(s.seats, 1e-9)
-    utilization = smooth_max(s.rho_p, rho_s, temperature)
+    capacity = saturated_output_tokens_per_s(
+        model, hardware, deployment, efficiency,
+        workload.prompt_tokens_mean, workload.output_tokens_mean, temperature,
+    )
+    rho_w = rate * workload.output_tokens_mean / capacity
+    utilization = smooth_max(smooth_max(s.rho_p, rho_s, temperature), rho_w, temperature)
     stable = (utilization < 1.0) & (s.seats >= 1.0)
     rho_p = jnp.where(stable, s.rho_p, 0.5)
     rho_s = jnp.where(stable, rho_s, 0.5)

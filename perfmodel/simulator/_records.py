@@ -1,0 +1,71 @@
+"""Per-request records of a simulation and their summary (TTFT, TPOT, E2E percentiles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one simulated run measured, per request (seconds; arrays of length N).
+
+    ``tpot_s`` is (finish - first token) / (output - 1), NaN for one-token outputs.
+    ``busy_s`` is the summed iteration time of all replicas, ``makespan_s`` first arrival to
+    last finish.
+    """
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    preemptions: np.ndarray
+    iterations: int
+    busy_s: float
+    makespan_s: float
+    replicas: int
+    mean_decode_batch: float
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        gaps = self.output_tokens - 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(gaps > 0, (self.finish_s - self.first_token_s) / gaps, np.nan)
+
+
+def _pct(x: np.ndarray) -> dict[str, float]:
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"mean": float("nan"), "p50": float("nan"), "p95": float("nan"), "p99": float("nan")}
+    p50, p95, p99 = np.percentile(x, [50, 95, 99])
+    return {"mean": float(x.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+
+
+def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
+    """Percentiles over requests after dropping the first ``warmup_fraction`` (by arrival) and
+    the last 5 % (drain), utilisation = busy time / (replicas * makespan), output tokens/s."""
+    n = len(result.arrival_s)
+    order = np.argsort(result.arrival_s, kind="stable")
+    keep = order[int(warmup_fraction * n): max(int(0.95 * n), int(warmup_fraction * n) + 1)]
+    span = max(result.makespan_s, 1e-12)
+    return {
+        "ttft_s": _pct(result.ttft_s[keep]),
+        "tpot_s": _pct(result.tpot_s[keep]),
+        "e2e_s": _pct(result.e2e_s[keep]),
+        "utilization": float(result.busy_s / (result.replicas * span)),
+        "stable": True,
+        "output_tokens_per_s": float(result.output_tokens.sum() / span),
+        "decode_batch": float(result.mean_decode_batch),
+        "requests": int(n),
+        "preemptions": int(result.preemptions.sum()),
+    }

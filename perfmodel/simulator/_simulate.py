@@ -1,0 +1,163 @@
+"""Drive the engine from a ``Workload`` or a ``Trace`` with the step time of ``forward_step``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._batching import iteration_s
+from .._memory import kv_capacity_tokens
+from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from .._traces import Trace
+from .._workload import Workload, sample_arrivals, sample_lengths
+from ._engine import EngineHooks, EngineLimits, run_engine
+from ._records import SimResult
+
+
+def requests_from_workload(workload: Workload, num_requests: int, seed: int = 0) -> Trace:
+    """Sample ``num_requests`` requests: gamma inter-arrivals (rate, CV) and lognormal lengths.
+
+    Deterministic for a seed (``numpy.random.default_rng(seed)``).
+    """
+    rng = np.random.default_rng(seed)
+    arrivals = (
+        sample_arrivals(rng, float(workload.arrival_rate_per_s), float(workload.interarrival_cv), num_requests)
+        if float(workload.arrival_rate_per_s) > 0
+        else np.zeros(num_requests)
+    )
+    prompts = sample_lengths(rng, workload.prompt_tokens_mean, workload.prompt_tokens_cv, num_requests)
+    outputs = sample_lengths(rng, workload.output_tokens_mean, workload.output_tokens_cv, num_requests)
+    return Trace(arrivals, prompts, outputs, name="workload")
+
+
+def step_function(model, hardware, deployment, efficiency) -> Callable[..., float]:
+    """A jitted scalar iteration time (``perfmodel._batching.iteration_s`` = forward_step)."""
+
+    @jax.jit
+    def f(x):
+        return iteration_s(
+            model, hardware, deployment, efficiency,
+            prefill_tokens=x[0], prefill_seqs=x[1], prefill_context=x[2],
+            decode_seqs=x[3], decode_context=x[4],
+        )
+
+    buf = np.zeros(5)
+
+    def step_s(p_tok, p_seq, p_ctx, d_seq, d_ctx):
+        buf[:] = (p_tok, p_seq, p_ctx, d_seq, d_ctx)
+        return float(f(buf))
+
+    return step_s
+
+
+def decode_run_function(model, hardware, deployment, efficiency) -> Callable[[int, float, int], np.ndarray]:
+    """Times of k consecutive decode-only iterations at context c, c + 1, ... (one vmapped
+    ``iteration_s`` call, padded to a power of two so each size compiles once)."""
+
+    @jax.jit
+    def f(seqs, contexts):
+        return iteration_s(
+            model, hardware, deployment, efficiency, decode_seqs=seqs, decode_context=contexts
+        )
+
+    def run(seqs, context, k):
+        size = 1 << max(int(k - 1).bit_length(), 3)
+        ctx = context + np.arange(size, dtype=np.float64)
+        return np.asarray(f(np.float64(seqs), ctx))[:k]
+
+    return run
+
+
+def engine_limits(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    chunked_prefill: bool = True,
+    chunk_tokens: int | None = None,
+) -> EngineLimits:
+    """Integer scheduler limits of one replica: budgets from ``deployment``, KV blocks from the
+    memory budget (``kv_capacity_tokens`` / block size, floored)."""
+    block = int(round(float(deployment.block_size_tokens)))
+    capacity = float(kv_capacity_tokens(model, hardware, deployment))
+    static = int(float(deployment.max_model_len)) if deployment.kv_allocation == "static" else None
+    return EngineLimits(
+        max_num_batched_tokens=int(float(deployment.max_num_batched_tokens)),
+        max_num_seqs=int(float(deployment.max_num_seqs)),
+        block_tokens=block,
+        total_blocks=int(capacity // block),
+        chunked_prefill=chunked_prefill,
+        chunk_tokens=chunk_tokens,
+        static_tokens=static,
+    )
+
+
+def simulate(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    requests: Workload | Trace,
+    *,
+    num_requests: int = 2000,
+    seed: int = 0,
+    concurrency: int | None = None,
+    chunked_prefill: bool = True,
+    chunk_tokens: int | None = None,
+    hooks: EngineHooks = EngineHooks(),
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Simulate a continuous-batching deployment request by request.
+
+    Args:
+        requests: a ``Workload`` (``num_requests`` are sampled with ``seed``) or a ``Trace``
+            (used as is; a length-only trace needs ``concurrency`` or a timed trace).
+        concurrency: closed loop with N in flight (default: ``Workload.concurrency`` if > 0).
+        chunked_prefill, chunk_tokens: scheduler mode (see ``_engine``).
+        hooks: extension points (prefix cache, speculative decoding).
+        progress: called as ``progress(finished, total)`` now and then.
+
+    Returns:
+        ``SimResult``; replicas get requests by a seeded random split.
+    """
+    if isinstance(requests, Workload):
+        if concurrency is None and float(requests.concurrency) > 0:
+            concurrency = int(round(float(requests.concurrency)))
+        trace = requests_from_workload(requests, num_requests, seed)
+    else:
+        trace = requests
+    concurrency = concurrency or 0
+    if concurrency == 0 and not trace.has_arrivals:
+        raise ValueError(f"trace {trace.name!r} has no arrival times; give a concurrency or a rate")
+    limits = engine_limits(model, hardware, deployment, chunked_prefill, chunk_tokens)
+    step_s = step_function(model, hardware, deployment, efficiency)
+    decode_run = decode_run_function(model, hardware, deployment, efficiency)
+    replicas = max(int(round(float(deployment.replicas))), 1)
+    n = len(trace)
+    owner = np.random.default_rng(seed + 1).integers(0, replicas, n) if replicas > 1 else np.zeros(n, int)
+    first, finish = np.full(n, np.nan), np.full(n, np.nan)
+    preempted = np.zeros(n, np.int64)
+    iters, busy, dec_sum = 0, 0.0, 0.0
+    arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
+    for k in range(replicas):
+        idx = np.flatnonzero(owner == k)
+        if idx.size == 0:
+            continue
+        share = concurrency // replicas + (1 if k < concurrency % replicas else 0)
+        R, it, b, ds = run_engine(
+            step_s, arrival[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
+            limits, hooks, share, progress, decode_run,
+        )
+        first[idx], finish[idx], preempted[idx] = R.first, R.finish, R.preempted
+        arrival[idx] = R.arrival
+        iters, busy, dec_sum = iters + it, busy + b, dec_sum + ds
+    done = finish[np.isfinite(finish)]
+    makespan = float(done.max() - arrival.min()) if done.size else 0.0
+    return SimResult(
+        arrival_s=arrival, first_token_s=first, finish_s=finish,
+        prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
+        preemptions=preempted, iterations=iters, busy_s=busy, makespan_s=makespan,
+        replicas=replicas, mean_decode_batch=dec_sum / max(iters, 1),
+    )
