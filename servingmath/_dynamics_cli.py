@@ -1,0 +1,170 @@
+"""Options and reports for latency under load (issue 3), shared by ``explain`` and ``simulate``.
+
+``add_dynamics_arguments`` declares the workload and scheduler options; ``resolve_workload``
+turns them into a ``Workload`` (and the ``Trace`` behind it, if any); ``dynamics_report`` is the
+closed-form JSON block, ``simulation_report`` the same keys measured by the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+
+import perfmodel as pm
+from perfmodel.dynamics import (
+    QUEUEING_CODE,
+    Trace,
+    Workload,
+    load_trace,
+    serving_metrics,
+    workload_from_trace,
+)
+
+from ._options import positive
+from .errors import UsageError
+
+BINDING_NAMES = (*pm.BINDING_BUDGETS, "queueing")
+"""Labels of ``ServingMetrics.binding_budget`` codes."""
+
+
+def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = False) -> None:
+    """Load and scheduler options; ``lengths`` adds --input-len/--output-len (simulate)."""
+    g = parser.add_argument_group("load and scheduler")
+    load = g.add_mutually_exclusive_group()
+    load.add_argument("--rate", type=float, help="open-loop arrivals, requests/s (all replicas)")
+    load.add_argument("--concurrency", type=int, help="closed loop: requests kept in flight")
+    g.add_argument("--workload", help="trace CSV or preset: azure-code, azure-conv, sharegpt, arxiv")
+    if lengths:
+        g.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
+        g.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
+    g.add_argument("--input-cv", type=float, default=0.0, help="prompt-length CV, lognormal (default 0)")
+    g.add_argument("--output-cv", type=float, default=0.0, help="output-length CV, lognormal (default 0)")
+    g.add_argument("--interarrival-cv", type=float, default=1.0, help="gap CV (1 = Poisson)")
+    g.add_argument("--max-num-batched-tokens", type=int, default=8192, help="token budget per iteration")
+    g.add_argument("--max-num-seqs", type=int, default=256, help="sequences per iteration")
+    g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                   help="chunked prefill (default on)")
+    g.add_argument("--chunk-tokens", type=int, help="largest prefill chunk per sequence")
+
+
+def wants_dynamics(args: argparse.Namespace) -> bool:
+    return args.rate is not None or args.concurrency is not None or args.workload is not None
+
+
+def check_scheduler(args: argparse.Namespace) -> None:
+    positive("--max-num-batched-tokens", args.max_num_batched_tokens)
+    positive("--max-num-seqs", args.max_num_seqs)
+    if args.chunk_tokens is not None:
+        positive("--chunk-tokens", args.chunk_tokens)
+    for flag in ("input_cv", "output_cv", "interarrival_cv"):
+        v = getattr(args, flag)
+        if not (math.isfinite(v) and v >= 0):
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 0, got {v}")
+
+
+def resolve_workload(args: argparse.Namespace) -> tuple[Workload, Trace | None]:
+    """The workload the options describe; a trace's moments when ``--workload`` is given."""
+    if args.rate is not None:
+        positive("--rate", args.rate)
+    if args.concurrency is not None:
+        positive("--concurrency", args.concurrency)
+    trace = None
+    if args.workload is not None:
+        try:
+            trace = load_trace(args.workload)
+        except pm.CatalogError as exc:
+            raise UsageError(str(exc)) from None
+        if not trace.has_arrivals and args.rate is None and args.concurrency is None:
+            raise UsageError(
+                f"{args.workload} has lengths but no arrival times; add --rate R or --concurrency N"
+            )
+        w = workload_from_trace(trace, args.rate if args.rate is not None else (
+            None if trace.has_arrivals else 1.0))
+    else:
+        if args.rate is None and args.concurrency is None:
+            raise UsageError("give a load: --rate R (requests/s) or --concurrency N")
+        positive("--input-len", args.input_len)
+        positive("--output-len", args.output_len)
+        w = Workload(
+            arrival_rate_per_s=args.rate or 0.0, interarrival_cv=args.interarrival_cv,
+            prompt_tokens_mean=float(args.input_len), prompt_tokens_cv=args.input_cv,
+            output_tokens_mean=float(args.output_len), output_tokens_cv=args.output_cv,
+        )
+    if args.concurrency is not None:
+        w = Workload(
+            arrival_rate_per_s=0.0, concurrency=float(args.concurrency),
+            interarrival_cv=w.interarrival_cv, prompt_tokens_mean=w.prompt_tokens_mean,
+            prompt_tokens_cv=w.prompt_tokens_cv, output_tokens_mean=w.output_tokens_mean,
+            output_tokens_cv=w.output_tokens_cv,
+        )
+    longest = int(trace.prompt_tokens.max()) if trace is not None else int(float(w.prompt_tokens_mean))
+    if not args.chunked_prefill and args.max_num_batched_tokens < longest:
+        raise UsageError(
+            f"--max-num-batched-tokens {args.max_num_batched_tokens} cannot hold a {longest}-token "
+            "prompt without chunked prefill; raise it or use --chunked-prefill"
+        )
+    return w, trace
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(float(x)) else None
+
+
+def _pct(p) -> dict:
+    return {k: _finite(getattr(p, k) if not isinstance(p, dict) else p[k]) for k in ("mean", "p50", "p95", "p99")}
+
+
+def dynamics_report(args, model, hardware, deployment, efficiency, workload: Workload) -> dict:
+    """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded)."""
+    m = serving_metrics(
+        model, hardware, deployment, efficiency, workload,
+        chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
+    )
+    return {
+        "ttft_s": _pct(m.ttft_s),
+        "tpot_s": _pct(m.tpot_s),
+        "e2e_s": _pct(m.e2e_s),
+        "utilization": float(m.utilization),
+        "stable": bool(m.stable),
+        "output_tokens_per_s": float(m.output_tokens_per_s),
+        "decode_batch": float(m.decode_batch),
+        "binding_budget": BINDING_NAMES[int(m.binding_budget)],
+    }
+
+
+def progress_printer(total: int):
+    """A ``progress(finished, total)`` callback writing one updating line to stderr."""
+    def show(done: int, n: int) -> None:
+        print(f"\rsimulated {done:,}/{n:,} requests", end="", file=sys.stderr, flush=True)
+    return show if total >= 2000 else None
+
+
+def rescale_arrivals(trace: Trace, rate: float) -> Trace:
+    """Time-scale a timed trace to ``rate`` requests/s (keeps its burstiness)."""
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    scale = (len(trace) - 1) / (rate * span) if span > 0 else 1.0
+    return Trace(trace.arrival_s * scale, trace.prompt_tokens, trace.output_tokens, trace.name)
+
+
+def simulation_report(result, summary: dict) -> dict:
+    """The simulator's measurements under the same keys as ``dynamics_report``.
+
+    ``utilization`` is the fraction of wall time the engine runs iterations; ``stable`` is False
+    when draining the queue after the last arrival took over a quarter of the arrival span.
+    """
+    span = float(np.nanmax(result.arrival_s) - np.nanmin(result.arrival_s))
+    drain = float(np.nanmax(result.finish_s) - np.nanmax(result.arrival_s))
+    return {
+        "ttft_s": _pct(summary["ttft_s"]),
+        "tpot_s": _pct(summary["tpot_s"]),
+        "e2e_s": _pct(summary["e2e_s"]),
+        "utilization": summary["utilization"],
+        "stable": bool(span <= 0 or drain <= 0.25 * span),
+        "output_tokens_per_s": summary["output_tokens_per_s"],
+        "decode_batch": summary["decode_batch"],
+        "requests": summary["requests"],
+        "preemptions": summary["preemptions"],
+    }
