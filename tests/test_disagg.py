@@ -71,3 +71,27 @@ def test_an_undersized_pool_is_reported_unstable():
 def test_net_gain_is_differentiable_in_the_transfer_bandwidth():
     g = jax.grad(lambda bw: _compare(8000.0, 256.0, 0.3, transfer_bytes_per_s=bw).net_s)(50e9)
     assert jnp.isfinite(g) and float(g) > 0
+
+
+@pytest.mark.parametrize("prompt, split_wins", [(8000.0, True), (200.0, False)])
+def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
+    import numpy as np
+
+    from perfmodel._traces import Trace
+    from perfmodel.simulator import simulate
+    from perfmodel.simulator._disagg import simulate_disaggregated
+
+    colocated = Deployment.create(replicas=8)
+    rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, prompt).total_s)
+    n = 800
+    arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
+    trace = Trace(arrival, np.full(n, int(prompt)), np.full(n, 256))
+    pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
+    split = simulate_disaggregated(LLAMA8B, EFF, trace, **pools)
+    coloc = simulate(LLAMA8B, H100, colocated, EFF, trace)
+    keep = slice(n // 10, int(0.9 * n))
+    sim_net = np.mean(coloc.e2e_s[keep]) - np.mean(split.e2e_s[keep])
+    closed = _compare(prompt, 256.0, 0.3)
+    assert (sim_net > 0) == split_wins == (float(closed.net_s) > 0)
+    assert np.mean(split.e2e_s[keep]) == pytest.approx(float(closed.split_e2e_s), rel=0.15)
+    assert np.mean(coloc.e2e_s[keep]) == pytest.approx(float(closed.colocated_e2e_s), rel=0.15)

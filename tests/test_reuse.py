@@ -126,3 +126,25 @@ def test_hit_rate_falls_when_live_requests_take_the_cache():
     assert float(busy.cache_tokens) < float(idle.cache_tokens)
     assert float(busy.hit_rate) < float(idle.hit_rate)
     assert float(jnp.asarray(busy.prefill_s)) > float(idle.prefill_s)
+
+
+def test_simulated_engine_with_prefix_cache_agrees_with_the_closed_form():
+    from perfmodel.simulator._prefix_cache import simulate_prefix_cache
+
+    dep = Deployment.create()
+    for share in (0.0, 0.9):
+        requests = shared_prefix_requests(
+            200, arrival_rate_per_s=1.0, shared_fraction=share, prefix_tokens=3000,
+            prompt_tokens=4000, output_tokens=50, block_size_tokens=16, seed=2,
+        )
+        sim, reused = simulate_prefix_cache(LLAMA8B, H100, dep, EFF, requests, capacity_blocks=10**6)
+        closed = prefix_reuse(
+            LLAMA8B, H100, dep, EFF, prompt_tokens=4000.0, output_tokens=50.0,
+            shared_fraction=share, prefix_tokens=3000.0, arrival_rate_per_s=1.0,
+        )
+        assert 4000.0 - reused.mean() == pytest.approx(float(closed.effective_prefill_tokens), rel=0.03)
+        # light load: TTFT is the prefill itself (cold or warm), up to a little batching
+        assert float(np.median(sim.ttft_s)) == pytest.approx(
+            float(closed.prefill_s_no_reuse if share == 0 else closed.prefill_s), rel=0.25
+        )
+        assert float(np.mean(sim.ttft_s)) == pytest.approx(float(closed.prefill_s), rel=0.15)

@@ -112,3 +112,26 @@ def test_mtp_is_cheaper_to_draft_than_a_separate_model():
 def test_spec_budget_gradient_in_acceptance():
     check_grads(lambda a: _spec(8.0, a).tpot_s, (0.6,), order=1, modes=["rev"])
     assert jnp.isfinite(_spec(8.0, 1.0).tpot_s)
+
+
+def test_simulated_speculation_agrees_with_the_closed_form():
+    import numpy as np
+
+    from perfmodel._traces import Trace
+    from perfmodel.simulator._speculative import simulate_speculative
+
+    llama8b = load_model("meta-llama/Llama-3.1-8B")
+    dep = Deployment.create()
+    n, prompt, output = 48, 1000, 400
+    trace = Trace(np.zeros(n), np.full(n, prompt), np.full(n, output))
+    for batch, tol in ((1, 0.03), (8, 0.15)):
+        for alpha in (0.3, 0.8):
+            sim = simulate_speculative(
+                llama8b, H100, dep, EFF, trace, draft_tokens=4, acceptance=alpha,
+                concurrency=batch, seed=1,
+            )
+            closed = speculative_decode(
+                llama8b, H100, dep, EFF, batch_size=float(batch), context_tokens=prompt + output / 2,
+                draft_tokens=4.0, acceptance=alpha,
+            )
+            assert float(np.nanmean(sim.tpot_s)) == pytest.approx(float(closed.tpot_s), rel=tol)

@@ -160,3 +160,63 @@ def output_block_hashes(
     """Unique hashes of the full blocks a request's generated tokens complete."""
     total = (request.prompt_tokens + request.output_tokens) // block_size_tokens
     return tuple(("output", request_id, j) for j in range(len(request.block_hashes), total))
+
+
+def prefix_cache_hook(
+    requests: Sequence[TraceRequest], cache: BlockPrefixCache, block_size_tokens: int,
+    reused: np.ndarray | None = None,
+):
+    """``EngineHooks.cached_prefix_tokens`` backed by ``cache``: at admission a request reuses
+    its longest cached run of leading blocks; its prompt and output blocks then enter the LRU
+    list (the cache is a separate budget of blocks beside the live KV).  Writes reuse per request
+    into ``reused`` when given."""
+
+    def cached(request_id: int, prompt_tokens: int) -> int:
+        r = requests[request_id]
+        hits = cache.acquire(r.block_hashes)
+        tail = output_block_hashes(request_id, r, block_size_tokens)
+        cache.acquire(tail)
+        cache.release(r.block_hashes + tail)
+        tokens = min(hits * block_size_tokens, prompt_tokens - 1)
+        if reused is not None:
+            reused[request_id] = tokens
+        return tokens
+
+    return cached
+
+
+def simulate_prefix_cache(
+    model, hardware, deployment, efficiency, requests: Sequence[TraceRequest], *,
+    capacity_blocks: int, block_size_tokens: int | None = None,
+):
+    """One replica of the engine with a block-level LRU prefix cache of ``capacity_blocks``
+    (blocks of ``block_size_tokens``, default the deployment's).
+
+    Returns:
+        (SimResult, prompt tokens each request reused).
+    """
+    from ._engine import EngineHooks, run_engine
+    from ._records import SimResult
+    from ._simulate import decode_run_function, engine_limits, step_function
+
+    block = block_size_tokens or int(round(float(deployment.block_size_tokens)))
+    reused = np.zeros(len(requests))
+    hooks = EngineHooks(
+        cached_prefix_tokens=prefix_cache_hook(requests, BlockPrefixCache(capacity_blocks), block, reused)
+    )
+    arrival = np.array([r.arrival_s for r in requests])
+    prompt = np.array([r.prompt_tokens for r in requests])
+    output = np.array([r.output_tokens for r in requests])
+    R, iters, busy, dec_sum = run_engine(
+        step_function(model, hardware, deployment, efficiency), arrival, prompt, output,
+        engine_limits(model, hardware, deployment), hooks, 0, None,
+        decode_run_function(model, hardware, deployment, efficiency),
+    )
+    done = R.finish[np.isfinite(R.finish)]
+    result = SimResult(
+        arrival_s=R.arrival, first_token_s=R.first, finish_s=R.finish, prompt_tokens=prompt,
+        output_tokens=output, preemptions=R.preempted, iterations=iters, busy_s=busy,
+        makespan_s=float(done.max() - R.arrival.min()) if done.size else 0.0, replicas=1,
+        mean_decode_batch=dec_sum / max(iters, 1),
+    )
+    return result, reused
