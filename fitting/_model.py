@@ -8,11 +8,14 @@ unconstrained scale u = logit(theta) for fractions in (0, 1) and log(theta) for 
     u_gp = mu_p + tau_p * z_gp, z_gp ~ N(0, 1)   (non-centred; Gelman et al., BDA3 ch. 5)
 
 A new GPU's parameters are draws from Normal(mu_p, tau_p) (its spec sheet supplies the peaks).
-Each row r adds a source/engine offset delta_s ~ N(0, tau_src) (a different lab or engine widens
-the interval instead of biasing it) and a Kennedy & O'Hagan (2001) discrepancy b_k ~ N(0, tau_b)
-for its noise group k (scenario and operator class), with multiplicative Student-t noise:
+Rows of whole-model scenarios (and a few elementwise kernel groups, ``has_offset``) add the offset
+delta_c ~ N(0, tau_src) of their cell c = (source/engine, noise group k):
+a Kennedy & O'Hagan (2001) discrepancy per lab/engine and operator class, so a different lab or
+engine (an unseen cell) widens the interval by tau_src instead of biasing it.  One offset per cell
+rather than a source effect plus a group effect avoids an additive ridge NUTS mixes badly on.
+Noise is multiplicative Student-t per group k (scenario and operator class):
 
-    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_s + b_k, sigma_k).
+    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c, sigma_k).
 """
 
 from __future__ import annotations
@@ -71,11 +74,8 @@ STUDENT_DF = 5.0
 NOISE_SCALE = 0.3
 """Half-normal scale of each group's log-noise sd (30 % multiplicative)."""
 
-SOURCE_SCALE = 0.3
-"""Half-normal scale of tau_src, the spread of source/engine offsets on log time."""
-
-DISCREPANCY_SCALE = 0.5
-"""Half-normal scale of tau_b, the spread of model discrepancies between noise groups."""
+SOURCE_SCALE = 0.5
+"""Half-normal scale of tau_src, the spread of per-(source, group) offsets on log time."""
 
 
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
@@ -92,7 +92,7 @@ def prior_center_unconstrained(name: str) -> float:
 def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> None:
     """NumPyro model of the log measurements in ``prep`` (``observed`` = their logs, or None to
     sample from the prior predictive)."""
-    n_gpu, n_src, n_key = len(prep.gpus), len(prep.sources), len(prep.noise_keys)
+    n_gpu, n_cell, n_key = len(prep.gpus), len(prep.cells), len(prep.noise_keys)
     params = {}
     for name in PARAM_NAMES:
         pr = PRIORS[name]
@@ -102,15 +102,14 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
             z = numpyro.sample(f"z_{name}", dist.Normal(0.0, 1.0))
         params[name] = numpyro.deterministic(name, to_natural(name, mu + tau * z))
     tau_src = numpyro.sample("tau_source", dist.HalfNormal(SOURCE_SCALE))
-    tau_b = numpyro.sample("tau_discrepancy", dist.HalfNormal(DISCREPANCY_SCALE))
-    with numpyro.plate("source", n_src):
-        z_src = numpyro.sample("z_source", dist.Normal(0.0, 1.0))
+    # Centred: every cell holds many rows, so its offset is data-dominated (Betancourt & Girolami
+    # 2015: centring suits strongly identified groups, non-centring weakly identified ones).
+    with numpyro.plate("cell", n_cell):
+        offset = numpyro.sample("cell_offset", dist.Normal(0.0, tau_src))
     with numpyro.plate("noise_key", n_key):
-        z_b = numpyro.sample("z_discrepancy", dist.Normal(0.0, 1.0))
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
-    offset = numpyro.deterministic("source_offset", tau_src * z_src)
-    disc = numpyro.deterministic("discrepancy", tau_b * z_b)
-    loc = predict_log(prep, params) + offset[prep.source_idx] + disc[prep.noise_idx]
+    padded = jnp.concatenate([offset, jnp.zeros(1)])  # index -1: groups without an offset
+    loc = predict_log(prep, params) + padded[prep.cell_idx]
     with numpyro.plate("row", len(prep.log_value)):
         numpyro.sample(
             "log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed
@@ -118,15 +117,15 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
 
 
 POSTERIOR_VARS = tuple(f"mu_{n}" for n in PARAM_NAMES) + tuple(f"tau_{n}" for n in PARAM_NAMES) + (
-    PARAM_NAMES + ("tau_source", "tau_discrepancy", "source_offset", "discrepancy", "sigma")
+    PARAM_NAMES + ("tau_source", "cell_offset", "sigma")
 )
 """Sites kept in the saved posterior (natural units for the per-GPU parameters)."""
 
 
 def _dims(prep: Prepared) -> tuple[dict, dict]:
-    coords = {"gpu": list(prep.gpus), "source": list(prep.sources), "noise_key": list(prep.noise_keys)}
+    coords = {"gpu": list(prep.gpus), "cell": list(prep.cells), "noise_key": list(prep.noise_keys)}
     dims = {n: ["gpu"] for n in PARAM_NAMES}
-    dims |= {"source_offset": ["source"], "discrepancy": ["noise_key"], "sigma": ["noise_key"]}
+    dims |= {"cell_offset": ["cell"], "sigma": ["noise_key"]}
     return coords, dims
 
 

@@ -1,7 +1,7 @@
 """The calibrated posterior: load/save (ArviZ netCDF), per-GPU ``Efficiency`` draws, predictive draws.
 
 A GPU or source the fit never saw gets the population: u = mu_p + tau_p * z, z ~ N(0, 1), on each
-parameter's unconstrained scale (``_model``), and a source offset delta ~ N(0, tau_src).  So a new
+parameter's unconstrained scale (``_model``), and a cell offset delta ~ N(0, tau_src).  So a new
 accelerator is predicted from its spec sheet with the pooled efficiencies, and a new lab or engine
 widens the interval instead of shifting it (Gelman et al., BDA3 ch. 5).
 """
@@ -38,7 +38,8 @@ class Posterior:
 
     Attributes:
         idata: the ``InferenceData``; group ``posterior`` holds ``mu_<p>``, ``tau_<p>``, the per-GPU
-            ``<p>`` (natural units, dim ``gpu``), ``source_offset``, ``discrepancy``, ``sigma``.
+            ``<p>`` (natural units, dim ``gpu``), ``tau_source``, ``cell_offset`` (dim ``cell``,
+            ``"<source>:<engine>|<group>"``) and ``sigma`` (dim ``noise_key``).
         path: the file it came from (None when built in memory).
     """
 
@@ -50,8 +51,13 @@ class Posterior:
         return tuple(str(g) for g in self.idata.posterior["gpu"].values)
 
     @property
+    def cells(self) -> tuple[str, ...]:
+        return tuple(str(s) for s in self.idata.posterior["cell"].values)
+
+    @property
     def sources(self) -> tuple[str, ...]:
-        return tuple(str(s) for s in self.idata.posterior["source"].values)
+        """Source/engine labels (``vidur:sarathi``) the fit saw."""
+        return tuple(sorted({c.split("|")[0] for c in self.cells}))
 
     @property
     def noise_keys(self) -> tuple[str, ...]:
@@ -87,7 +93,7 @@ def load_posterior(path: str | Path | None = None) -> Posterior:
         idata = az.from_netcdf(str(p))
     except Exception as exc:  # h5py/xarray raise many types for a bad file
         raise PosteriorError(f"cannot read posterior {p} ({type(exc).__name__}); is it a netCDF from `servingmath fit`?") from None
-    missing = [v for v in (*PARAM_NAMES, "sigma", "source_offset") if v not in idata.posterior]
+    missing = [v for v in (*PARAM_NAMES, "sigma", "cell_offset") if v not in idata.posterior]
     if missing:
         raise PosteriorError(f"{p} lacks posterior variables {missing[:3]}; refit with `servingmath fit`")
     return Posterior(idata, str(p))
@@ -127,11 +133,24 @@ def parameter_draws(posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray
     return out
 
 
+def _cell_offsets(posterior: Posterior, cell: str, idx: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Offset draws of one cell; an unseen cell draws from N(0, tau_src)."""
+    if cell in posterior.cells:
+        return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
+    return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
+
+
 def _source_offsets(posterior: Posterior, source: str | None, idx: np.ndarray,
                     rng: np.random.Generator) -> np.ndarray:
-    if source is not None and source in posterior.sources:
-        return posterior.flat("source_offset")[idx, posterior.sources.index(source)]
-    return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
+    """A source's offset for whole-model budgets: the mean of its step-level cells (prefill,
+    decode, static batch, serving), else of all its cells; None/unseen: N(0, tau_src)."""
+    cells = [i for i, c in enumerate(posterior.cells) if c.split("|")[0] == source]
+    step = [i for i in cells if not posterior.cells[i].split("|")[1].startswith(("op:", "collective:"))]
+    use = step or cells
+    if source is None or not use:
+        return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
+    return posterior.flat("cell_offset")[idx][:, use].mean(axis=1)
 
 
 def efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *, seed: int = 0,
@@ -172,23 +191,21 @@ def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 
                          seed: int = 0, noise: bool = True) -> np.ndarray:
     """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
 
-    log y = log f(theta_g) + delta_source + b_group + sigma_group * t_nu; unseen GPUs, sources and
-    groups take population draws (an unseen group's sigma is the largest fitted one).
+    log y = log f(theta_g) + delta_cell + sigma_group * t_nu; unseen GPUs and cells take population
+    draws (an unseen group's sigma is the largest fitted one).
     """
     rng = np.random.default_rng(seed)
     idx = _draw_indices(posterior, num_draws, rng)
     params = parameter_draws(posterior, prep.gpus, idx, rng)
-    offsets = np.stack([_source_offsets(posterior, s, idx, rng) for s in prep.sources], axis=1)
+    offsets = np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells]
+                       + [np.zeros(len(idx))], axis=1)  # last column: rows without an offset
     keys = posterior.noise_keys
-    disc_all, sig_all = posterior.flat("discrepancy")[idx], posterior.flat("sigma")[idx]
-    tau_b = posterior.flat("tau_discrepancy")[idx]
-    disc = np.stack([disc_all[:, keys.index(k)] if k in keys else tau_b * rng.standard_normal(len(idx))
-                     for k in prep.noise_keys], axis=1)
+    sig_all = posterior.flat("sigma")[idx]
     sig = np.stack([sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1)
                     for k in prep.noise_keys], axis=1)
     f = jax.jit(jax.vmap(lambda prm: predict_log(prep, prm)))
     base = np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}))
-    loc = base + offsets[:, prep.source_idx] + disc[:, prep.noise_idx]
+    loc = base + offsets[:, prep.cell_idx]
     if not noise:
         return loc
     eps = rng.standard_t(STUDENT_DF, size=loc.shape)

@@ -80,6 +80,21 @@ def noise_key(row: pd.Series) -> str:
     return f"{row['scenario']}:{row['metric']}"
 
 
+OFFSET_OP_GROUPS = ("op:embedding", "op:residual_add", "op:rope", "op:activation")
+"""Kernel groups with a discrepancy offset: elementwise kernels whose pass count the bytes formula
+does not know; ``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``."""
+
+
+def has_offset(key: str) -> bool:
+    """Whether rows of noise group ``key`` carry a (source, group) offset.
+
+    Whole-model scenarios do (engine and lab effects); single kernels and collectives are
+    anchored by their own efficiency parameters, except ``OFFSET_OP_GROUPS``.  Offsetting every
+    group would make each efficiency collinear with the offsets of the groups it governs.
+    """
+    return not key.startswith(("op:", "collective:")) or key in OFFSET_OP_GROUPS
+
+
 def source_key(row: pd.Series) -> str:
     """Source-level effect key: the lab/source plus its engine (``vidur:sarathi``)."""
     eng = row.get("engine")
@@ -212,7 +227,9 @@ class Prepared:
     Attributes:
         table: the covered rows (original index kept).
         blocks: per block name, a dict of arrays; ``pos`` places each row in ``table``.
-        gpus, sources, noise_keys: labels behind ``gpu_idx``, ``source_idx``, ``noise_idx``.
+        gpus, cells, noise_keys: labels behind ``gpu_idx``, ``cell_idx``, ``noise_idx``; a cell is
+            ``"<source>:<engine>|<noise key>"``, the unit of the source/discrepancy offset;
+            ``cell_idx`` is -1 for rows of groups without an offset (``has_offset``).
         log_value: log of the measured value per covered row.
         skipped: (original index, reason) of rows no budget covers.
     """
@@ -220,10 +237,10 @@ class Prepared:
     table: pd.DataFrame
     blocks: dict[str, dict[str, np.ndarray]]
     gpus: tuple[str, ...]
-    sources: tuple[str, ...]
+    cells: tuple[str, ...]
     noise_keys: tuple[str, ...]
     gpu_idx: np.ndarray
-    source_idx: np.ndarray
+    cell_idx: np.ndarray
     noise_idx: np.ndarray
     log_value: np.ndarray
     skipped: list[tuple[object, str]] = field(default_factory=list)
@@ -247,7 +264,7 @@ def _skip_reason(row: pd.Series) -> str | None:
 
 
 def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
-            sources: tuple[str, ...] | None = None,
+            cells: tuple[str, ...] | None = None,
             noise_keys: tuple[str, ...] | None = None) -> Prepared:
     """Turn measurement rows into prediction inputs; label sets extend the given ones (a fitted
     posterior's), so indices stay aligned with its parameters."""
@@ -289,9 +306,16 @@ def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
         return tuple(out), np.asarray([out.index(v) for v in values], dtype=int)
 
     gpus_, gi = labels(list(kept_table["gpu"]), gpus)
-    src_, si = labels([source_key(r) for _, r in kept_table.iterrows()], sources)
-    nk_, ni = labels([noise_key(r) for _, r in kept_table.iterrows()], noise_keys)
-    return Prepared(kept_table, blocks, gpus_, src_, nk_, gi, si, ni,
+    nks = [noise_key(r) for _, r in kept_table.iterrows()]
+    cell_rows = [(f"{source_key(r)}|{k}" if has_offset(k) else None)
+                 for (_, r), k in zip(kept_table.iterrows(), nks)]
+    src_, si = labels([c for c in cell_rows if c is not None], cells)
+    full_si, j = np.full(len(cell_rows), -1, dtype=int), 0
+    for i, c in enumerate(cell_rows):
+        if c is not None:
+            full_si[i], j = si[j], j + 1
+    nk_, ni = labels(nks, noise_keys)
+    return Prepared(kept_table, blocks, gpus_, src_, nk_, gi, full_si, ni,
                     np.log(kept_table["value"].to_numpy(float)), skipped)
 
 

@@ -1,0 +1,96 @@
+"""Score a posterior on measurements: absolute percentage error and predictive-interval coverage.
+
+Point prediction = median of the posterior predictive; APE = |pred - measured| / measured.
+Coverage = share of measurements inside the central 50 % and 90 % predictive intervals (an honest
+90 % interval covers about 90 % of held-out rows; Gneiting & Raftery 2007).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ._fit import STRATA, skipped_summary, subsample
+from ._posterior import Posterior, predictive_log_draws
+from ._predict import prepare
+
+
+def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, float | int]:
+    n = int(len(ape))
+    if n == 0:
+        return {"n": 0, "median_ape": None, "mape": None, "coverage_50": None, "coverage_90": None}
+    return {"n": n, "median_ape": float(np.median(ape)), "mape": float(np.mean(ape)),
+            "coverage_50": float(np.mean(in50)), "coverage_90": float(np.mean(in90))}
+
+
+def score_draws(table: pd.DataFrame, log_draws: np.ndarray, log_value: np.ndarray) -> dict:
+    """Scores overall and by scenario / GPU / source from predictive draws (draws, rows)."""
+    q = np.quantile(log_draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+    ape = np.abs(np.exp(q[2] - log_value) - 1.0)
+    in50 = (log_value >= q[1]) & (log_value <= q[3])
+    in90 = (log_value >= q[0]) & (log_value <= q[4])
+    out = _scores(ape, in50, in90)
+    for key, col in (("by_scenario", "scenario"), ("by_gpu", "gpu"), ("by_source", "source")):
+        labels = table[col].astype(str).to_numpy()
+        out[key] = {lab: _scores(ape[labels == lab], in50[labels == lab], in90[labels == lab])
+                    for lab in sorted(set(labels))}
+    return out
+
+
+def validate(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200, seed: int = 0,
+             max_rows: int | None = 5000, extra_skipped: list | None = None) -> dict:
+    """Error and coverage of ``posterior`` on ``table`` (tidy measurements).
+
+    Args:
+        posterior: a fitted (or prior-only) posterior.
+        table: measurements to score.
+        num_draws: posterior predictive draws per row.
+        seed: seeds the row subsample and the draws.
+        max_rows: above this many rows, score a seeded stratified subsample
+            (``per_stratum`` rows per source/scenario/op/gpu/metric cell) and say so.
+        extra_skipped: rows an earlier stage (ingest) skipped, counted in ``skipped``.
+
+    Returns:
+        dict with ``n``, ``median_ape``, ``mape``, ``coverage_50``, ``coverage_90``, ``skipped``
+        (count), ``skipped_reasons`` (reason -> count), ``by_scenario``, ``by_gpu``, ``by_source``
+        (each label -> the same five scores), ``subsample`` (None or a description).
+    """
+    note = None
+    if max_rows is not None and len(table) > max_rows:
+        cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
+        per = max(1, max_rows // max(cells, 1))
+        table = subsample(table, per, seed)
+        note = f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, {len(table)} rows"
+    prep = prepare(table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
+    skipped = list(prep.skipped) + list(extra_skipped or [])
+    if len(prep.log_value):
+        draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
+        out = score_draws(prep.table, draws, prep.log_value)
+    else:
+        out = _scores(np.zeros(0), np.zeros(0), np.zeros(0))
+        out |= {"by_scenario": {}, "by_gpu": {}, "by_source": {}}
+    out["skipped"] = len(skipped)
+    out["skipped_reasons"] = skipped_summary(skipped)
+    out["subsample"] = note
+    return out
+
+
+def format_report(result: dict) -> str:
+    """Human-readable table of a ``validate`` result."""
+    def line(label: str, s: dict) -> str:
+        if not s["n"]:
+            return f"  {label:<34} {0:>6}"
+        return (f"  {label:<34} {s['n']:>6} {100 * s['median_ape']:>8.1f}% {100 * s['mape']:>8.1f}%"
+                f" {100 * s['coverage_50']:>7.0f}% {100 * s['coverage_90']:>7.0f}%")
+
+    head = f"  {'':<34} {'n':>6} {'medAPE':>9} {'MAPE':>9} {'cov50':>8} {'cov90':>8}"
+    rows = [head, line("overall", result)]
+    for key, title in (("by_scenario", "scenario"), ("by_gpu", "gpu"), ("by_source", "source")):
+        rows.append(f"  by {title}:")
+        rows += [line("  " + lab, s) for lab, s in result[key].items()]
+    if result.get("subsample"):
+        rows.append(f"  note: {result['subsample']}")
+    if result["skipped"]:
+        rows.append(f"  skipped {result['skipped']} rows:")
+        rows += [f"    {n:>6}  {reason}" for reason, n in result["skipped_reasons"].items()]
+    return "\n".join(rows)

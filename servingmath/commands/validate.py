@@ -1,0 +1,53 @@
+"""``servingmath validate``: error and interval coverage of a posterior on measurements."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import UsageError
+
+HELP = "score a posterior on measurements: median/mean APE and 50/90% interval coverage"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--posterior", default=None, help="posterior netCDF (default: the bundled one)")
+    parser.add_argument("--data", nargs="+", required=True, metavar="FILE",
+                        help="measurement files or folders (SCHEMA.md CSVs, vLLM/SGLang/GenAI-Perf JSON)")
+    parser.add_argument("--draws", type=int, default=200, help="predictive draws per row (default 200)")
+    parser.add_argument("--max-rows", type=int, default=5000,
+                        help="score a seeded stratified subsample above this many rows (default 5000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def load_inputs(posterior_path: str | None, data: list[str]):
+    """(posterior, table, ingest-skipped rows), with library errors turned into ``UsageError``."""
+    import fitting
+
+    try:
+        posterior = fitting.load_posterior(posterior_path)
+        result = fitting.load_measurements(data)
+    except (fitting.PosteriorError, fitting.MeasurementFormatError, ValueError) as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
+    return posterior, result.table, list(result.skipped)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.draws < 2 or args.max_rows < 1:
+        raise UsageError("--draws must be >= 2 and --max-rows >= 1; pass larger values")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from fitting._validate import format_report, validate
+
+    posterior, table, skipped = load_inputs(args.posterior, args.data)
+    result = validate(posterior, table, num_draws=args.draws, seed=args.seed,
+                      max_rows=args.max_rows, extra_skipped=skipped)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"posterior {posterior.path} ({posterior.idata.attrs.get('method', '?')}, "
+              f"{posterior.num_draws} draws) on {len(table)} rows")
+        print(format_report(result))
+    return 0
