@@ -1,0 +1,106 @@
+"""Operator roofline (perfmodel._ops) against hand-computed anchors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import perfmodel
+from perfmodel._ops import (
+    KernelEfficiency,
+    attention_time_s,
+    collective_time_s,
+    elementwise_time_s,
+    gemm_time_s,
+    one_pass_collective_s,
+    prefill_attention_flops,
+)
+from perfmodel._parallel import point_to_point_s, ring_all_reduce_s
+
+H100 = perfmodel.load_hardware("h100-sxm")
+PEAK = float(H100.dense_flops_per_s[0])
+BW = float(H100.hbm_bytes_per_s)
+NO_RAMP = perfmodel.Efficiency(compute_fraction_max=0.75, compute_half_tokens=0.0, bandwidth_fraction=0.8)
+IDEAL_KERNEL = KernelEfficiency(launch_overhead_s=0.0, gemm_half_width=0.0)
+
+
+def test_gemm_4096_cubed_bf16_h100_is_compute_bound_anchor():
+    t = gemm_time_s(4096, 4096, 4096, 2.0, PEAK, BW, NO_RAMP, IDEAL_KERNEL)
+    assert PEAK == 989e12
+    assert float(t) == pytest.approx(2 * 4096**3 / (0.75 * 989e12), rel=1e-12)  # 185.3 us
+
+
+def test_gemm_efficiency_curve_and_launch_cost_slow_it_down():
+    eff = perfmodel.Efficiency(compute_fraction_max=0.75, compute_half_tokens=64.0)
+    ker = KernelEfficiency(launch_overhead_s=5e-6, gemm_half_width=64.0)
+    t = gemm_time_s(4096, 4096, 4096, 2.0, PEAK, BW, eff, ker)
+    eta = 0.75 * 4096 / (4096 + 64) * (4096 / (4096 + 64)) ** 2
+    assert float(t) == pytest.approx(2 * 4096**3 / (eta * PEAK) + 5e-6, rel=1e-12)
+
+
+def test_gemm_single_token_is_weight_read_bound():
+    n, k = 22016, 4096  # Llama-2-7B gate+up projection
+    t = gemm_time_s(1, n, k, 2.0, PEAK, BW, NO_RAMP, IDEAL_KERNEL)
+    moved = (k + n * k) * 2.0 + n * 2.0
+    assert float(t) == pytest.approx(moved / (0.8 * BW), rel=1e-12)
+
+
+def test_fp8_gemm_uses_low_precision_ratio():
+    ker = KernelEfficiency(launch_overhead_s=0.0, gemm_half_width=0.0, low_precision_compute_ratio=0.5)
+    fp8_peak = float(H100.dense_flops_per_s[1])
+    t = gemm_time_s(8192, 8192, 8192, 1.0, fp8_peak, BW, NO_RAMP, ker, low_precision=1.0)
+    assert float(t) == pytest.approx(2 * 8192**3 / (0.75 * 0.5 * fp8_peak), rel=1e-12)
+
+
+def test_elementwise_is_bandwidth_bound():
+    ker = KernelEfficiency(launch_overhead_s=3e-6, elementwise_bandwidth_fraction=0.5)
+    assert float(elementwise_time_s(1e9, BW, ker)) == pytest.approx(1e9 / (0.5 * BW) + 3e-6)
+
+
+def test_causal_prefill_flops_and_window():
+    # 1 sequence of 4 tokens: 10 causal pairs x 2 matmuls x 2 FLOPs x heads x head_dim
+    assert float(prefill_attention_flops(1, 4, 8, 64)) == 10 * 2 * 2 * 8 * 64
+    # window 1: each token attends to ~1 position
+    assert float(prefill_attention_flops(1, 4, 8, 64, 1.0)) == 4 * 1 * 2 * 2 * 8 * 64
+
+
+def test_decode_attention_reads_kv_at_bandwidth():
+    b, c, hkv, d = 64, 4096, 8, 128
+    kv_bytes = b * c * 2 * hkv * d * 2.0
+    ker = KernelEfficiency(launch_overhead_s=0.0)
+    t = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, b, PEAK, BW, NO_RAMP, ker)
+    assert float(t) == pytest.approx(kv_bytes / (0.8 * BW), rel=1e-12)
+
+
+def test_collectives_volume_factors():
+    eff = perfmodel.Efficiency(collective_latency_s=0.0, collective_bandwidth_fraction=1.0)
+    n, link = 2.0**29, 450e9
+    for p in (2, 4, 8):
+        assert float(collective_time_s(0, n, p, link, eff)) == pytest.approx(2 * (p - 1) / p * n / link)
+        assert float(collective_time_s(1, n, p, link, eff)) == pytest.approx((p - 1) / p * n / link)
+    assert float(collective_time_s(2, n, 2, link, eff)) == pytest.approx(n / link)
+    assert float(one_pass_collective_s(n, 1, link, eff)) == 0.0
+    eff2 = perfmodel.Efficiency()
+    assert float(collective_time_s(0, 1e6, 4, link, eff2)) == float(ring_all_reduce_s(1e6, 4, link, eff2))
+    assert float(collective_time_s(2, 1e6, 2, link, eff2)) == float(point_to_point_s(1e6, link, eff2))
+
+
+def test_gemm_gradients_match_finite_differences():
+    def f(cfm, bw, launch):
+        eff = perfmodel.Efficiency(compute_fraction_max=cfm, bandwidth_fraction=bw)
+        ker = KernelEfficiency(launch_overhead_s=launch)
+        ms = jnp.asarray([1.0, 64.0, 4096.0])
+        return jnp.log(gemm_time_s(ms, 4096.0, 4096.0, 2.0, PEAK, BW, eff, ker)).sum()
+
+    check_grads(f, (0.7, 0.8, 5e-6), order=1, modes=("rev",), eps=1e-7)
+
+
+def test_vmap_over_parameters_equals_loop():
+    cfms = jnp.asarray([0.5, 0.6, 0.7])
+
+    def f(c):
+        return gemm_time_s(2048.0, 8192.0, 8192.0, 2.0, PEAK, BW, perfmodel.Efficiency(compute_fraction_max=c),
+                           KernelEfficiency())
+
+    np.testing.assert_allclose(jax.vmap(f)(cfms), [f(c) for c in cfms], rtol=1e-12)
