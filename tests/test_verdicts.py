@@ -64,3 +64,62 @@ def test_interference_named_for_long_prompts_and_pp_for_a_kv_starved_replica():
     assert starved["pp_or_interference"].startswith("PP would help")  # 12 seats -> ~200 with PP=2
     roomy = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=3000.0, output_tokens=200.0)
     assert roomy["pp_or_interference"].startswith("Neither")
+
+
+# ------------------------------------------------------------------ CLI (explain --json) -------
+
+import argparse
+import json
+
+import pytest
+
+from servingmath import cli
+from servingmath._features_cli import add_feature_arguments, validate_feature_arguments
+from servingmath.errors import UsageError
+
+
+def _args(*argv):
+    parser = argparse.ArgumentParser()
+    add_feature_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--spec-draft", "mtp", "--spec-acceptance", "1.5"), "--spec-acceptance must be in [0, 1]"),
+    (("--spec-draft", "mtp", "--spec-k", "0"), "--spec-k must be a positive integer"),
+    (("--prefix-reuse", "0.5", "--prefix-len", "5000"), "longer than the 3000-token prompt"),
+    (("--prefix-reuse", "1.5", "--prefix-len", "500"), "--prefix-reuse must be in [0, 1]"),
+    (("--prefix-reuse", "0.5"), "go together"),
+    (("--disagg", "0:4"), "each pool needs at least one GPU"),
+    (("--disagg", "4-4"), "is not PREFILL_GPUS:DECODE_GPUS"),
+    (("--disagg", "4:4", "--transfer-bw", "-1"), "--transfer-bw must be a positive"),
+    (("--host-kv-bytes", "-5"), "--host-kv-bytes must be >= 0"),
+])
+def test_bad_feature_input_is_one_usage_error(argv, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        validate_feature_arguments(_args(*argv), 3000.0)
+
+
+def test_explain_json_reports_the_feature_numbers_and_verdicts(capsys):
+    rc = cli.main([
+        "explain", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--input-len", "3000",
+        "--output-len", "200", "--prefix-reuse", "0.9", "--prefix-len", "2000", "--spec-draft", "mtp",
+        "--spec-acceptance", "0.8", "--spec-k", "3", "--disagg", "4:4", "--json",
+    ])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["effective_prefill_tokens"] == pytest.approx(3000 - 0.9 * 2000)
+    assert report["prefix_hit_rate"] == pytest.approx(1.0)
+    assert report["spec_tokens_per_step"] == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+    assert report["spec_speedup"] > 1.0
+    assert report["kv_transfer_s"] == pytest.approx(3000 * 131072 / 50e9 + 1e-4)
+    assert set(report["verdicts"]) == KEYS
+
+
+def test_explain_rejects_a_draft_larger_than_the_target(capsys):
+    rc = cli.main([
+        "explain", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm",
+        "--spec-draft", "meta-llama/Llama-3.1-70B",
+    ])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "not smaller than" in err

@@ -1,0 +1,248 @@
+"""Options and report for the serving features (issue 4), shared by ``explain`` and ``simulate``.
+
+``add_feature_arguments`` declares prefix reuse, speculative decoding, disaggregation and the host
+KV tier; ``feature_report`` evaluates them with the closed forms in ``perfmodel.features`` and
+returns a JSON-ready dict (always the keys ``prefix_hit_rate``, ``effective_prefill_tokens``,
+``spec_tokens_per_step``, ``spec_speedup``, ``kv_transfer_s``, ``verdicts``; a feature that was
+not asked for reports the plain engine: no reuse, one token per step, no transfer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import equinox as eqx
+
+import perfmodel as pm
+from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec
+from perfmodel import features as ft
+
+from .errors import UsageError
+
+DEFAULT_HOST_KV_BYTES_PER_S = 63e9
+"""PCIe 5.0 x16, one direction: 32 GT/s * 16 lanes * 128/130 encoding / 8 bits ~ 63 GB/s."""
+
+
+def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
+    """Feature options (the paged-KV ``--block-size`` is a deployment option)."""
+    g = parser.add_argument_group("serving features")
+    g.add_argument("--prefix-reuse", type=float, metavar="FRACTION",
+                   help="share of requests that open with a shared prefix (0..1)")
+    g.add_argument("--prefix-len", type=int, metavar="N", help="shared prefix length (tokens)")
+    g.add_argument("--spec-draft", metavar="MODEL|mtp", help="speculative decoding: draft model or mtp")
+    g.add_argument("--spec-k", type=int, default=4, metavar="K", help="draft tokens per step (default 4)")
+    g.add_argument("--spec-acceptance", type=float, metavar="A",
+                   help="per-token acceptance in [0, 1] (default: prior from measured acceptance lengths)")
+    g.add_argument("--disagg", metavar="PREFILL_GPUS:DECODE_GPUS", help="split prefill and decode pools")
+    g.add_argument("--prefill-gpu", metavar="G", help="prefill pool hardware id (default --gpu)")
+    g.add_argument("--decode-gpu", metavar="G", help="decode pool hardware id (default --gpu)")
+    g.add_argument("--transfer-bw", type=float, metavar="BYTES_PER_S",
+                   help="KV hand-off bandwidth per GPU (default: the inter-node network)")
+    g.add_argument("--host-kv-bytes", type=float, metavar="BYTES", help="host-memory KV tier per GPU")
+    g.add_argument("--host-kv-bw", type=float, default=DEFAULT_HOST_KV_BYTES_PER_S, metavar="BYTES_PER_S",
+                   help="host <-> GPU bandwidth (default PCIe 5.0 x16, 63e9)")
+
+
+def _fraction(name: str, value: float) -> None:
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise UsageError(f"{name} must be in [0, 1], got {value}; pass e.g. {name} 0.5")
+
+
+def _pools(text: str) -> tuple[int, int]:
+    try:
+        p, d = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise UsageError(f"--disagg {text!r} is not PREFILL_GPUS:DECODE_GPUS; pass e.g. --disagg 4:4") from None
+    if p < 1 or d < 1:
+        raise UsageError(f"--disagg {text}: each pool needs at least one GPU; pass e.g. --disagg 4:4")
+    return p, d
+
+
+def _hardware(name: str | None, default: HardwareSpec, args: argparse.Namespace) -> HardwareSpec:
+    if name is None:
+        return default
+    try:
+        return pm.load_hardware(name, hardware_csv=getattr(args, "hardware_csv", None))
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _pool(deployment: Deployment, gpus: int, flag: str) -> Deployment:
+    group = int(deployment.tp) * int(deployment.pp)
+    if gpus % group:
+        raise UsageError(f"{flag}: {gpus} GPUs is not a multiple of TP x PP = {group}; pass a multiple")
+    return eqx.tree_at(lambda d: d.replicas, deployment, float(gpus // group))
+
+
+def _lengths(args, workload) -> tuple[float, float, float | None]:
+    if workload is not None:
+        rate = float(workload.arrival_rate_per_s) if getattr(args, "rate", None) is not None else None
+        return float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), rate
+    return float(args.input_len), float(args.output_len), getattr(args, "rate", None)
+
+
+def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -> None:
+    """Every check that needs no budget, so bad input fails fast (``UsageError``, one line)."""
+    if args.prefix_reuse is not None or args.prefix_len is not None:
+        if args.prefix_reuse is None or args.prefix_len is None:
+            raise UsageError("--prefix-reuse and --prefix-len go together; pass both, e.g. 0.8 and 1024")
+        _fraction("--prefix-reuse", args.prefix_reuse)
+        if args.prefix_len < 0 or args.prefix_len > prompt_tokens:
+            raise UsageError(
+                f"--prefix-len {args.prefix_len} is longer than the {prompt_tokens:.0f}-token prompt; "
+                "pass a prefix no longer than the prompt"
+            )
+    if args.spec_draft:
+        if args.spec_k < 1:
+            raise UsageError(f"--spec-k must be a positive integer, got {args.spec_k}; pass e.g. --spec-k 4")
+        if args.spec_acceptance is not None:
+            _fraction("--spec-acceptance", args.spec_acceptance)
+    if args.disagg:
+        _pools(args.disagg)
+        if args.transfer_bw is not None and not (math.isfinite(args.transfer_bw) and args.transfer_bw > 0):
+            raise UsageError(f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}")
+    if args.host_kv_bytes is not None and not (
+        math.isfinite(args.host_kv_bytes) and args.host_kv_bytes >= 0 and args.host_kv_bw > 0
+    ):
+        raise UsageError("--host-kv-bytes must be >= 0 and --host-kv-bw > 0; pass e.g. --host-kv-bytes 256e9")
+
+
+def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) -> dict:
+    mtp = args.spec_draft.lower() == "mtp"
+    draft = None
+    if not mtp:
+        try:
+            draft = pm.load_model(args.spec_draft)
+        except CatalogError as exc:
+            raise UsageError(str(exc)) from None
+        if float(draft.total_params) >= float(model.total_params):
+            raise UsageError(
+                f"draft {draft.name} ({float(draft.total_params) / 1e9:.1f} B) is not smaller than "
+                f"{model.name} ({float(model.total_params) / 1e9:.1f} B); pick a smaller draft or mtp"
+            )
+    if args.spec_acceptance is None:
+        k = args.spec_k if 1 <= args.spec_k <= 8 else None
+        alpha, _ = ft.acceptance_prior(ft.load_acceptance(), "mtp" if mtp else None, k)
+        source = f"prior: mean over measured {'mtp' if mtp else 'draft'} acceptance lengths"
+    else:
+        alpha, source = args.spec_acceptance, "--spec-acceptance"
+    s = ft.speculative_decode(
+        model, hardware, deployment, efficiency, batch_size=batch, context_tokens=prompt + output / 2.0,
+        draft_tokens=float(args.spec_k), acceptance=alpha, draft_model=draft,
+    )
+    return {
+        "draft": "mtp" if mtp else draft.name, "k": args.spec_k, "acceptance": float(alpha),
+        "acceptance_source": source, "batch": float(batch), "tokens_per_step": float(s.tokens_per_step),
+        "speedup": float(s.speedup), "tpot_s": float(s.tpot_s), "net_gain_s": float(s.net_gain_s),
+        "breakeven_acceptance": float(s.breakeven_acceptance),
+    }
+
+
+def feature_report(
+    args: argparse.Namespace,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    workload=None,
+) -> dict:
+    """Closed-form feature numbers and verdicts for the parsed options (``UsageError`` on bad input)."""
+    prompt, output, rate = _lengths(args, workload)
+    validate_feature_arguments(args, prompt)
+    share, prefix = 0.0, 0.0
+    if args.prefix_reuse is not None:
+        share, prefix = float(args.prefix_reuse), float(args.prefix_len)
+    out: dict = {}
+    reuse = ft.prefix_reuse(
+        model, hardware, deployment, efficiency, prompt_tokens=prompt, output_tokens=output,
+        shared_fraction=share, prefix_tokens=prefix, arrival_rate_per_s=rate or 1.0,
+    )
+    out["prefix_hit_rate"] = float(reuse.hit_rate) if share > 0 else 0.0
+    out["effective_prefill_tokens"] = float(reuse.effective_prefill_tokens)
+    out["prefix_prefill_speedup"] = float(reuse.prefill_speedup)
+
+    batch = _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
+    spec = _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) if args.spec_draft else None
+    out["spec_tokens_per_step"] = spec["tokens_per_step"] if spec else 1.0
+    out["spec_speedup"] = spec["speedup"] if spec else 1.0
+    if spec:
+        out["speculative"] = spec
+
+    out["kv_transfer_s"] = 0.0
+    if args.disagg:
+        out.update(_disagg(args, model, hardware, deployment, efficiency, prompt, output, rate))
+
+    if args.host_kv_bytes is not None:
+        tier_dep = eqx.tree_at(lambda d: (d.host_kv_bytes, d.host_kv_bytes_per_s), deployment,
+                               (args.host_kv_bytes, args.host_kv_bw))
+        h = ft.host_tier(model, hardware, tier_dep, efficiency, sequence_tokens=prompt + output)
+        out["host_tier"] = {k: float(v) for k, v in h.__dict__.items()}
+
+    out["verdicts"] = ft.verdicts(
+        model, hardware, deployment, efficiency, prompt_tokens=prompt, output_tokens=output,
+        arrival_rate_per_s=rate, shared_fraction=share, prefix_tokens=prefix,
+    )
+    return out
+
+
+def _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate) -> float:
+    """Sequences decoding together per replica: 1 without a rate, else Little's law on the
+    colocated TPOT (the KV/sequence cap when overloaded)."""
+    seats = min(float(pm.max_concurrent_requests(model, hardware, deployment, prompt + output)),
+                float(deployment.max_num_seqs))
+    if rate is None:
+        return 1.0
+    r = ft.disaggregation(
+        model, efficiency, colocated=(hardware, deployment), prefill=(hardware, deployment),
+        decode=(hardware, deployment), prompt_tokens=prompt, output_tokens=output, arrival_rate_per_s=rate,
+    )
+    tpot = float(r.colocated_tpot_s)
+    if not math.isfinite(tpot):
+        return max(seats, 1.0)
+    return min(max(rate / float(deployment.replicas) * max(output - 1.0, 0.0) * tpot, 1.0), max(seats, 1.0))
+
+
+def render_features(report: dict) -> str:
+    """Human lines for ``feature_report``: the headline numbers, then each verdict."""
+    lines = [
+        f"prefix cache: hit rate {report['prefix_hit_rate']:.2f}, effective prefill "
+        f"{report['effective_prefill_tokens']:,.0f} tokens ({report['prefix_prefill_speedup']:.2f}x faster)",
+        f"speculative decoding: {report['spec_tokens_per_step']:.2f} tokens/step, "
+        f"speedup {report['spec_speedup']:.2f}x",
+    ]
+    if "disaggregation" in report:
+        d = report["disaggregation"]
+        net = d.get("net_s")
+        lines.append(
+            f"disaggregation {d['prefill_gpus']}:{d['decode_gpus']}: KV hand-off "
+            f"{report['kv_transfer_s'] * 1e3:.2f} ms"
+            + (f", net E2E gain {net * 1e3:+.1f} ms per request" if net is not None else "")
+        )
+    if "host_tier" in report:
+        h = report["host_tier"]
+        lines.append(f"host KV tier: {h['host_sequences_used']:.0f} more sequences, "
+                     f"throughput {100 * h['gain_fraction']:+.0f}%")
+    lines += [f"{k}: {v}" for k, v in report["verdicts"].items()]
+    return "\n".join(lines)
+
+
+def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
+    p_gpus, d_gpus = _pools(args.disagg)
+    hw_p = _hardware(args.prefill_gpu, hardware, args)
+    hw_d = _hardware(args.decode_gpu, hardware, args)
+    pre = _pool(deployment, p_gpus, "--disagg prefill pool")
+    dec = _pool(deployment, d_gpus, "--disagg decode pool")
+    bw = args.transfer_bw if args.transfer_bw is not None else float(hw_p.internode_bytes_per_s)
+    block = {"prefill_gpus": p_gpus, "decode_gpus": d_gpus, "prefill_gpu": hw_p.name, "decode_gpu": hw_d.name}
+    t_kv = float(ft.kv_transfer_s(model, pre, prompt, bw))
+    if rate is not None:
+        co = _pool(deployment, p_gpus + d_gpus, "--disagg colocated comparison")
+        r = ft.disaggregation(
+            model, efficiency, colocated=(hardware, co), prefill=(hw_p, pre), decode=(hw_d, dec),
+            prompt_tokens=prompt, output_tokens=output, arrival_rate_per_s=rate, transfer_bytes_per_s=bw,
+        )
+        block.update({k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()})
+    else:
+        block["note"] = "pass --rate to compare TTFT/TPOT/E2E against the colocated system"
+    return {"kv_transfer_s": t_kv, "disaggregation": block}
