@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 import perfmodel as pm
 
+from .._features_cli import add_feature_arguments, feature_report, render_features
 from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
 from .._render import human_bytes, human_seconds, table
 from ..errors import UsageError
@@ -18,6 +19,7 @@ HELP = "the budget sheet of one deployment: memory, compute, bandwidth, communic
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deployment_arguments(parser)
+    add_feature_arguments(parser)
     parser.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
     parser.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -99,5 +101,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not all(jnp.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
-    print(json.dumps(report, indent=2) if args.json else _render(report))
+    features = feature_report(args, model, hardware, deployment, efficiency)
+    report.update(features)
+    print(json.dumps(report, indent=2) if args.json else _render(report) + "\n" + render_features(features))
     return 0

@@ -20,6 +20,7 @@ from .._dynamics_cli import (
     resolve_workload,
     simulation_report,
 )
+from .._features_cli import add_feature_arguments, feature_report, render_features
 from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
 from .._render import human_seconds, table
 from ..errors import UsageError
@@ -29,6 +30,7 @@ HELP = "simulate a continuous-batching engine request by request: TTFT, TPOT, E2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deployment_arguments(parser)
+    add_feature_arguments(parser)
     add_dynamics_arguments(parser, lengths=True)
     parser.add_argument("--requests", type=int, default=2000, help="requests to simulate (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     longest = int(trace.prompt_tokens.max() + trace.output_tokens.max()) if trace is not None else (
         args.input_len + args.output_len)
     require_fit(model, hardware, deployment, float(min(longest, args.max_model_len)))
+    features = feature_report(args, model, hardware, deployment, pm.Efficiency(), workload)
     concurrency = args.concurrency or 0
     if trace is not None:
         n = min(args.requests, len(trace))
@@ -88,5 +91,6 @@ def run(args: argparse.Namespace) -> int:
             "or lower --max-model-len"
         )
     report = simulation_report(result, summarize(result))
-    print(json.dumps(report, indent=2) if args.json else _render(report))
+    report.update(features)
+    print(json.dumps(report, indent=2) if args.json else _render(report) + "\n" + render_features(features))
     return 0
