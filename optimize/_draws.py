@@ -1,0 +1,56 @@
+"""Posterior draws of ``Efficiency`` for each candidate GPU, stacked as (gpus, draws) leaves.
+
+With a fitted posterior (``fitting.load_posterior``) the draws are ``fitting.efficiency_draws``;
+without one, ``prior_efficiency_draws`` jitters the default ``Efficiency`` with a seeded lognormal
+(spread ``PRIOR_LOG_SD``), which stands for "calibrated to within ~15 %".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from perfmodel import Efficiency
+
+PRIOR_LOG_SD = 0.15
+"""Log-scale spread of the prior draws of every efficiency field."""
+
+_FRACTIONS = ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidth_fraction")
+
+
+def prior_efficiency_draws(num_draws: int, *, seed: int = 0) -> Efficiency:
+    """``num_draws`` lognormal jitters of ``Efficiency()`` (fractions clipped to at most 1)."""
+    base = Efficiency()
+    names = [f.name for f in dataclasses.fields(Efficiency)]
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(names))
+    values = {}
+    for key, name in zip(keys, names):
+        centre = jnp.asarray(getattr(base, name), dtype=float)
+        draw = centre * jnp.exp(PRIOR_LOG_SD * jax.random.normal(key, (num_draws,)))
+        values[name] = jnp.minimum(draw, 1.0) if name in _FRACTIONS else draw
+    return Efficiency(**values)
+
+
+def efficiency_draws_for(
+    gpus: tuple[str, ...], num_draws: int, *, posterior=None, seed: int = 0
+) -> Efficiency:
+    """Draws for every candidate GPU, leaves of shape (len(gpus), num_draws).
+
+    Args:
+        gpus: hardware ids.
+        num_draws: posterior draws per GPU.
+        posterior: an ArviZ ``InferenceData`` from ``fitting.load_posterior`` or ``None`` (prior).
+        seed: PRNG seed (draws are reproducible).
+    """
+    per_gpu = []
+    for g, gpu in enumerate(gpus):
+        if posterior is None:
+            per_gpu.append(prior_efficiency_draws(num_draws, seed=seed))
+        else:
+            import fitting
+
+            draws = fitting.efficiency_draws(posterior, gpu, num_draws, seed=seed + g)
+            per_gpu.append(jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_draws,)), draws))
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *per_gpu)

@@ -1,0 +1,59 @@
+"""The referee: every point of the discrete grid, every replica count, the same model.
+
+Used to prove the gradient search (``benchmarks/bench_optimize.py``, ``tests/test_optimize_search.py``);
+it evaluates the SLO probability of all (configuration, replicas) pairs, with no monotonicity
+assumption, and returns the cheapest feasible one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._evaluate import cost_per_hour, slo_probability
+from ._problem import Problem
+
+
+class GridOptimum(NamedTuple):
+    """Cheapest feasible grid point (``config`` is None when nothing is feasible)."""
+
+    config: np.ndarray | None
+    replicas: int
+    cost_per_hour: float
+    evaluated: int
+
+
+@eqx.filter_jit
+def _chunk_costs(problem: Problem, configs: jnp.ndarray) -> jnp.ndarray:
+    reps = jnp.arange(1, problem.grid.max_replicas + 1, dtype=float)
+
+    def one(config):
+        prob = jax.vmap(lambda r: slo_probability(problem, config, r))(reps)
+        cost = jax.vmap(lambda r: cost_per_hour(problem, config, r))(reps)
+        return jnp.where(prob >= problem.confidence, cost, jnp.inf)
+
+    return jax.vmap(one)(configs)
+
+
+def exhaustive_optimum(problem: Problem, *, chunk: int = 32) -> GridOptimum:
+    """Enumerate ``problem.grid`` (all legal configs x replicas 1..max) in chunks of ``chunk``
+    configurations (static shape: the last chunk is padded with the first config)."""
+    configs = problem.grid.all_configs(problem.model)
+    n = len(configs)
+    pad = (-n) % chunk
+    padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
+    costs = np.concatenate([
+        np.asarray(_chunk_costs(problem, jnp.asarray(padded[i:i + chunk])))
+        for i in range(0, len(padded), chunk)
+    ])[:n]
+    flat = int(np.argmin(costs))
+    i, r = divmod(flat, costs.shape[1])
+    best = float(costs[i, r])
+    evaluated = n * problem.grid.max_replicas
+    if not np.isfinite(best):
+        return GridOptimum(None, 0, float("inf"), evaluated)
+    return GridOptimum(configs[i], r + 1, best, evaluated)

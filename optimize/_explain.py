@@ -1,0 +1,137 @@
+"""Why an answer is what it is: binding constraint, shadow prices, cost gradients, closest SLO.
+
+Shadow prices and cost gradients come from the implicit function theorem on the sigmoid-smoothed
+chance constraint P_s(r, theta) = confidence at the recommended configuration, with the replica
+count r relaxed to a real number: d log r / d theta = -(dP_s/d theta) / (dP_s/d log r).  Cost is
+proportional to r, so d log cost / d log theta (an elasticity) is d log r / d log theta, and the
+shadow price of an SLO bound S is d cost / d S = cost * (d log r / d log S) / S.  They are
+marginal values of the continuous requirement (the integer replica count moves in steps).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._evaluate import CONSTRAINTS, constraint_slacks, draw_metrics, holds
+from ._grid import one_hot_weights
+from ._problem import Problem
+
+Array = jnp.ndarray
+
+SENSITIVITIES: tuple[str, ...] = (
+    "peak_flops_per_s",
+    "hbm_bytes_per_s",
+    "hbm_bytes",
+    "link_bytes_per_s",
+    "arrival_rate_per_s",
+    "prompt_tokens_mean",
+    "output_tokens_mean",
+    "slo_ttft_p95_s",
+    "slo_tpot_p95_s",
+)
+"""Quantities the cost is differentiated against (hardware budgets, workload, SLO bounds)."""
+
+_SIGMOID_WIDTH = 0.05
+
+
+def _scaled(problem: Problem, log_scales: Array) -> Problem:
+    s = jnp.exp(log_scales)
+    h, w = problem.hardware, problem.workload
+    return eqx.tree_at(
+        lambda p: (
+            p.hardware.dense_flops_per_s, p.hardware.hbm_bytes_per_s, p.hardware.hbm_bytes,
+            p.hardware.link_bytes_per_s, p.workload.arrival_rate_per_s,
+            p.workload.prompt_tokens_mean, p.workload.output_tokens_mean,
+            p.slo_ttft_p95_s, p.slo_tpot_p95_s,
+        ),
+        problem,
+        (
+            h.dense_flops_per_s * s[0], h.hbm_bytes_per_s * s[1], h.hbm_bytes * s[2],
+            h.link_bytes_per_s * s[3], w.arrival_rate_per_s * s[4],
+            w.prompt_tokens_mean * s[5], w.output_tokens_mean * s[6],
+            problem.slo_ttft_p95_s * s[7], problem.slo_tpot_p95_s * s[8],
+        ),
+    )
+
+
+def _smooth_probability(problem: Problem, config: Array, log_r: Array, log_scales: Array) -> Array:
+    p = _scaled(problem, log_scales)
+    m = draw_metrics(p, one_hot_weights(config, p.grid), jnp.exp(log_r), temperature=0.02)
+    slacks = constraint_slacks(p, m)
+    slacks = jnp.where(jnp.isfinite(slacks), slacks, -10.0)
+    return jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / _SIGMOID_WIDTH), axis=0))
+
+
+@eqx.filter_jit
+def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
+    """(continuous replicas r*, d log cost / d log theta for ``SENSITIVITIES``) at ``config``.
+
+    r* solves the smoothed chance constraint by bisection on log r; an unbounded SLO has zero
+    sensitivity.
+    """
+    zero = jnp.zeros(len(SENSITIVITIES))
+
+    def gap(log_r):
+        return _smooth_probability(problem, config, log_r, zero) - problem.confidence
+
+    def step(_, b):
+        lo, hi = b
+        mid = 0.5 * (lo + hi)
+        ok = gap(mid) >= 0
+        return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(
+        0, 40, step, (jnp.log(1e-3), jnp.log(4.0 * problem.grid.max_replicas))
+    )
+    log_r = hi
+    d_log_r = jax.grad(lambda lr: _smooth_probability(problem, config, lr, zero))(log_r)
+    d_theta = jax.grad(lambda ls: _smooth_probability(problem, config, log_r, ls))(zero)
+    elasticity = jnp.where(jnp.abs(d_log_r) > 1e-12, -d_theta / d_log_r, 0.0)
+    finite_slo = jnp.concatenate([
+        jnp.ones(7), jnp.stack([jnp.isfinite(problem.slo_ttft_p95_s), jnp.isfinite(problem.slo_tpot_p95_s)])
+    ])
+    return jnp.exp(log_r), jnp.where(finite_slo, elasticity, 0.0)
+
+
+def binding_constraint(problem: Problem, slacks: np.ndarray) -> str:
+    """The constraint with the least headroom at the required confidence: the one whose
+    (1 - confidence)-quantile of log-slack over draws is smallest.  ``slacks``: (constraints, draws)."""
+    q = np.quantile(np.asarray(slacks), 1.0 - float(problem.confidence), axis=1)
+    q = np.where(np.isnan(q), np.inf, q)
+    return CONSTRAINTS[int(np.argmin(q))]
+
+
+@eqx.filter_jit
+def _achievable_scale(problem: Problem, configs: Array) -> Array:
+    """Per config at ``max_replicas``: the confidence-quantile over draws of the factor by which
+    the SLO bounds must be relaxed (inf where it is unstable or does not fit)."""
+    r = float(problem.grid.max_replicas)
+
+    def one(config):
+        m = draw_metrics(problem, one_hot_weights(config, problem.grid), r)
+        slacks = constraint_slacks(problem, m)
+        hard_ok = holds(slacks.at[:2].set(0.0))
+        over = jnp.exp(-jnp.minimum(slacks[:2], 0.0))  # >= 1: needed relaxation per SLO
+        factor = jnp.where(hard_ok, jnp.max(over, axis=0), jnp.inf)
+        return jnp.quantile(factor, problem.confidence)
+
+    return jax.vmap(one)(configs)
+
+
+def closest_achievable(problem: Problem) -> dict:
+    """The smallest common factor on the SLO bounds that some configuration meets with the required
+    confidence at ``max_replicas``, and the bounds it gives (``None`` where unbounded or nothing
+    fits at all: then memory or throughput binds)."""
+    configs = jnp.asarray(problem.grid.all_configs(problem.model))
+    scales = np.asarray(_achievable_scale(problem, configs))
+    best = float(np.min(scales))
+    if not np.isfinite(best):
+        return {"scale": None, "ttft_p95_s": None, "tpot_p95_s": None}
+    bounds = {}
+    for name, bound in (("ttft_p95_s", problem.slo_ttft_p95_s), ("tpot_p95_s", problem.slo_tpot_p95_s)):
+        b = float(bound)
+        bounds[name] = b * best * 1.0001 if np.isfinite(b) else None
+    return {"scale": best, **bounds, "config": configs[int(np.argmin(scales))]}

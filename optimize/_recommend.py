@@ -1,0 +1,237 @@
+"""The answer a person reads: cheapest verified configuration, its cost, metrics and reasons.
+
+``recommend`` runs the gradient search on the search model, re-checks the best distinct
+configurations with the verdict model (``perfmodel.dynamics.serving_metrics``; fewest replicas
+by bisection), ranks them by verified cost, and explains the winner.  An infeasible problem is a
+value: ``feasible = False`` with the closest achievable SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from perfmodel import BINDING_BUDGETS, Efficiency, budget_sheet
+
+from ._engine_args import engine_args
+from ._evaluate import (
+    constraint_slacks,
+    costs_at_min_replicas,
+    cost_per_hour,
+    draw_metrics,
+)
+from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
+from ._grid import KNOBS, one_hot_weights
+from ._metrics import serving_slo_metrics
+from ._problem import Problem
+from ._search import SearchOptions, search
+
+SECONDS_PER_HOUR = 3600.0
+
+
+class Recommendation(NamedTuple):
+    """A verified answer (``to_json`` gives the CLI's ``--json`` object)."""
+
+    feasible: bool
+    config: dict[str, Any] | None
+    cost_per_hour: float
+    cost_per_million_output_tokens: float
+    slo_probability: float
+    ttft_s: dict[str, float] | None
+    tpot_s: dict[str, float] | None
+    binding_constraint: str | None
+    binding_budget: str | None
+    shadow_prices: dict[str, float]
+    cost_elasticities: dict[str, float]
+    engine_args: dict[str, str] | None
+    alternatives: list[dict[str, Any]]
+    closest_achievable: dict[str, Any] | None
+    search_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.config or {}
+        return {
+            "feasible": self.feasible,
+            **{k: c.get(k) for k in ("gpu", "num_gpus", "tp", "pp", "replicas",
+                                     "max_num_batched_tokens", "max_num_seqs",
+                                     "kv_dtype", "weight_dtype")},
+            "disaggregation": None,
+            "cost_per_hour": _num(self.cost_per_hour),
+            "cost_per_million_output_tokens": _num(self.cost_per_million_output_tokens),
+            "slo_probability": self.slo_probability,
+            "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s,
+            "binding_constraint": self.binding_constraint,
+            "binding_budget": self.binding_budget,
+            "shadow_prices": self.shadow_prices,
+            "cost_elasticities": self.cost_elasticities,
+            "engine_args": self.engine_args,
+            "alternatives": self.alternatives,
+            "closest_achievable": self.closest_achievable,
+        }
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replicas: int) -> dict:
+    """Knob values of an index vector, plus GPU counts."""
+    g = problem.grid
+    idx = dict(zip(KNOBS, (int(v) for v in config)))
+    tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
+    return {
+        "gpu": gpus[idx["gpu"]],
+        "tp": tp,
+        "pp": pp,
+        "replicas": int(replicas),
+        "num_gpus": int(replicas) * tp * pp,
+        "kv_dtype": g.kv_dtypes[idx["kv_dtype"]],
+        "weight_dtype": g.weight_dtypes[idx["weight_dtype"]],
+        "max_num_batched_tokens": g.max_num_batched_tokens[idx["max_num_batched_tokens"]],
+        "max_num_seqs": g.max_num_seqs[idx["max_num_seqs"]],
+    }
+
+
+def _per_million(problem: Problem, cost: float) -> float:
+    w = problem.workload
+    tokens_per_hour = float(w.arrival_rate_per_s * w.output_tokens_mean) * SECONDS_PER_HOUR
+    return cost / tokens_per_hour * 1e6
+
+
+def _candidates(problem: Problem, found, count: int) -> np.ndarray:
+    """The cheapest search results, at most one per (GPU, TP, PP), ``count`` rows (padded)."""
+    picked, seen = [], set()
+    for c, k in zip(found.configs, found.cost_per_hour):
+        key = (c[0], c[1], c[2])
+        if np.isfinite(k) and key not in seen:
+            seen.add(key)
+            picked.append(c)
+        if len(picked) == count:
+            break
+    while len(picked) < count:
+        picked.append(picked[-1] if picked else found.configs[0])
+    return np.asarray(picked, dtype=np.int32)
+
+
+def recommend(
+    problem: Problem,
+    gpus: tuple[str, ...],
+    model_name: str,
+    *,
+    options: SearchOptions = SearchOptions(),
+    num_verified: int = 4,
+    verify: bool = True,
+) -> Recommendation:
+    """Cheapest configuration meeting the chance constraints, verified and explained.
+
+    Args:
+        problem: from ``make_problem``.
+        gpus: hardware ids in the problem's GPU order (labels).
+        model_name: Hugging Face id (for engine command lines).
+        options: search options.
+        num_verified: distinct configurations re-checked with the verdict model.
+        verify: re-check with ``perfmodel.dynamics.serving_metrics`` (False: search model only).
+    """
+    import time
+
+    t0 = time.perf_counter()
+    found = search(problem, options)
+    feasible_any = bool(len(found.cost_per_hour)) and np.isfinite(found.cost_per_hour[0])
+    if not feasible_any:
+        return _infeasible(problem, time.perf_counter() - t0)
+    cands = _candidates(problem, found, num_verified)
+    if verify:
+        reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands), serving_slo_metrics)
+    else:
+        reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands))
+    reps, costs = np.asarray(reps), np.asarray(costs)
+    order = np.argsort(costs, kind="stable")
+    uniq = []
+    for i in order:
+        if not any(np.array_equal(cands[i], cands[j]) for j in uniq):
+            uniq.append(i)
+    best = uniq[0]
+    if not np.isfinite(costs[best]):
+        return _infeasible(problem, time.perf_counter() - t0)
+    config, r = cands[best], int(reps[best])
+    metrics_fn = serving_slo_metrics if verify else None
+    out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics_fn)
+    alternatives = []
+    for i in uniq[1:]:
+        if np.isfinite(costs[i]):
+            d = describe(problem, gpus, cands[i], int(reps[i]))
+            alternatives.append({**d, "cost_per_hour": float(costs[i]),
+                                 "cost_per_million_output_tokens": _per_million(problem, float(costs[i]))})
+    return out._replace(alternatives=alternatives, search_seconds=time.perf_counter() - t0)
+
+
+def _summary(q: np.ndarray) -> dict[str, float]:
+    """Posterior median of each reported quantile (p50, p95, p99)."""
+    med = np.median(np.asarray(q), axis=0)
+    return {k: _num(float(v)) for k, v in zip(("p50", "p95", "p99"), med)}
+
+
+def _explain(problem, gpus, model_name, config, replicas, cost, metrics_fn) -> Recommendation:
+    cfg = jnp.asarray(config)
+    weights = one_hot_weights(cfg, problem.grid)
+    kwargs = {} if metrics_fn is None else {"metrics_fn": metrics_fn}
+    m = draw_metrics(problem, weights, float(replicas), **kwargs)
+    slacks = np.asarray(constraint_slacks(problem, m))
+    ok = np.all(np.where(np.arange(4)[:, None] == 2, slacks > 0, slacks >= 0), axis=0)
+    _, elastic = cost_elasticities(problem, cfg)
+    elastic = {k: float(v) for k, v in zip(SENSITIVITIES, np.asarray(elastic))}
+    shadow = {}
+    for name in ("slo_ttft_p95_s", "slo_tpot_p95_s"):
+        bound = float(getattr(problem, name))
+        shadow[name.removeprefix("slo_")] = cost * elastic[name] / bound if math.isfinite(bound) else 0.0
+    described = describe(problem, gpus, config, replicas)
+    hw = _select(problem.hardware, int(config[0]))
+    eff = _select(problem.efficiency, int(config[0]))
+    eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
+    from ._grid import deployment_from_weights, grid_tables
+
+    dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
+    sheet = budget_sheet(problem.model, hw, dep, eff,
+                         problem.workload.prompt_tokens_mean, problem.workload.output_tokens_mean)
+    return Recommendation(
+        feasible=True,
+        config=described,
+        cost_per_hour=cost,
+        cost_per_million_output_tokens=_per_million(problem, cost),
+        slo_probability=float(np.mean(ok)),
+        ttft_s=_summary(np.asarray(m.ttft_quantiles_s)),
+        tpot_s=_summary(np.asarray(m.tpot_quantiles_s)),
+        binding_constraint=binding_constraint(problem, slacks),
+        binding_budget=BINDING_BUDGETS[int(sheet.binding_budget)],
+        shadow_prices=shadow,
+        cost_elasticities=elastic,
+        engine_args=engine_args(model_name, described),
+        alternatives=[],
+        closest_achievable=None,
+        search_seconds=0.0,
+    )
+
+
+def _select(tree, i: int):
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
+
+
+def _infeasible(problem: Problem, seconds: float) -> Recommendation:
+    near = closest_achievable(problem)
+    binding = "memory_fit_or_stability" if near["scale"] is None else (
+        "ttft_p95" if near["ttft_p95_s"] is not None and (
+            near["tpot_p95_s"] is None) else "slo")
+    near = {k: v for k, v in near.items() if k != "config"}
+    return Recommendation(
+        feasible=False, config=None, cost_per_hour=math.inf,
+        cost_per_million_output_tokens=math.inf, slo_probability=0.0,
+        ttft_s=None, tpot_s=None, binding_constraint=binding, binding_budget=None,
+        shadow_prices={}, cost_elasticities={}, engine_args=None, alternatives=[],
+        closest_achievable=near, search_seconds=seconds,
+    )

@@ -1,0 +1,239 @@
+"""Gradient search over the relaxed knobs, then rounding and exact re-check of neighbours.
+
+Each knob is a softmax over its legal choices (GPU type, TP, PP, KV dtype, weight dtype, token
+budget, sequence cap) plus a real log-replica count.  The relaxed loss is
+log($/hour) + ``penalty`` * softplus((confidence - P_smooth) / w) * w + far-field hinge, with
+P_smooth the posterior mean of a product of logistic indicators of each constraint's log-slack
+(the chance constraint, sigmoid-smoothed).  ``num_starts`` random starts run at once under
+``vmap`` with ``optax.adam``; the log-replica count is kept in its box by
+``optax.projections.projection_box``.  Every start is rounded (argmax per knob); the best few
+distinct roundings seed a coordinate search over the exact model (each knob tried at every
+value, fewest replicas by bisection) until no move lowers the cost.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ._evaluate import (
+    constraint_slacks,
+    costs_at_min_replicas,
+    draw_metrics,
+    memory_slack,
+)
+from ._problem import Problem
+
+Array = jnp.ndarray
+
+_NEG = -1e9
+
+
+class SearchOptions(NamedTuple):
+    """Knobs of the search itself (static).
+
+    Attributes:
+        num_starts: random starts run together under ``vmap``.
+        num_steps: Adam steps.
+        learning_rate: Adam step size (logits and log-replicas).
+        relaxed_draws: posterior draws used by the relaxed loss (the exact re-check uses all).
+        sigmoid_width: width of the logistic indicator, in log-slack units.
+        penalty: weight of the chance-constraint penalty against log cost.
+        num_seeds: distinct roundings that seed the exact coordinate search.
+        max_rounds: coordinate-search rounds.
+        pair_seeds: centres (best first) whose two-knob neighbourhood is also tried each round.
+        seed: PRNG seed of the starts.
+    """
+
+    num_starts: int = 32
+    num_steps: int = 150
+    learning_rate: float = 0.1
+    relaxed_draws: int = 32
+    sigmoid_width: float = 0.05
+    penalty: float = 20.0
+    num_seeds: int = 4
+    max_rounds: int = 4
+    pair_seeds: int = 1
+    seed: int = 0
+
+
+class Relaxed(NamedTuple):
+    """Relaxed knobs of one start: logits per knob and log replicas."""
+
+    logits: tuple[Array, ...]
+    log_replicas: Array
+
+
+def _masks(problem: Problem) -> tuple[Array, ...]:
+    sizes = problem.grid.sizes()
+    masks = [jnp.zeros(n) for n in sizes]
+    legal = jnp.mod(problem.model.num_heads, jnp.asarray(problem.grid.tp, dtype=float)) == 0
+    masks[1] = jnp.where(legal, 0.0, _NEG)
+    return tuple(masks)
+
+
+def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
+    """Smooth surrogate of log(cost) + chance-constraint penalty at one relaxed point."""
+    weights = tuple(jax.nn.softmax(l + m) for l, m in zip(x.logits, _masks(problem)))
+    replicas = jnp.exp(x.log_replicas)
+    g = problem.grid
+    tp = jnp.exp2(weights[1] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
+    pp = jnp.exp2(weights[2] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
+    price = weights[0] @ problem.hardware.price_per_gpu_hour
+    surcharge = 1.0 + weights[3] @ problem.kv_penalty_fraction + weights[4] @ problem.weight_penalty_fraction
+    log_cost = jnp.log(replicas * tp * pp * price * surcharge)
+
+    sub = jax.tree_util.tree_map(lambda e: e[:, : options.relaxed_draws], problem.efficiency)
+    small = eqx.tree_at(lambda p: p.efficiency, problem, sub)
+    metrics = draw_metrics(small, weights, replicas, temperature=0.05)
+    slacks = constraint_slacks(small, metrics)
+    slacks = slacks.at[3].set(memory_slack(small, weights))
+    slacks = jnp.where(jnp.isfinite(slacks), slacks, -10.0)
+    w = options.sigmoid_width
+    p_smooth = jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / w), axis=0))
+    shortfall = jax.nn.softplus((problem.confidence - p_smooth) / 0.02) * 0.02
+    far = jnp.mean(jnp.sum(jax.nn.relu(-slacks + w) ** 2, axis=0))
+    return log_cost + options.penalty * shortfall + far
+
+
+def _init(problem: Problem, key: Array, options: SearchOptions) -> Relaxed:
+    sizes = problem.grid.sizes()
+    keys = jax.random.split(key, len(sizes) + 1)
+    logits = [2.0 * jax.random.normal(k, (options.num_starts, n)) for k, n in zip(keys, sizes)]
+    # spread the starts over the GPU types: start i leans towards GPU i mod G
+    lean = jnp.eye(sizes[0])[jnp.arange(options.num_starts) % sizes[0]]
+    logits[0] = logits[0] + 3.0 * lean
+    logits = tuple(logits)
+    log_r = jax.random.uniform(
+        keys[-1], (options.num_starts,), maxval=jnp.log(problem.grid.max_replicas)
+    )
+    return Relaxed(logits, log_r)
+
+
+@eqx.filter_jit
+def relaxed_descent(problem: Problem, options: SearchOptions, key: Array) -> tuple[Relaxed, Array]:
+    """Run Adam from ``num_starts`` random starts (drawn with ``key``) at once; returns the final
+    points and their losses.  ``options.seed`` is ignored here (the key is traced: no recompile)."""
+    opt = optax.adam(options.learning_rate)
+    x0 = _init(problem, key, options)
+    loss_grad = jax.vmap(jax.value_and_grad(lambda x: relaxed_loss(problem, x, options)))
+    hi = jnp.log(float(problem.grid.max_replicas))
+
+    def step(carry, _):
+        x, state = carry
+        loss, grad = loss_grad(x)
+        grad = jax.tree_util.tree_map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
+        updates, state = opt.update(grad, state, x)
+        x = optax.apply_updates(x, updates)
+        x = x._replace(log_replicas=optax.projections.projection_box(x.log_replicas, 0.0, hi))
+        return (x, state), loss
+
+    (x, _), losses = jax.lax.scan(step, (x0, opt.init(x0)), None, length=options.num_steps)
+    return x, jax.vmap(lambda xi: relaxed_loss(problem, xi, options))(x)
+
+
+def round_relaxed(problem: Problem, x: Relaxed) -> np.ndarray:
+    """Argmax of every knob's (masked) logits: shape (starts, len(KNOBS))."""
+    cols = [np.asarray(jnp.argmax(l + m, axis=-1)) for l, m in zip(x.logits, _masks(problem))]
+    return np.stack(cols, axis=-1).astype(np.int32)
+
+
+def _line_neighbours(problem: Problem, centres: np.ndarray) -> np.ndarray:
+    """Every config that differs from a centre in one knob (each knob at every legal value)."""
+    legal_tp = problem.grid.legal_tp(problem.model)
+    out = []
+    for c in centres:
+        for k, n in enumerate(problem.grid.sizes()):
+            for v in range(n):
+                if k == 1 and not legal_tp[v]:
+                    v = int(c[1])
+                row = c.copy()
+                row[k] = v
+                out.append(row)
+    return np.asarray(out, dtype=np.int32)
+
+
+def _pair_neighbours(problem: Problem, centre: np.ndarray) -> np.ndarray:
+    """Every config that differs from ``centre`` in exactly two knobs (trades such as TP x2 with
+    replicas /2 need two moves at once); illegal TP values stay at the centre's."""
+    legal_tp = problem.grid.legal_tp(problem.model)
+    sizes = problem.grid.sizes()
+    out = []
+    for a in range(len(sizes)):
+        for b in range(a + 1, len(sizes)):
+            for va in range(sizes[a]):
+                for vb in range(sizes[b]):
+                    row = centre.copy()
+                    row[a], row[b] = va, vb
+                    if not legal_tp[row[1]]:
+                        row[1] = centre[1]
+                    out.append(row)
+    return np.asarray(out, dtype=np.int32)
+
+
+class SearchResult(NamedTuple):
+    """Ranked distinct configurations the exact re-check found (cheapest first)."""
+
+    configs: np.ndarray
+    replicas: np.ndarray
+    cost_per_hour: np.ndarray
+    evaluated: int
+
+
+def search(problem: Problem, options: SearchOptions = SearchOptions()) -> SearchResult:
+    """Relaxed multi-start descent, rounding, then exact coordinate search from the best roundings."""
+    x, losses = relaxed_descent(
+        problem, options._replace(seed=0), jax.random.PRNGKey(options.seed)
+    )
+    rounded = round_relaxed(problem, x)
+    order = np.argsort(np.asarray(losses))
+    seeds, seen = [], set()
+    seeded_gpus = set()
+    for i in order:  # the best rounding on each GPU type first, best loss first
+        if rounded[i][0] not in seeded_gpus and len(seeds) < options.num_seeds:
+            seeded_gpus.add(rounded[i][0])
+            seen.add(tuple(rounded[i]))
+            seeds.append(rounded[i])
+    for i in order:
+        if len(seeds) >= options.num_seeds:
+            break
+        key = tuple(rounded[i])
+        if key not in seen:
+            seen.add(key)
+            seeds.append(rounded[i])
+    while len(seeds) < options.num_seeds:
+        seeds.append(seeds[-1])
+    centres = np.asarray(seeds)
+    table: dict[tuple[int, ...], tuple[int, float]] = {}
+    evaluated = 0
+    for _ in range(options.max_rounds):
+        lines = _line_neighbours(problem, centres)
+        pairs = np.concatenate([_pair_neighbours(problem, c) for c in centres[: options.pair_seeds]])
+        cand = np.concatenate([lines, pairs])
+        reps, cost = costs_at_min_replicas(problem, jnp.asarray(cand))
+        evaluated += len(cand)
+        reps, cost = np.asarray(reps), np.asarray(cost)
+        for c, r, k in zip(cand, reps, cost):
+            table[tuple(int(v) for v in c)] = (int(r), float(k))
+        per = cost[: len(lines)].reshape(len(centres), -1)
+        best = lines.reshape(len(centres), -1, lines.shape[-1])[np.arange(len(centres)), per.argmin(1)]
+        pair_cost = cost[len(lines):].reshape(min(options.pair_seeds, len(centres)), -1)
+        pair_best = pairs.reshape(len(pair_cost), -1, pairs.shape[-1])
+        for j in range(len(pair_cost)):
+            if pair_cost[j].min() < per[j].min():
+                best[j] = pair_best[j, pair_cost[j].argmin()]
+        if np.array_equal(best, centres):
+            break
+        centres = best
+    ranked = sorted(table.items(), key=lambda kv: kv[1][1])
+    return SearchResult(
+        configs=np.asarray([k for k, _ in ranked], dtype=np.int32),
+        replicas=np.asarray([v[0] for _, v in ranked]),
+        cost_per_hour=np.asarray([v[1] for _, v in ranked]),
+        evaluated=evaluated,
+    )
