@@ -1,0 +1,178 @@
+"""Figures for the serving features: closed forms against the simulator, and where each pays.
+
+    python benchmarks/bench_features.py [--quick] [--json OUT.json]
+
+Prints one markdown table per feature.  Every number is computed here from the bundled catalogs
+(Llama-3.1 8B/70B/405B on h100-sxm, default ``Efficiency``), the Mooncake trace and synthetic
+workloads with fixed seeds; nothing is measured on hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+from perfmodel import Deployment, Efficiency, GiB, load_hardware, load_model, prefill_step  # noqa: E402
+from perfmodel import features as ft  # noqa: E402
+from perfmodel._traces import Trace  # noqa: E402
+from perfmodel.simulator import simulate  # noqa: E402
+from perfmodel.simulator._disagg import simulate_disaggregated  # noqa: E402
+from perfmodel.simulator._prefix_cache import (  # noqa: E402
+    MOONCAKE_BLOCK_TOKENS, load_mooncake_trace, replay_reused_tokens, shared_prefix_requests,
+    simulate_prefix_cache,
+)
+from perfmodel.simulator._speculative import simulate_speculative  # noqa: E402
+
+H100 = load_hardware("h100-sxm")
+EFF = Efficiency()
+L8 = load_model("meta-llama/Llama-3.1-8B")
+
+
+def _table(title, head, rows):
+    out = [f"### {title}", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def prefix(quick):
+    rows, rec = [], []
+    n = 3000 if quick else 10000
+    for cap in (300, 1000, 3000):
+        reqs = shared_prefix_requests(n, arrival_rate_per_s=10.0, shared_fraction=0.5, prefix_tokens=320,
+                                      prompt_tokens=400, output_tokens=100, block_size_tokens=16,
+                                      num_prefixes=20, seed=3)
+        reused = replay_reused_tokens(reqs, cap, 16)
+        shared = np.array([bool(r.block_hashes) and r.block_hashes[0][0] == "prefix" for r in reqs])
+        sim = float((reused[shared] > 0).mean())
+        che = float(ft.che_hit_rate(10.0 * 0.5 / 20, 20.0, 20.0, 10.0 * (500 - 160) / 16, cap))
+        rows.append((cap, f"{sim:.3f}", f"{che:.3f}", f"{che - sim:+.3f}"))
+        rec.append({"capacity_blocks": cap, "lru_replay": sim, "che": che})
+    out = [_table("Prefix cache: LRU hit rate, block-level replay vs Che (20 prefixes, 50% shared)",
+                  ("cache blocks", "replay", "Che", "diff"), rows)]
+
+    trace = load_mooncake_trace()[: (3000 if quick else len(load_mooncake_trace()))]
+    prompt = sum(r.prompt_tokens for r in trace)
+    mrows = []
+    for cap in (1000, 10000, 100000, 10**8):
+        frac = float(replay_reused_tokens(trace, cap, MOONCAKE_BLOCK_TOKENS).sum() / prompt)
+        mrows.append((cap, f"{cap * MOONCAKE_BLOCK_TOKENS / 1e6:.1f} M", f"{frac:.3f}"))
+        rec.append({"mooncake_capacity_blocks": cap, "reused_prompt_fraction": frac})
+    out.append(_table(f"Mooncake conversation trace ({len(trace)} requests): share of prompt tokens reused",
+                      ("cache blocks (512 tok)", "tokens", "reused fraction"), mrows))
+
+    srows = []
+    dep = Deployment.create()
+    for share in (0.0, 0.5, 0.9):
+        reqs = shared_prefix_requests(200, arrival_rate_per_s=1.0, shared_fraction=share, prefix_tokens=3000,
+                                      prompt_tokens=4000, output_tokens=50, block_size_tokens=16, seed=2)
+        sim, _ = simulate_prefix_cache(L8, H100, dep, EFF, reqs, capacity_blocks=10**6)
+        cf = ft.prefix_reuse(L8, H100, dep, EFF, prompt_tokens=4000.0, output_tokens=50.0,
+                             shared_fraction=share, prefix_tokens=3000.0, arrival_rate_per_s=1.0)
+        srows.append((share, f"{float(cf.effective_prefill_tokens):.0f}", f"{float(cf.prefill_speedup):.2f}x",
+                      f"{float(cf.prefill_s) * 1e3:.1f}", f"{np.mean(sim.ttft_s) * 1e3:.1f}"))
+        rec.append({"shared_fraction": share, "closed_ttft_s": float(cf.prefill_s), "sim_ttft_s": float(np.mean(sim.ttft_s))})
+    out.append(_table("Shared system prompt (3000 of 4000 tokens), Llama-3.1-8B, 1 req/s",
+                      ("shared", "effective prefill", "prefill speedup", "closed TTFT ms", "sim mean TTFT ms"), srows))
+    return out, rec
+
+
+def speculative(quick):
+    rows, rec = [], []
+    dep = Deployment.create()
+    n = 32 if quick else 64
+    trace = Trace(np.zeros(n), np.full(n, 1000), np.full(n, 400))
+    for batch in (1, 8, 64, 256):
+        for alpha in (0.3, 0.6, 0.8):
+            cf = ft.speculative_decode(L8, H100, dep, EFF, batch_size=float(batch), context_tokens=1200.0,
+                                       draft_tokens=4.0, acceptance=alpha)
+            sim = ""
+            if batch <= 8:
+                s = simulate_speculative(L8, H100, dep, EFF, trace, draft_tokens=4, acceptance=alpha,
+                                         concurrency=batch, seed=1)
+                sim = f"{np.nanmean(s.tpot_s) * 1e3:.2f}"
+            rows.append((batch, alpha, f"{float(cf.speedup):.2f}", f"{float(cf.breakeven_acceptance):.2f}",
+                         f"{float(cf.tpot_s) * 1e3:.2f}", sim))
+            rec.append({"batch": batch, "alpha": alpha, "speedup": float(cf.speedup), "sim_tpot_s": sim})
+    return [_table("Speculative decoding, Llama-3.1-8B + MTP head, k = 4 (sim: closed loop, sampled acceptance)",
+                   ("batch", "alpha", "speedup", "break-even alpha", "closed TPOT ms", "sim TPOT ms"), rows)], rec
+
+
+def parallel(quick):
+    rows, rec = [], []
+    for name, gpus in (("meta-llama/Llama-3.1-8B", 8), ("meta-llama/Llama-3.1-70B", 8), ("meta-llama/Llama-3.1-405B", 16)):
+        m = load_model(name)
+        opts = sorted(ft.parallelism_options(m, H100, Deployment.create(), EFF, gpus, 2000.0, 500.0),
+                      key=lambda o: -o.tokens_per_s)
+        for o in opts[:3]:
+            rows.append((name.split("/")[1], gpus, o.tp, o.pp, o.replicas, f"{o.tokens_per_s:,.0f}", f"{o.tpot_s_batch1 * 1e3:.1f}"))
+        rec.append({"model": name, "best": opts[0]._asdict()})
+    return [_table("Parallelism on h100-sxm (2000 in / 500 out): top 3 splits by decode tokens/s",
+                   ("model", "GPUs", "TP", "PP", "replicas", "tokens/s", "batch-1 TPOT ms"), rows)], rec
+
+
+def disagg(quick):
+    rows, rec = [], []
+    n = 500 if quick else 1500
+    for prompt in (200, 2000, 8000):
+        co = Deployment.create(replicas=8)
+        rate = 0.3 * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
+        pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
+        cf = ft.disaggregation(L8, EFF, colocated=(H100, co), prompt_tokens=float(prompt), output_tokens=256.0,
+                               arrival_rate_per_s=rate, **pools)
+        arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
+        tr = Trace(arrival, np.full(n, prompt), np.full(n, 256))
+        keep = slice(n // 10, int(0.9 * n))
+        s = simulate_disaggregated(L8, EFF, tr, **pools)
+        c = simulate(L8, H100, co, EFF, tr)
+        sim_net = float(np.mean(c.e2e_s[keep]) - np.mean(s.e2e_s[keep]))
+        rows.append((prompt, f"{rate:.1f}", f"{float(cf.prefill_interference):.2f}", f"{float(cf.kv_transfer_s) * 1e3:.2f}",
+                     f"{float(cf.net_s) * 1e3:+.0f}", f"{sim_net * 1e3:+.0f}",
+                     f"{float(cf.colocated_e2e_s):.2f} / {np.mean(c.e2e_s[keep]):.2f}",
+                     f"{float(cf.split_e2e_s):.2f} / {np.mean(s.e2e_s[keep]):.2f}"))
+        rec.append({"prompt": prompt, "closed_net_s": float(cf.net_s), "sim_net_s": sim_net})
+    return [_table("Disaggregation 4:4 vs 8 colocated, Llama-3.1-8B, 256 output tokens, prefill load 0.3",
+                   ("prompt", "req/s", "interference", "KV hand-off ms", "closed net ms", "sim net ms",
+                    "colocated E2E s closed/sim", "split E2E s closed/sim"), rows)], rec
+
+
+def host(quick):
+    rows, rec = [], []
+    m = load_model("meta-llama/Llama-3.1-70B")
+    for seq in (640.0, 2500.0, 8000.0):
+        for bw in (64e9, 16e9):
+            dep = Deployment.create(tp=2, host_kv_bytes=256 * GiB, host_kv_bytes_per_s=bw)
+            h = ft.host_tier(m, H100, dep, EFF, sequence_tokens=seq)
+            rows.append((int(seq), f"{bw / 1e9:.0f}", f"{float(h.hbm_sequences):.0f}", f"{float(h.host_sequences_used):.0f}",
+                         f"{float(h.tokens_per_s_hbm_only):,.0f}", f"{float(h.tokens_per_s_with_host):,.0f}",
+                         f"{100 * float(h.gain_fraction):+.0f}%"))
+            rec.append({"sequence_tokens": seq, "bw": bw, "gain_fraction": float(h.gain_fraction)})
+    return [_table("Host KV tier, Llama-3.1-70B TP2 on h100-sxm, 256 GiB host per GPU",
+                   ("seq tokens", "host GB/s", "HBM seqs", "host seqs used", "tok/s HBM", "tok/s +host", "gain"), rows)], rec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller traces (about a minute)")
+    ap.add_argument("--json", help="also write the numbers to this JSON file")
+    args = ap.parse_args()
+    record = {}
+    for name, fn in (("prefix", prefix), ("speculative", speculative), ("parallel", parallel),
+                     ("disaggregation", disagg), ("host_tier", host)):
+        t0 = time.perf_counter()
+        tables, record[name] = fn(args.quick)
+        print("\n\n".join(tables))
+        print(f"\n({name}: {time.perf_counter() - t0:.1f} s)\n")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(record, fh, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
