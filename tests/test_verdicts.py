@@ -73,7 +73,6 @@ import json
 
 import pytest
 
-from servingmath import cli
 from servingmath._features_cli import add_feature_arguments, validate_feature_arguments
 from servingmath.errors import UsageError
 
@@ -100,9 +99,18 @@ def test_bad_feature_input_is_one_usage_error(argv, message):
         validate_feature_arguments(_args(*argv), 3000.0)
 
 
+def _explain(argv):
+    """Run ``servingmath explain`` alone (independent of the other subcommands' imports)."""
+    from servingmath.commands import explain
+
+    parser = argparse.ArgumentParser()
+    explain.add_arguments(parser)
+    return explain.run(parser.parse_args(argv))
+
+
 def test_explain_json_reports_the_feature_numbers_and_verdicts(capsys):
-    rc = cli.main([
-        "explain", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--input-len", "3000",
+    rc = _explain([
+        "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--input-len", "3000",
         "--output-len", "200", "--prefix-reuse", "0.9", "--prefix-len", "2000", "--spec-draft", "mtp",
         "--spec-acceptance", "0.8", "--spec-k", "3", "--disagg", "4:4", "--json",
     ])
@@ -116,10 +124,8 @@ def test_explain_json_reports_the_feature_numbers_and_verdicts(capsys):
     assert set(report["verdicts"]) == KEYS
 
 
-def test_explain_rejects_a_draft_larger_than_the_target(capsys):
-    rc = cli.main([
-        "explain", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm",
-        "--spec-draft", "meta-llama/Llama-3.1-70B",
-    ])
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and "\n" not in err and "not smaller than" in err
+def test_explain_rejects_a_draft_larger_than_the_target():
+    with pytest.raises(UsageError) as info:
+        _explain(["--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm",
+                  "--spec-draft", "meta-llama/Llama-3.1-70B"])
+    assert "not smaller than" in str(info.value) and "\n" not in str(info.value)
