@@ -64,6 +64,8 @@ PRIORS: dict[str, Prior] = {
     "attention_half_tokens": Prior("log", 512.0, 1.5),
     "gemm_half_width": Prior("log", 64.0, 1.0),
     "low_precision_compute_ratio": Prior("logit", 0.6, 1.0),
+    # Cloud clusters often have less than one 400 Gb/s NIC per GPU; wide prior.
+    "internode_bandwidth_fraction": Prior("logit", 0.5, 1.5),
 }
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"
@@ -139,8 +141,9 @@ def run_nuts(prep: Prepared, *, num_draws: int = 500, num_warmup: int = 500, num
     kernel = NUTS(calibration_model, target_accept_prob=target_accept)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_draws, num_chains=num_chains,
                 chain_method="sequential", progress_bar=progress)
-    mcmc.run(jax.random.PRNGKey(seed), prep, jnp.asarray(prep.log_value),
-             extra_fields=("diverging",))
+    with jax.numpy_dtype_promotion("standard"):  # NumPyro's kernels rely on implicit promotion
+        mcmc.run(jax.random.PRNGKey(seed), prep, jnp.asarray(prep.log_value),
+                 extra_fields=("diverging",))
     samples = mcmc.get_samples(group_by_chain=True)
     post = {k: jax.device_get(v) for k, v in samples.items() if k in POSTERIOR_VARS}
     diverging = jax.device_get(mcmc.get_extra_fields(group_by_chain=True)["diverging"])
@@ -161,10 +164,11 @@ def run_svi(prep: Prepared, *, num_draws: int = 1000, num_steps: int = 3000, see
     guide = (AutoLowRankMultivariateNormal if low_rank else AutoNormal)(calibration_model)
     svi = SVI(calibration_model, guide, optax.adam(learning_rate), Trace_ELBO())
     k_fit, k_draw = jax.random.split(jax.random.PRNGKey(seed))
-    result = svi.run(k_fit, num_steps, prep, jnp.asarray(prep.log_value), progress_bar=False)
-    pred = Predictive(calibration_model, guide=guide, params=result.params, num_samples=num_draws,
-                      return_sites=list(POSTERIOR_VARS))
-    draws = pred(k_draw, prep, None)
+    with jax.numpy_dtype_promotion("standard"):  # NumPyro's kernels rely on implicit promotion
+        result = svi.run(k_fit, num_steps, prep, jnp.asarray(prep.log_value), progress_bar=False)
+        pred = Predictive(calibration_model, guide=guide, params=result.params, num_samples=num_draws,
+                          return_sites=list(POSTERIOR_VARS))
+        draws = pred(k_draw, prep, None)
     post = {k: jax.device_get(v)[None] for k, v in draws.items() if k in POSTERIOR_VARS}
     coords, dims = _dims(prep)
     idata = az.from_dict(posterior=post, coords=coords, dims=dims)
@@ -178,8 +182,9 @@ def sample_prior(prep: Prepared, *, num_draws: int = 1000, seed: int = 0):
     import jax
     from numpyro.infer import Predictive
 
-    draws = Predictive(calibration_model, num_samples=num_draws, return_sites=list(POSTERIOR_VARS))(
-        jax.random.PRNGKey(seed), prep, None)
+    with jax.numpy_dtype_promotion("standard"):
+        draws = Predictive(calibration_model, num_samples=num_draws,
+                           return_sites=list(POSTERIOR_VARS))(jax.random.PRNGKey(seed), prep, None)
     post = {k: jax.device_get(v)[None] for k, v in draws.items() if k in POSTERIOR_VARS}
     coords, dims = _dims(prep)
     return az.from_dict(posterior=post, coords=coords, dims=dims)

@@ -80,9 +80,13 @@ def noise_key(row: pd.Series) -> str:
     return f"{row['scenario']}:{row['metric']}"
 
 
-OFFSET_OP_GROUPS = ("op:embedding", "op:residual_add", "op:rope", "op:activation")
+OFFSET_OP_GROUPS = ("op:embedding", "op:residual_add", "op:rope", "op:activation",
+                    "op:gemm_fp8_block", "op:attn_decode")
 """Kernel groups with a discrepancy offset: elementwise kernels whose pass count the bytes formula
-does not know; ``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``."""
+does not know (``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``), block-scaled
+FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anchors
+``low_precision_compute_ratio``) and paged decode attention (split-KV reductions and page-table
+walks; its bandwidth is anchored by the GEMMs' weight reads)."""
 
 
 def has_offset(key: str) -> bool:
@@ -188,7 +192,7 @@ def _collective_features(row: pd.Series, hw: HardwareSpec) -> dict[str, float]:
     if not math.isfinite(link):
         raise ValueError("hardware row has no link bandwidth")
     return dict(kind=float(COLLECTIVE_KINDS[row["op"]]), msg=_f(row["message_bytes"]),
-                p=_f(row["num_gpus"]), link=link)
+                p=_f(row["num_gpus"]), link=link, cross=float(cross))
 
 
 @lru_cache(maxsize=256)
@@ -372,7 +376,9 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray]) -> jnp.ndarray:
         elif name == "attention":
             y = attention_time_s(b["flops"], b["bytes"], b["q"], b["peak"], b["bw"], eff, ker)
         elif name == "collective":
-            y = collective_time_s(b["kind"], b["msg"], b["p"], b["link"], eff)
+            # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
+            link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
+            y = collective_time_s(b["kind"], b["msg"], b["p"], link, eff)
         else:
             y = _step_block(b, eff, ker)
         out = out.at[b["pos"]].set(jnp.log(y))

@@ -48,6 +48,8 @@ class KernelEfficiency(eqx.Module):
             eta(m, n, k) = eta_c(m) * n / (n + w) * k / (k + w).
         low_precision_compute_ratio: achieved FP8 (or narrower) GEMM fraction of its own peak,
             relative to the bf16 fraction (power and clock limits bite harder at 2x the rate).
+        internode_bandwidth_fraction: share of ``HardwareSpec.internode_bytes_per_s`` (a nominal
+            one-NIC-per-GPU rate) a cross-node collective's fabric actually delivers.
     """
 
     launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
@@ -56,6 +58,7 @@ class KernelEfficiency(eqx.Module):
     attention_half_tokens: Array = eqx.field(converter=jnp.asarray, default=512.0)
     gemm_half_width: Array = eqx.field(converter=jnp.asarray, default=64.0)
     low_precision_compute_ratio: Array = eqx.field(converter=jnp.asarray, default=0.6)
+    internode_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.5)
 
 
 def gemm_time_s(

@@ -1,0 +1,125 @@
+"""Calibration: parameter recovery on data simulated from the model, bundled-posterior agreement,
+netCDF round trip and the ``efficiency_draws`` API."""
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from numpyro import handlers
+
+import fitting
+from fitting._model import PARAM_NAMES, calibration_model, prior_center_unconstrained, run_nuts, to_natural
+from fitting.ingest import COLUMNS
+
+GPUS = ("a100-sxm-80gb", "h100-sxm")
+
+
+def _row(**kw):
+    base = {c: np.nan for c in COLUMNS}
+    base.update(engine="", notes="", tp=1, pp=1, ep=1, num_gpus=1, metric="time", unit="s", value=1.0,
+                weight_dtype="", kv_dtype="", model="", op="")
+    base.update(kw)
+    return base
+
+
+def _design() -> pd.DataFrame:
+    rows = []
+    for gpu in GPUS:
+        for m in (1, 8, 64, 256, 1024, 4096, 16384):
+            for op in ("mlp_up_proj", "mlp_down_proj", "attn_pre_proj"):
+                rows.append(_row(source="vidur", engine="sarathi", gpu=gpu, model="meta-llama/Llama-2-7b-hf",
+                                 scenario="op", op=op, num_tokens=m))
+            rows.append(_row(source="vidur", engine="sarathi", gpu=gpu, model="meta-llama/Llama-2-7b-hf",
+                             scenario="op", op="input_layernorm", num_tokens=m))
+        for b in (1, 8, 32):
+            rows.append(_row(source="splitwise", gpu=gpu, model="meta-llama/Llama-2-70b-hf", scenario="decode_step",
+                             tp=4, num_gpus=4, weight_dtype="fp16", batch_size=b, input_len=512, output_len=128))
+    return pd.DataFrame(rows)
+
+
+def _truth(prep):
+    """Known latent values: every population mean at its prior centre, GPUs spread by +/- tau."""
+    truth = {}
+    for name in PARAM_NAMES:
+        truth[f"mu_{name}"] = jnp.asarray(prior_center_unconstrained(name))
+        truth[f"tau_{name}"] = jnp.asarray(0.3)
+        truth[f"z_{name}"] = jnp.asarray([1.0, -1.0])
+    truth["tau_source"] = jnp.asarray(0.1)
+    truth["cell_offset"] = jnp.zeros(len(prep.cells))
+    truth["sigma"] = jnp.full(len(prep.noise_keys), 0.03)
+    return truth
+
+
+def test_nuts_recovers_known_efficiencies_from_simulated_data():
+    prep = fitting.prepare(_design())
+    assert prep.gpus == GPUS and not prep.skipped
+    truth = _truth(prep)
+    with jax.numpy_dtype_promotion("standard"):
+        tr = handlers.trace(handlers.seed(handlers.condition(calibration_model, truth), 1)).get_trace(prep, None)
+    simulated = np.asarray(tr["log_value"]["value"])
+    prep.log_value = simulated
+    idata = run_nuts(prep, num_draws=200, num_warmup=200, num_chains=1, seed=2)
+    post = idata.posterior
+    for name in ("compute_fraction_max", "bandwidth_fraction"):
+        true_vals = np.asarray(to_natural(name, truth[f"mu_{name}"] + 0.3 * truth[f"z_{name}"]))
+        lo, hi = np.quantile(post[name].values.reshape(-1, 2), [0.005, 0.995], axis=0)
+        med = np.median(post[name].values.reshape(-1, 2), axis=0)
+        assert np.all((lo <= true_vals) & (true_vals <= hi)), (name, lo, true_vals, hi)
+        np.testing.assert_allclose(med, true_vals, rtol=0.08)
+    lo, hi = np.quantile(post["sigma"].values.reshape(-1, len(prep.noise_keys)), [0.005, 0.995], axis=0)
+    assert np.all((lo <= 0.03) & (0.03 <= hi)), (lo, hi)
+
+
+def _toy_posterior(num_draws=50):
+    rng = np.random.default_rng(0)
+    post = {}
+    for name in PARAM_NAMES:
+        mu = prior_center_unconstrained(name) + 0.01 * rng.standard_normal((1, num_draws))
+        post[f"mu_{name}"], post[f"tau_{name}"] = mu, np.full((1, num_draws), 0.5)
+        post[name] = np.asarray(to_natural(name, jnp.asarray(mu[..., None] + np.array([-0.2, 0.2]))))
+    post["tau_source"] = np.full((1, num_draws), 0.2)
+    post["cell_offset"] = 0.01 * rng.standard_normal((1, num_draws, 1))
+    post["sigma"] = np.full((1, num_draws, 1), 0.1)
+    dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
+    coords = {"gpu": list(GPUS), "cell": ["splitwise|decode_step:time"], "noise_key": ["decode_step:time"]}
+    return fitting.Posterior(az.from_dict(posterior=post, coords=coords, dims=dims))
+
+
+def test_posterior_netcdf_round_trip(tmp_path):
+    p = _toy_posterior()
+    path = fitting.save_posterior(p, tmp_path / "p.nc")
+    q = fitting.load_posterior(path)
+    assert q.gpus == GPUS and q.cells == p.cells and q.num_draws == 50
+    for name in PARAM_NAMES + ("cell_offset", "sigma"):
+        np.testing.assert_array_equal(q.flat(name), p.flat(name))
+
+
+def test_efficiency_draws_shapes_and_unseen_gpu_fallback():
+    p = _toy_posterior()
+    e = fitting.efficiency_draws(p, "h100-sxm", 200, seed=3, source="splitwise")
+    assert e.compute_fraction_max.shape == (200,) and e.step_overhead_s.shape == (200,)
+    # known GPU: its own values (tau spread of draws is 0.01 on the logit scale), scaled by a tiny offset
+    known = p.flat("compute_fraction_max")[:, 1]
+    assert float(jnp.median(e.compute_fraction_max)) == pytest.approx(float(np.median(known)), rel=0.05)
+    # unseen GPU and unseen source: population draws, wider than the known GPU's
+    new = fitting.efficiency_draws(p, "b200", 200, seed=3)
+    centre = float(to_natural("compute_fraction_max", prior_center_unconstrained("compute_fraction_max")))
+    assert float(jnp.median(new.compute_fraction_max)) == pytest.approx(centre, rel=0.1)
+    assert float(jnp.std(new.compute_fraction_max)) > 3 * float(jnp.std(e.compute_fraction_max))
+    # fp8 derates the compute fraction by the fitted ratio
+    fp8 = fitting.efficiency_draws(p, "h100-sxm", 200, seed=3, source="splitwise", weight_dtype="fp8")
+    assert float(jnp.median(fp8.compute_fraction_max)) < float(jnp.median(e.compute_fraction_max))
+    # vmap-able over the draw axis by construction
+    assert jax.tree.leaves(e)[0].shape == (200,)
+
+
+def test_bundled_posterior_loads_with_diagnostics_ok_and_api():
+    p = fitting.load_posterior()
+    assert p.idata.attrs["method"] == "nuts"
+    d = fitting.diagnose(p.idata)
+    assert d.ok, d.report()
+    e = fitting.efficiency_draws(p, "a40", 16)
+    assert e.bandwidth_fraction.shape == (16,)
+    assert bool(jnp.all((e.bandwidth_fraction > 0) & (e.bandwidth_fraction < 1.5)))

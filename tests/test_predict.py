@@ -1,0 +1,116 @@
+"""Row -> prediction (fitting._predict) equals the perfmodel budgets computed by hand."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import perfmodel
+from fitting._predict import SERVING_REASON, default_params, predict_log, prepare
+from fitting.ingest import COLUMNS
+from perfmodel._ops import KernelEfficiency, collective_time_s, elementwise_time_s, gemm_time_s
+
+EFF, KER = perfmodel.Efficiency(), KernelEfficiency()
+
+
+def row(**kw):
+    base = {c: np.nan for c in COLUMNS}
+    base.update(source="test", engine="", notes="", tp=1, pp=1, ep=1, num_gpus=1, metric="time",
+                unit="s", value=1e-3, weight_dtype="", kv_dtype="", model="", op="")
+    base.update(kw)
+    return base
+
+
+def predicted(rows):
+    table = pd.DataFrame(rows)
+    prep = prepare(table)
+    return prep, np.exp(np.asarray(predict_log(prep, default_params(prep.gpus))))
+
+
+def test_vidur_gemm_dims_from_config_and_tp():
+    h = perfmodel.load_hardware("h100-sxm")
+    prep, y = predicted([
+        row(source="vidur", engine="sarathi", gpu="h100-sxm", model="meta-llama/Llama-2-7b-hf",
+            scenario="op", op="mlp_up_proj", num_tokens=4096, tp=2),
+        row(source="vidur", engine="sarathi", gpu="h100-sxm", model="meta-llama/Meta-Llama-3-8B",
+            scenario="op", op="attn_pre_proj", num_tokens=512, tp=4),
+    ])
+    peak, bw = h.dense_flops_per_s[0], h.hbm_bytes_per_s
+    up = gemm_time_s(4096, 2 * 11008 / 2, 4096, 2.0, peak, bw, EFF, KER)  # gated: gate+up fused
+    qkv = gemm_time_s(512, (32 + 2 * 8) * 128 / 4, 4096, 2.0, peak, bw, EFF, KER)
+    np.testing.assert_allclose(y, [up, qkv], rtol=1e-12)
+
+
+def test_ungated_mlp_and_elementwise_bytes():
+    a40 = perfmodel.load_hardware("a40")
+    prep, y = predicted([
+        row(source="vidur", gpu="a40", model="microsoft/phi-2", scenario="op", op="mlp_up_proj", num_tokens=64),
+        row(source="vidur", gpu="a40", model="microsoft/phi-2", scenario="op", op="add", num_tokens=64),
+    ])
+    up = gemm_time_s(64, 10240, 2560, 2.0, a40.dense_flops_per_s[0], a40.hbm_bytes_per_s, EFF, KER)
+    add = elementwise_time_s(64 * 3 * 2560 * 2.0, a40.hbm_bytes_per_s, KER)  # read 2, write 1
+    np.testing.assert_allclose(y, [up, add], rtol=1e-12)
+
+
+def test_aic_gemm_fp8_reads_notes_and_fp8_peak():
+    h = perfmodel.load_hardware("h100-sxm")
+    _, y = predicted([row(source="aiconfigurator", engine="vllm", gpu="h100-sxm", scenario="op", op="gemm",
+                          num_tokens=1024, notes="m=1024;n=4096;k=8192;gemm_dtype=fp8;kernel=x")])
+    ref = gemm_time_s(1024, 4096, 8192, 1.0, h.dense_flops_per_s[1], h.hbm_bytes_per_s, EFF, KER, 1.0)
+    np.testing.assert_allclose(y, [ref], rtol=1e-12)
+
+
+def test_collective_cross_node_uses_internode_link():
+    h = perfmodel.load_hardware("a100-sxm-80gb")
+    _, y = predicted([
+        row(source="vidur", engine="nccl", gpu="a100-sxm-80gb", scenario="collective", op="all_reduce",
+            num_gpus=4, message_bytes=2**24, notes="topology=a100_dgx;single-node"),
+        row(source="vidur", engine="nccl", gpu="a100-sxm-80gb", scenario="collective", op="send_recv",
+            num_gpus=2, message_bytes=2**24, notes="topology=a100_dgx;cross-node"),
+    ])
+    inter = h.internode_bytes_per_s * KER.internode_bandwidth_fraction
+    ref = [collective_time_s(0, 2**24, 4, h.link_bytes_per_s, EFF), collective_time_s(2, 2**24, 2, inter, EFF)]
+    np.testing.assert_allclose(y, ref, rtol=1e-12)
+
+
+def test_step_rows_use_prefill_and_decode_step():
+    model = perfmodel.load_model("meta-llama/Llama-2-70b-hf")
+    hw = perfmodel.load_hardware("a100-sxm-80gb")
+    dep = perfmodel.Deployment.create(tp=4, weight_dtype="fp16", kv_dtype="fp16")
+    common = dict(source="splitwise", gpu="a100-sxm-80gb", model="meta-llama/Llama-2-70b-hf", tp=4,
+                  num_gpus=4, weight_dtype="fp16", batch_size=8, input_len=512, output_len=128)
+    _, y = predicted([row(scenario="prefill", **common), row(scenario="decode_step", **common),
+                      row(scenario="static_batch", metric="output_throughput", unit="tokens/s", **common)])
+    pre = perfmodel.prefill_step(model, hw, dep, EFF, 512.0, 8.0).total_s
+    dec = perfmodel.decode_step(model, hw, dep, EFF, 8.0, 512.0 + 64.0).total_s
+    thr = 8 * 128 / (pre + 127 * dec)
+    np.testing.assert_allclose(y, [pre, dec, thr], rtol=1e-10)
+
+
+def test_uncovered_rows_are_skipped_with_reasons():
+    prep = prepare(pd.DataFrame([
+        row(source="aic", gpu="h100-sxm", model="Qwen/Qwen3-32B", scenario="serving", metric="ttft",
+            concurrency=16, input_len=1024, output_len=128),
+        row(source="vidur", gpu="h100-nvl", scenario="collective", op="all_reduce", num_gpus=2,
+            message_bytes=1e6, notes="cross-node"),
+        row(source="vidur", gpu="h100-sxm", model="meta-llama/Llama-2-7b-hf", scenario="op", op="add",
+            num_tokens=8),
+    ]))
+    reasons = [r for _, r in prep.skipped]
+    assert len(prep.log_value) == 1 and len(reasons) == 2
+    assert reasons[0] == SERVING_REASON
+    assert "h100-nvl" in reasons[1] and "dense_bf16_flops_per_s" in reasons[1]
+
+
+def test_prediction_is_differentiable_in_the_parameters():
+    prep = prepare(pd.DataFrame([
+        row(source="vidur", gpu="h100-sxm", model="meta-llama/Llama-2-7b-hf", scenario="op",
+            op="mlp_down_proj", num_tokens=n) for n in (1, 256, 4096)
+    ] + [row(source="splitwise", gpu="h100-sxm", model="meta-llama/Llama-2-70b-hf", scenario="decode_step",
+             tp=2, num_gpus=2, weight_dtype="fp16", batch_size=4, input_len=512, output_len=64)]))
+    params = default_params(prep.gpus)
+    g = jax.grad(lambda p: predict_log(prep, p).sum())(params)
+    assert all(bool(jnp.all(jnp.isfinite(v))) for v in g.values())
+    assert float(g["compute_fraction_max"][0]) < 0.0  # more efficient -> faster
+    assert float(g["bandwidth_fraction"][0]) < 0.0
