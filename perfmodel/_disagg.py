@@ -194,3 +194,65 @@ def disaggregation(
         colocated_stable=stable_c,
         split_stable=stable_s,
     )
+
+
+class DisaggregationPercentiles(eqx.Module):
+    """Split vs colocated under a ``Workload`` with queueing percentiles (``serving_metrics``)."""
+
+    colocated_ttft_s: Array  # (mean, p50, p95, p99)
+    colocated_tpot_s: Array
+    colocated_e2e_s: Array
+    split_ttft_s: Array
+    split_tpot_s: Array
+    split_e2e_s: Array
+    kv_transfer_s: Array
+
+
+def disaggregation_percentiles(
+    model: ModelSpec,
+    efficiency: Efficiency,
+    workload,
+    *,
+    colocated: tuple[HardwareSpec, Deployment],
+    prefill: tuple[HardwareSpec, Deployment],
+    decode: tuple[HardwareSpec, Deployment],
+    transfer_bytes_per_s: ArrayLike | None = None,
+    transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
+    orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
+) -> DisaggregationPercentiles:
+    """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
+
+    Colocated: ``serving_metrics`` as is.  Split: the prefill pool is ``serving_metrics`` with
+    one-token outputs, shifted by the hand-off of a mean-length prompt and the orchestration
+    cost; the decode pool's TPOT is the interference-free Little's-law fixed point (its steps are
+    alike, so one value stands for every quantile); split E2E quantile = TTFT quantile +
+    (E[O] - 1) * TPOT (exact for fixed output lengths).
+    """
+    from ._serving import serving_metrics  # the dynamics layer; imported late to keep layering light
+
+    def stack(p):
+        return jnp.stack([p.mean, p.p50, p.p95, p.p99])
+
+    hw_c, dep_c = colocated
+    co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
+    hw_p, dep_p = prefill
+    one = eqx.tree_at(lambda w: (w.output_tokens_mean, w.output_tokens_cv), workload, (jnp.asarray(1.0), jnp.asarray(0.0)))
+    pre = serving_metrics(model, hw_p, dep_p, efficiency, one)
+    bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
+    t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
+    hw_d, dep_d = decode
+    o_dec = jnp.maximum(workload.output_tokens_mean - 1.0, 0.0)
+    ctx = workload.prompt_tokens_mean + o_dec / 2.0
+
+    def step_d(n):
+        return decode_step(model, hw_d, dep_d, efficiency, n, ctx).total_s
+
+    n_d, tpot_d = _decode_fixed_point(step_d, workload.arrival_rate_per_s / dep_d.replicas, o_dec, 1.0)
+    seats = max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0)
+    tpot_d = jnp.where(n_d <= seats, tpot_d, jnp.inf)
+    ttft = stack(pre.ttft_s) + t_kv + orchestration_s
+    return DisaggregationPercentiles(
+        colocated_ttft_s=stack(co.ttft_s), colocated_tpot_s=stack(co.tpot_s), colocated_e2e_s=stack(co.e2e_s),
+        split_ttft_s=ttft, split_tpot_s=jnp.broadcast_to(tpot_d, (4,)), split_e2e_s=ttft + o_dec * tpot_d,
+        kv_transfer_s=t_kv,
+    )

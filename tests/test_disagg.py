@@ -95,3 +95,29 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
     assert (sim_net > 0) == split_wins == (float(closed.net_s) > 0)
     assert np.mean(split.e2e_s[keep]) == pytest.approx(float(closed.split_e2e_s), rel=0.15)
     assert np.mean(coloc.e2e_s[keep]) == pytest.approx(float(closed.colocated_e2e_s), rel=0.15)
+
+
+def test_split_percentiles_under_load_agree_with_the_simulator():
+    import numpy as np
+
+    from perfmodel._disagg import disaggregation_percentiles
+    from perfmodel._traces import Trace
+    from perfmodel._workload import Workload
+    from perfmodel.simulator._disagg import simulate_disaggregated
+
+    colocated = Deployment.create(replicas=8)
+    rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, 2000.0).total_s)
+    pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
+    closed = disaggregation_percentiles(
+        LLAMA8B, EFF, Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=256.0),
+        colocated=(H100, colocated), **pools,
+    )
+    n = 800
+    arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
+    sim = simulate_disaggregated(LLAMA8B, EFF, Trace(arrival, np.full(n, 2000), np.full(n, 256)), **pools)
+    keep = slice(n // 10, int(0.9 * n))
+    for i, q in ((0, None), (2, 95)):
+        ttft = np.mean(sim.ttft_s[keep]) if q is None else np.percentile(sim.ttft_s[keep], q)
+        e2e = np.mean(sim.e2e_s[keep]) if q is None else np.percentile(sim.e2e_s[keep], q)
+        assert float(closed.split_ttft_s[i]) == pytest.approx(ttft, rel=0.15)
+        assert float(closed.split_e2e_s[i]) == pytest.approx(e2e, rel=0.15)
