@@ -1,6 +1,6 @@
 """Figures for the serving features: closed forms against the simulator, and where each pays.
 
-    python benchmarks/bench_features.py [--quick] [--json OUT.json]
+    PYTHONPATH=. python benchmarks/bench_features.py [--quick] [--grid] [--json OUT.json]
 
 Prints one markdown table per feature.  Every number is computed here from the bundled catalogs
 (Llama-3.1 8B/70B/405B on h100-sxm, default ``Efficiency``), the Mooncake trace and synthetic
@@ -142,6 +142,37 @@ def disagg(quick):
                     "colocated E2E s closed/sim", "split E2E s closed/sim"), rows)], rec
 
 
+def agreement_grid(quick):
+    """Closed form vs simulator, mean and p95, for the split system (and A's colocated closed form)."""
+    from perfmodel._workload import Workload
+
+    rows, rec, hits = [], [], []
+    n = 600 if quick else 1500
+    for prompt in (200, 2000, 8000):
+        for load in (0.15, 0.3):
+            co = Deployment.create(replicas=8)
+            rate = load * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
+            pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
+            w = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=float(prompt), output_tokens_mean=256.0)
+            cf = ft.disaggregation_percentiles(L8, EFF, w, colocated=(H100, co), **pools)
+            arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
+            s = simulate_disaggregated(L8, EFF, Trace(arrival, np.full(n, prompt), np.full(n, 256)), **pools)
+            keep = slice(n // 10, int(0.9 * n))
+            pairs = {
+                "split TTFT p95": (float(cf.split_ttft_s[2]), float(np.percentile(s.ttft_s[keep], 95))),
+                "split E2E p95": (float(cf.split_e2e_s[2]), float(np.percentile(s.e2e_s[keep], 95))),
+                "split TPOT mean": (float(cf.split_tpot_s[0]), float(np.nanmean(s.tpot_s[keep]))),
+            }
+            for key, (c, m) in pairs.items():
+                err = c / m - 1.0
+                hits.append(abs(err) <= 0.15)
+                rows.append((prompt, load, key, f"{c:.4f}", f"{m:.4f}", f"{100 * err:+.0f}%"))
+                rec.append({"prompt": prompt, "load": load, "metric": key, "closed": c, "sim": m})
+    title = (f"Split system, closed form vs simulator ({n} requests each): "
+             f"{sum(hits)}/{len(hits)} within 15%")
+    return [_table(title, ("prompt", "prefill load", "metric", "closed", "sim", "error"), rows)], rec
+
+
 def host(quick):
     rows, rec = [], []
     m = load_model("meta-llama/Llama-3.1-70B")
@@ -161,10 +192,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller traces (about a minute)")
     ap.add_argument("--json", help="also write the numbers to this JSON file")
+    ap.add_argument("--grid", action="store_true",
+                    help="add the split-system p95 agreement grid (serving_metrics; several minutes)")
     args = ap.parse_args()
     record = {}
-    for name, fn in (("prefix", prefix), ("speculative", speculative), ("parallel", parallel),
-                     ("disaggregation", disagg), ("host_tier", host)):
+    sections = [("prefix", prefix), ("speculative", speculative), ("parallel", parallel),
+                ("disaggregation", disagg), ("host_tier", host)]
+    if args.grid:
+        sections.append(("agreement_grid", agreement_grid))
+    for name, fn in sections:
         t0 = time.perf_counter()
         tables, record[name] = fn(args.quick)
         print("\n\n".join(tables))

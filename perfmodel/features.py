@@ -6,7 +6,9 @@ from ._disagg import (
     DEFAULT_ORCHESTRATION_S as DEFAULT_ORCHESTRATION_S,
     DEFAULT_TRANSFER_LATENCY_S as DEFAULT_TRANSFER_LATENCY_S,
     Disaggregation as Disaggregation,
+    DisaggregationPercentiles as DisaggregationPercentiles,
     disaggregation as disaggregation,
+    disaggregation_percentiles as disaggregation_percentiles,
     kv_transfer_s as kv_transfer_s,
 )
 from ._expert import (
