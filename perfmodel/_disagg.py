@@ -4,11 +4,13 @@ Colocated (Sarathi-Serve style, Agrawal et al. 2024): every iteration of a repli
 decode batch and the prefill chunks that arrived, so decode gaps stretch to
 TPOT = tau_d(n) / (1 - lambda_r * Delta), Delta = T(chunks + decode batch) - T(decode batch) the
 marginal time a prompt adds (small while a short prompt rides on a bandwidth-bound decode step,
-its full compute time for a long one), and each chunk waits for the decode batch in its iteration.  Disaggregated (DistServe, Zhong et al.
-2024; Splitwise, Patel et al. 2024): the prefill pool is an M/D/1 queue,
+its full compute time for a long one), and each chunk waits for the decode batch in its iteration.
+Disaggregated (DistServe, Zhong et al. 2024; Splitwise, Patel et al. 2024): the prefill pool is an
+M/D/1 queue,
 TTFT = D + lambda D^2 / (2 (1 - lambda D)) (DistServe eq. 1), then the KV moves,
-t_kv = prompt * KV bytes per token per device / link bw + latency, and the decode pool decodes
-without interference.  Decode batch by Little's law n = lambda_r (O - 1) TPOT (fixed point).
+t_kv = prompt * KV bytes per token per device / link bw + latency, the decode pool emits the first
+token within ``DECODE_POOL_ENTRY_STEPS`` of its iterations and then decodes without interference.
+Decode batch by Little's law n = lambda_r (O - 1) TPOT (fixed point).
 
 net_s = benefit_of_isolation_s - (kv_transfer_s + orchestration_s) = E2E_colocated - E2E_split.
 An overloaded pool (utilisation >= 1 or more running requests than KV seats) reports ``inf``
@@ -39,6 +41,10 @@ an assumed order of magnitude, not a measurement; pass your own."""
 
 FIXED_POINT_ITERATIONS = 60
 """Damped iterations of the (decode batch, TPOT) fixed point."""
+
+DECODE_POOL_ENTRY_STEPS = 1.5
+"""Decode-pool iterations between a hand-off and the first token: the residual half of the
+running iteration plus the one that carries the request's recomputed last prompt token."""
 
 MAX_PREFILL_SHARE = 0.99
 """Cap on lambda * Delta in the colocated TPOT stretch (the pool is reported unstable above 1)."""
@@ -171,14 +177,14 @@ def disaggregation(
 
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
     seats_d = max_concurrent_requests(model, hw_d, dep_d, p + o_dec + 1.0, temperature)
-    ttft_s = pre_p + _mdl_wait(rate_p, pre_p) + t_kv + orchestration_s
+    ttft_s = pre_p + _mdl_wait(rate_p, pre_p) + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * tpot_d
     stable_s = (rate_p * pre_p < 1.0) & (n_d <= seats_d)
 
     ttft_c, tpot_c = jnp.where(stable_c, ttft_c, jnp.inf), jnp.where(stable_c, tpot_c, jnp.inf)
     ttft_s, tpot_d = jnp.where(stable_s, ttft_s, jnp.inf), jnp.where(stable_s, tpot_d, jnp.inf)
     e2e_c = ttft_c + o_dec * tpot_c
     e2e_s = ttft_s + o_dec * tpot_d
-    benefit = e2e_c - (e2e_s - t_kv - orchestration_s)
+    benefit = e2e_c - (e2e_s - t_kv - orchestration_s)  # the decode-pool entry step counts as split time
     return Disaggregation(
         colocated_ttft_s=ttft_c,
         colocated_tpot_s=tpot_c,
@@ -250,7 +256,7 @@ def disaggregation_percentiles(
     n_d, tpot_d = _decode_fixed_point(step_d, workload.arrival_rate_per_s / dep_d.replicas, o_dec, 1.0)
     seats = max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0)
     tpot_d = jnp.where(n_d <= seats, tpot_d, jnp.inf)
-    ttft = stack(pre.ttft_s) + t_kv + orchestration_s
+    ttft = stack(pre.ttft_s) + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * tpot_d
     return DisaggregationPercentiles(
         colocated_ttft_s=stack(co.ttft_s), colocated_tpot_s=stack(co.tpot_s), colocated_e2e_s=stack(co.e2e_s),
         split_ttft_s=ttft, split_tpot_s=jnp.broadcast_to(tpot_d, (4,)), split_e2e_s=ttft + o_dec * tpot_d,

@@ -93,8 +93,11 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
     sim_net = np.mean(coloc.e2e_s[keep]) - np.mean(split.e2e_s[keep])
     closed = _compare(prompt, 256.0, 0.3)
     assert (sim_net > 0) == split_wins == (float(closed.net_s) > 0)
-    assert np.mean(split.e2e_s[keep]) == pytest.approx(float(closed.split_e2e_s), rel=0.15)
-    assert np.mean(coloc.e2e_s[keep]) == pytest.approx(float(closed.colocated_e2e_s), rel=0.15)
+    if split_wins:
+        # 800 short prompts at ~360 req/s span ~2 s, less than one request's life, so only the
+        # long-prompt run (~60 s) reaches the steady state the closed form describes
+        assert np.mean(split.e2e_s[keep]) == pytest.approx(float(closed.split_e2e_s), rel=0.15)
+        assert np.mean(coloc.e2e_s[keep]) == pytest.approx(float(closed.colocated_e2e_s), rel=0.15)
 
 
 def test_split_percentiles_under_load_agree_with_the_simulator():
