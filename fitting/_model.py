@@ -8,8 +8,8 @@ unconstrained scale u = logit(theta) for fractions in (0, 1) and log(theta) for 
     u_gp = mu_p + tau_p * z_gp, z_gp ~ N(0, 1)   (non-centred; Gelman et al., BDA3 ch. 5)
 
 A new GPU's parameters are draws from Normal(mu_p, tau_p) (its spec sheet supplies the peaks).
-Rows of whole-model scenarios (and a few elementwise kernel groups, ``has_offset``) add the offset
-delta_c ~ N(0, tau_src) of their cell c = (source/engine, noise group k):
+Rows of whole-model scenarios (and a few kernel groups, ``has_offset``) add the offset
+delta_c ~ N(0, tau_src) (kernel groups: N(0, tau_kernel)) of their cell c = (source/engine, group k):
 a Kennedy & O'Hagan (2001) discrepancy per lab/engine and operator class, so a different lab or
 engine (an unseen cell) widens the interval by tau_src instead of biasing it.  One offset per cell
 rather than a source effect plus a group effect avoids an additive ridge NUTS mixes badly on.
@@ -76,8 +76,20 @@ STUDENT_DF = 5.0
 NOISE_SCALE = 0.3
 """Half-normal scale of each group's log-noise sd (30 % multiplicative)."""
 
-SOURCE_SCALE = 0.5
-"""Half-normal scale of tau_src, the spread of per-(source, group) offsets on log time."""
+SOURCE_SCALE = 0.3
+"""Half-normal scale of tau_src, the spread of whole-model (source, scenario) offsets on log time:
+the engine/lab effect a new engine or lab inherits."""
+
+KERNEL_OFFSET_SCALE = 1.0
+"""Half-normal scale of tau_kernel, the spread of single-kernel discrepancy offsets (``has_offset``
+kernel groups), kept apart so kernel misfits do not widen whole-model intervals."""
+
+
+def kernel_cells(cells) -> "np.ndarray":
+    """Mask of cells that are single-kernel groups (``"...|op:..."``)."""
+    import numpy as np
+
+    return np.asarray([c.split("|")[1].startswith("op:") for c in cells], dtype=bool)
 
 
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
@@ -104,10 +116,12 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
             z = numpyro.sample(f"z_{name}", dist.Normal(0.0, 1.0))
         params[name] = numpyro.deterministic(name, to_natural(name, mu + tau * z))
     tau_src = numpyro.sample("tau_source", dist.HalfNormal(SOURCE_SCALE))
+    tau_ker = numpyro.sample("tau_kernel", dist.HalfNormal(KERNEL_OFFSET_SCALE))
+    scale = jnp.where(kernel_cells(prep.cells), tau_ker, tau_src)
     # Centred: every cell holds many rows, so its offset is data-dominated (Betancourt & Girolami
     # 2015: centring suits strongly identified groups, non-centring weakly identified ones).
     with numpyro.plate("cell", n_cell):
-        offset = numpyro.sample("cell_offset", dist.Normal(0.0, tau_src))
+        offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
     padded = jnp.concatenate([offset, jnp.zeros(1)])  # index -1: groups without an offset
@@ -119,7 +133,7 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
 
 
 POSTERIOR_VARS = tuple(f"mu_{n}" for n in PARAM_NAMES) + tuple(f"tau_{n}" for n in PARAM_NAMES) + (
-    PARAM_NAMES + ("tau_source", "cell_offset", "sigma")
+    PARAM_NAMES + ("tau_source", "tau_kernel", "cell_offset", "sigma")
 )
 """Sites kept in the saved posterior (natural units for the per-GPU parameters)."""
 

@@ -19,7 +19,7 @@ import perfmodel
 from perfmodel import Efficiency
 from perfmodel._ops import KernelEfficiency
 
-from ._model import PARAM_NAMES, PRIORS, STUDENT_DF, to_natural
+from ._model import PARAM_NAMES, STUDENT_DF, kernel_cells, to_natural
 from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
@@ -138,7 +138,8 @@ def _cell_offsets(posterior: Posterior, cell: str, idx: np.ndarray,
     """Offset draws of one cell; an unseen cell draws from N(0, tau_src)."""
     if cell in posterior.cells:
         return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
-    return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
+    tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"
+    return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
 
 
 def _source_offsets(posterior: Posterior, source: str | None, idx: np.ndarray,

@@ -47,6 +47,7 @@ def _truth(prep):
         truth[f"tau_{name}"] = jnp.asarray(0.3)
         truth[f"z_{name}"] = jnp.asarray([1.0, -1.0])
     truth["tau_source"] = jnp.asarray(0.1)
+    truth["tau_kernel"] = jnp.asarray(0.1)
     truth["cell_offset"] = jnp.zeros(len(prep.cells))
     truth["sigma"] = jnp.full(len(prep.noise_keys), 0.03)
     return truth
@@ -80,6 +81,7 @@ def _toy_posterior(num_draws=50):
         post[f"mu_{name}"], post[f"tau_{name}"] = mu, np.full((1, num_draws), 0.5)
         post[name] = np.asarray(to_natural(name, jnp.asarray(mu[..., None] + np.array([-0.2, 0.2]))))
     post["tau_source"] = np.full((1, num_draws), 0.2)
+    post["tau_kernel"] = np.full((1, num_draws), 0.5)
     post["cell_offset"] = 0.01 * rng.standard_normal((1, num_draws, 1))
     post["sigma"] = np.full((1, num_draws, 1), 0.1)
     dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}

@@ -1,0 +1,91 @@
+"""Held-out calibration benchmark: random 20 % split and leave-one-GPU-out.
+
+    python benchmarks/bench_calibration.py                      # both splits, NUTS
+    python benchmarks/bench_calibration.py --split random       # just the random split
+    python benchmarks/bench_calibration.py --gpus a40 l40s      # chosen held-out GPUs
+
+Random split: rows shuffled (seeded), 20 % held out; the fit sees a stratified subsample of the
+other 80 % (the bundled settings), the score uses the held-out rows (seeded stratified subsample
+above ``--max-rows``).  Leave-one-GPU-out: every row of one GPU is held out; the fit never sees it,
+and it is predicted from its spec sheet and the pooled (population) efficiencies.
+Targets (issue 5): median APE <= 8 % in-sample-GPU, <= 20 % leave-one-GPU-out, 90 % coverage in
+[85 %, 95 %].
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import fitting  # noqa: E402
+from fitting._validate import validate  # noqa: E402
+from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP  # noqa: E402
+
+DEFAULT_LOGO = ("a40", "l40s", "h200-sxm", "a100-sxm-80gb", "h100-sxm")
+
+
+def _fit(train, args):
+    return fitting.fit_table(train, per_stratum=args.per_stratum, seed=args.seed, draws=args.draws,
+                             warmup=args.warmup, chains=args.chains, svi=args.svi)
+
+
+def _line(label: str, s: dict, seconds: float) -> str:
+    if not s["n"]:
+        return f"{label:<28} n=0"
+    return (f"{label:<28} n={s['n']:>5}  median APE {100 * s['median_ape']:5.1f}%  MAPE {100 * s['mape']:5.1f}%"
+            f"  cov50 {100 * s['coverage_50']:4.0f}%  cov90 {100 * s['coverage_90']:4.0f}%  ({seconds:.0f} s)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", choices=("random", "logo", "both"), default="both")
+    ap.add_argument("--gpus", nargs="*", default=list(DEFAULT_LOGO))
+    ap.add_argument("--per-stratum", type=int, default=PER_STRATUM)
+    ap.add_argument("--draws", type=int, default=DRAWS)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--chains", type=int, default=CHAINS)
+    ap.add_argument("--svi", action="store_true")
+    ap.add_argument("--max-rows", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json-out", default=None)
+    args = ap.parse_args()
+
+    table = fitting.load_measurements(fitting.bundled_measurements()).table
+    results = {}
+    if args.split in ("random", "both"):
+        t0 = time.perf_counter()
+        shuffled = table.sample(frac=1.0, random_state=args.seed)
+        cut = int(0.8 * len(shuffled))
+        train, test = shuffled.iloc[:cut], shuffled.iloc[cut:]
+        fr = _fit(train, args)
+        res = validate(fr.posterior, test, max_rows=args.max_rows, seed=args.seed + 1)
+        results["random_20"] = res
+        print(_line("random 20% held out", res, time.perf_counter() - t0))
+        for scen, s in res["by_scenario"].items():
+            print(_line(f"  {scen}", s, 0))
+        if fr.diagnostics is not None:
+            print("  " + fr.diagnostics.report().splitlines()[0])
+    if args.split in ("logo", "both"):
+        for gpu in args.gpus:
+            t0 = time.perf_counter()
+            train, test = table[table.gpu != gpu], table[table.gpu == gpu]
+            fr = _fit(train, args)
+            assert gpu not in fr.posterior.gpus
+            res = validate(fr.posterior, test, max_rows=args.max_rows, seed=args.seed + 1)
+            results[f"logo_{gpu}"] = res
+            print(_line(f"leave out {gpu}", res, time.perf_counter() - t0))
+            for scen, s in res["by_scenario"].items():
+                print(_line(f"  {scen}", s, 0))
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

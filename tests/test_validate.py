@@ -1,0 +1,60 @@
+"""Validation scores: APE and interval coverage, by scenario / GPU / source."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fitting
+from fitting._validate import score_draws, validate
+from fitting.ingest import COLUMNS
+
+KEYS = {"n", "median_ape", "mape", "coverage_50", "coverage_90", "skipped", "by_scenario", "by_gpu", "by_source"}
+
+
+def test_scores_on_constructed_draws():
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"scenario": ["op", "op", "prefill"], "gpu": ["a", "b", "a"], "source": ["s", "s", "t"]})
+    draws = np.stack([rng.standard_normal(4000), rng.standard_normal(4000), 5.0 + 0.1 * rng.standard_normal(4000)], axis=1)
+    out = score_draws(table, draws, np.zeros(3))
+    assert out["n"] == 3
+    ape = [abs(np.exp(np.median(draws[:, i])) - 1.0) for i in range(3)]
+    assert out["median_ape"] == pytest.approx(np.median(ape))
+    assert out["mape"] == pytest.approx(np.mean(ape))
+    assert out["coverage_50"] == pytest.approx(2 / 3) and out["coverage_90"] == pytest.approx(2 / 3)
+    assert out["by_scenario"]["prefill"]["coverage_90"] == 0.0
+    assert out["by_gpu"]["b"]["n"] == 1 and out["by_source"]["s"]["coverage_50"] == 1.0
+
+
+def _rows():
+    raw = pd.read_csv(fitting.bundled_measurements()[0].parent / "splitwise.csv")
+    ok = raw[~raw.notes.str.contains("MISMATCH|POWER-CAPPED")].sample(60, random_state=0)
+    serving = {c: np.nan for c in COLUMNS} | dict(
+        source="x", gpu="h100-sxm", model="Qwen/Qwen3-32B", scenario="serving", metric="ttft", unit="s",
+        value=0.5, concurrency=8, input_len=1024, output_len=128, tp=1, pp=1, num_gpus=1, notes="", engine="vllm")
+    return pd.concat([ok, pd.DataFrame([serving])], ignore_index=True)
+
+
+def test_validate_keys_and_counts_on_a_tiny_table():
+    post = fitting.load_posterior()
+    out = validate(post, _rows(), num_draws=100)
+    assert KEYS <= set(out)
+    assert out["n"] == 60 and out["skipped"] == 1
+    assert "serving prediction needs the dynamics model" in out["skipped_reasons"]
+    assert set(out["by_scenario"]) == {"prefill", "decode_step"}
+    assert sum(s["n"] for s in out["by_gpu"].values()) == 60
+    for s in [out, *out["by_scenario"].values()]:
+        assert 0.0 <= s["coverage_50"] <= s["coverage_90"] <= 1.0
+        assert s["median_ape"] >= 0.0
+
+
+def test_intervals_are_calibrated_on_data_drawn_from_the_predictive():
+    """Simulation-based check (Talts et al. 2018 in spirit): measurements drawn from the posterior
+    predictive itself land in its 90 % intervals about 90 % of the time."""
+    post = fitting.load_posterior()
+    table = _rows().iloc[:60].copy()
+    prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
+    fake = fitting.predictive_log_draws(post, prep, 1, seed=11)[0]
+    table.loc[prep.table.index, "value"] = np.exp(fake)
+    out = validate(post, table, num_draws=400, seed=5)
+    assert 0.75 <= out["coverage_90"] <= 1.0
+    assert 0.3 <= out["coverage_50"] <= 0.7
