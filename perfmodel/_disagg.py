@@ -229,12 +229,14 @@ def disaggregation_percentiles(
     """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
 
     Colocated: ``serving_metrics`` as is.  Split: the prefill pool is ``serving_metrics`` with
-    one-token outputs, shifted by the hand-off of a mean-length prompt and the orchestration
-    cost; the decode pool's TPOT is the interference-free Little's-law fixed point (its steps are
-    alike, so one value stands for every quantile); split E2E quantile = TTFT quantile +
-    (E[O] - 1) * TPOT (exact for fixed output lengths).
+    one-token outputs, shifted by the hand-off of a mean-length prompt, the orchestration cost,
+    the decode-pool entry step and the wait for a decode seat (Allen-Cunneen G/G/c with the
+    exponential tail); the decode pool's TPOT is the interference-free Little's-law fixed point
+    (its steps are alike, so one value stands for every quantile); split E2E quantile = TTFT
+    quantile + (E[O] - 1) * TPOT (exact for fixed output lengths).
     """
-    from ._serving import serving_metrics  # the dynamics layer; imported late to keep layering light
+    from ._queueing import allen_cunneen_wait_s, ggc_wait_probability, wait_quantile_s
+    from ._serving import QUANTILES, serving_metrics  # the dynamics layer, imported where used
 
     def stack(p):
         return jnp.stack([p.mean, p.p50, p.p95, p.p99])
@@ -253,10 +255,22 @@ def disaggregation_percentiles(
     def step_d(n):
         return decode_step(model, hw_d, dep_d, efficiency, n, ctx).total_s
 
-    n_d, tpot_d = _decode_fixed_point(step_d, workload.arrival_rate_per_s / dep_d.replicas, o_dec, 1.0)
-    seats = max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0)
+    rate_d = workload.arrival_rate_per_s / dep_d.replicas
+    n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
+    seats = jnp.minimum(
+        max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0),
+        dep_d.max_num_seqs,
+    )
     tpot_d = jnp.where(n_d <= seats, tpot_d, jnp.inf)
-    ttft = stack(pre.ttft_s) + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * tpot_d
+    # a request waits for a decode seat (G/G/c, Allen-Cunneen; Poisson split: c_a^2 = 1, fixed
+    # lengths: c_s^2 = 0); its quantile is added to the prefill quantile (an upper bound)
+    entry = DECODE_POOL_ENTRY_STEPS * tpot_d
+    hold = entry + o_dec * tpot_d
+    rho = rate_d * hold / jnp.maximum(seats, 1.0)
+    seat_wait = allen_cunneen_wait_s(rho, seats, 1.0, 0.0, hold)
+    p_wait = ggc_wait_probability(jnp.minimum(rho, 1.0), seats)
+    waits = jnp.stack([seat_wait] + [wait_quantile_s(p_wait, seat_wait, q) for q in QUANTILES])
+    ttft = stack(pre.ttft_s) + t_kv + orchestration_s + entry + waits
     return DisaggregationPercentiles(
         colocated_ttft_s=stack(co.ttft_s), colocated_tpot_s=stack(co.tpot_s), colocated_e2e_s=stack(co.e2e_s),
         split_ttft_s=ttft, split_tpot_s=jnp.broadcast_to(tpot_d, (4,)), split_e2e_s=ttft + o_dec * tpot_d,
