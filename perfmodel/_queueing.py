@@ -77,7 +77,7 @@ def lognormal_nodes(mean: ArrayLike, cv: ArrayLike, count: int) -> Array:
     """``count`` equal-probability nodes of the lognormal (mean, cv): quantiles at (k + 1/2) / count."""
     sigma = jnp.sqrt(jnp.log1p(jnp.square(jnp.asarray(cv))))
     mu = jnp.log(jnp.asarray(mean)) - sigma**2 / 2.0
-    z = ndtri((jnp.arange(count) + 0.5) / count)
+    z = ndtri((jnp.arange(count, dtype=float) + 0.5) / count)
     return jnp.exp(mu[..., None] + sigma[..., None] * z)
 
 
@@ -116,24 +116,33 @@ def wait_plus_quantile_s(
     nodes_s: Array, wait_probability: ArrayLike, wait_cond_s: ArrayLike, q: ArrayLike
 ) -> Array:
     """q-quantile of W + X, X given by equal-probability ``nodes_s``, W independent with
-    P(W = 0) = 1 - p and W | W > 0 ~ Exp(mean W_cond) (the tail law above).
+    P(W = 0) = 1 - p and W | W > 0 ~ Exp(mean W_cond) (the tail law above).  ``q`` may be an
+    array of levels (broadcast against ``p`` and ``W_cond``); the nodes' leading axes broadcast
+    ahead of it.
 
     F(t) = (1 - p) F_X(t) + p mean_k [1 - exp(-(t - x_k)^+ / W_cond)].
     """
+    q = jnp.asarray(q)
     p = jnp.clip(jnp.asarray(wait_probability), 0.0, 1.0)
     wc = jnp.maximum(jnp.asarray(wait_cond_s), 1e-12)
+    x = nodes_s.reshape(nodes_s.shape[:-1] + (1,) * q.ndim + nodes_s.shape[-1:])
 
     def cdf(t):
-        lag = jnp.maximum(t[..., None] - nodes_s, 0.0)
+        lag = jnp.maximum(t[..., None] - x, 0.0)
         waited = jnp.mean(-jnp.expm1(-lag / wc[..., None]), axis=-1)
-        return (1.0 - p) * _node_cdf(t, nodes_s) + p * waited
+        return (1.0 - p) * _node_cdf(t, x) + p * waited
 
-    hi = jnp.max(nodes_s, axis=-1) + wc * (jnp.log(1.0 / (1.0 - q)) + 2.0) + 1e-9
+    hi = jnp.max(x, axis=-1) + wc * (jnp.log(1.0 / (1.0 - q)) + 2.0) + 1e-9
     return solve_quantile(cdf, q, jnp.zeros_like(hi), hi)
 
 
 def lognormal_mixture_quantile(means: Array, variances: Array, q: ArrayLike) -> Array:
-    """q-quantile of an equal-weight mixture of lognormals, each given by its mean and variance."""
+    """q-quantile of an equal-weight mixture of lognormals, each given by its mean and variance
+    (last axis); ``q`` may be a 1-D array of levels."""
+    q = jnp.asarray(q)
+    extra = (1,) * q.ndim
+    means = means.reshape(means.shape[:-1] + extra + means.shape[-1:])
+    variances = variances.reshape(variances.shape[:-1] + extra + variances.shape[-1:])
     m = jnp.maximum(means, 1e-30)
     s2 = jnp.log1p(jnp.maximum(variances, 0.0) / jnp.square(m))
     mu = jnp.log(m) - s2 / 2.0
@@ -143,5 +152,5 @@ def lognormal_mixture_quantile(means: Array, variances: Array, q: ArrayLike) -> 
         z = (jnp.log(jnp.maximum(t[..., None], 1e-30)) - mu) / s
         return jnp.mean(ndtr(z), axis=-1)
 
-    hi = jnp.max(jnp.exp(mu + 6.0 * s), axis=-1)
+    hi = jnp.max(jnp.exp(mu + 6.0 * s), axis=-1) * jnp.ones_like(q)
     return solve_quantile(cdf, q, jnp.zeros_like(hi), hi)

@@ -175,7 +175,9 @@ def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_me
 
 
 def _pct(mean, quantiles, stable):
+    """``quantiles``: last axis is (p50, p95, p99)."""
     inf = jnp.inf
+    quantiles = [quantiles[..., i] for i in range(3)]
     return Percentiles(
         mean=jnp.where(stable, mean, inf),
         p50=jnp.where(stable, quantiles[0], inf),
@@ -184,7 +186,9 @@ def _pct(mean, quantiles, stable):
     )
 
 
-def _open_loop(model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature):
+def _open_loop(
+    model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature, quantiles=True
+):
     p_nodes = lognormal_nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
     o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
     o_mean = workload.output_tokens_mean
@@ -213,17 +217,19 @@ def _open_loop(model, hardware, deployment, efficiency, workload, config, rate, 
     w_cond = wait / p_wait
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0
 
+    ttft_mean = residual + wait + jnp.mean(s.own)
+    e2e_mean = ttft_mean + jnp.mean(o_dec_nodes) * s.tpot
+    if not quantiles:  # means only (the closed-loop rate solve)
+        return dict(e2e=_pct(e2e_mean, jnp.stack([e2e_mean] * 3, axis=-1), stable))
     ttft_nodes = residual + s.own
     e2e_nodes = (ttft_nodes[:, None] + o_dec_nodes[None, :] * s.tpot).reshape(-1)
-    ttft_q = [wait_plus_quantile_s(ttft_nodes, p_wait, w_cond, q) for q in QUANTILES]
-    e2e_q = [wait_plus_quantile_s(e2e_nodes, p_wait, w_cond, q) for q in QUANTILES]
+    qs = jnp.asarray(QUANTILES)
+    ttft_q = wait_plus_quantile_s(ttft_nodes, p_wait[..., None], w_cond[..., None], qs)
+    e2e_q = wait_plus_quantile_s(e2e_nodes, p_wait[..., None], w_cond[..., None], qs)
     gaps = jnp.maximum(o_dec_nodes, 1.0)
     tpot_var = ca2 * rate * s.tpot * s.delta2 / gaps
     tpot_means = jnp.broadcast_to(s.tpot, gaps.shape)
-    tpot_q = [lognormal_mixture_quantile(tpot_means, tpot_var, q) for q in QUANTILES]
-
-    ttft_mean = residual + wait + jnp.mean(s.own)
-    e2e_mean = ttft_mean + jnp.mean(o_dec_nodes) * s.tpot
+    tpot_q = lognormal_mixture_quantile(tpot_means, tpot_var, qs)
     return dict(
         ttft=_pct(ttft_mean, ttft_q, stable),
         tpot=_pct(s.tpot, tpot_q, stable),
@@ -271,8 +277,44 @@ def serving_metrics(
         temperature: smoothing of the hard min/max laws (0 = exact).
 
     Returns:
-        ``ServingMetrics``; jit-able and vmap-able, differentiable in the continuous leaves.
+        ``ServingMetrics``; compiled once per (static options, shapes) with ``eqx.filter_jit``,
+        and usable inside ``jit``, ``vmap`` and ``grad`` (finite gradients in the continuous
+        leaves, also at the kinks and under overload).
     """
+    try:  # a concrete open-loop workload skips tracing the closed-loop rate solve
+        closed_loop = bool(jnp.any(jnp.asarray(workload.concurrency) > 0))
+    except jax.errors.ConcretizationTypeError:
+        closed_loop = True
+    return _serving_metrics(
+        model, hardware, deployment, efficiency, workload,
+        chunked_prefill, chunk_tokens, temperature, closed_loop,
+    )
+
+
+@eqx.filter_jit
+def _serving_metrics(
+    model, hardware, deployment, efficiency, workload, chunked_prefill, chunk_tokens, temperature,
+    closed_loop,
+):
+    return _serving_metrics_impl(
+        model, hardware, deployment, efficiency, workload,
+        chunked_prefill=chunked_prefill, chunk_tokens=chunk_tokens, temperature=temperature,
+        closed_loop=closed_loop,
+    )
+
+
+def _serving_metrics_impl(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    workload: Workload,
+    *,
+    chunked_prefill: bool = True,
+    chunk_tokens: float | None = None,
+    temperature: float = 0.0,
+    closed_loop: bool = True,
+) -> ServingMetrics:
     config = EngineConfig(
         chunked_prefill=chunked_prefill,
         chunk_tokens=float("inf") if chunk_tokens is None else chunk_tokens,
@@ -280,24 +322,32 @@ def serving_metrics(
     replicas = jnp.maximum(deployment.replicas, 1.0)
     ca2 = 1.0 - 1.0 / replicas + jnp.square(workload.interarrival_cv) / replicas
 
-    def run(rate):
+    def run(rate, quantiles=True):
         return _open_loop(
-            model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature
+            model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature,
+            quantiles,
         )
 
+    rate_open = workload.arrival_rate_per_s / replicas
+    if not closed_loop:
+        return _finish(model, hardware, deployment, efficiency, workload, replicas, run(rate_open), temperature)
     # closed loop: per-replica N / replicas = rate * E[E2E(rate)]
     n_per = jnp.maximum(workload.concurrency, 0.0) / replicas
     closed = n_per > 0
     n_safe = jnp.where(closed, n_per, 1.0)
-    e2e_idle = run(jnp.asarray(1e-12) * n_safe)["e2e"].mean
+    e2e_idle = run(jnp.asarray(1e-12) * n_safe, False)["e2e"].mean
 
     def in_flight(rate):
-        e2e = run(rate)["e2e"].mean
+        e2e = run(rate, False)["e2e"].mean
         return jnp.where(jnp.isfinite(e2e), rate * e2e, 2.0 * n_safe + 1.0)
 
     rate_closed = solve_quantile(in_flight, n_safe, 0.0, n_safe / e2e_idle, iters=48)
-    rate = jnp.where(closed, rate_closed, workload.arrival_rate_per_s / replicas)
-    out = run(rate)
+    rate = jnp.where(closed, rate_closed, rate_open)
+    return _finish(model, hardware, deployment, efficiency, workload, replicas, run(rate), temperature)
+
+
+def _finish(model, hardware, deployment, efficiency, workload, replicas, out, temperature):
+    rate = out["rate"]
     tokens = replicas * rate * workload.output_tokens_mean / jnp.maximum(out["utilization"], 1.0)
     return ServingMetrics(
         ttft_s=out["ttft"],

@@ -1,0 +1,205 @@
+"""Closed-form queueing: textbook anchors, tails, overload as a value, gradients, monotonicity."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel.dynamics import (
+    Workload,
+    allen_cunneen_wait_s,
+    kingman_wait_s,
+    lognormal_mixture_quantile,
+    mg1_wait_s,
+    serving_metrics,
+    wait_plus_quantile_s,
+    wait_quantile_s,
+)
+
+
+# ---------------------------------------------------------------- textbook anchors ----------
+
+def test_md1_and_mm1_mean_waits():
+    # M/D/1, D = 1 s, lambda = 0.5: W = rho D / (2 (1 - rho)) = 0.5 s (Kleinrock 1975)
+    assert float(mg1_wait_s(0.5, 1.0, 1.0)) == pytest.approx(0.5)
+    # M/M/1, E[S] = 1 s, lambda = 0.5: W = rho / (mu - lambda) = 1 s; E[S^2] = 2
+    assert float(mg1_wait_s(0.5, 1.0, 2.0)) == pytest.approx(1.0)
+    # DistServe's M/D/1 prefill TTFT: D + lambda D^2 / (2 (1 - lambda D)), D = 0.2, lambda = 3
+    d, lam = 0.2, 3.0
+    assert d + float(mg1_wait_s(lam, d, d * d)) == pytest.approx(d + lam * d * d / (2 * (1 - lam * d)))
+
+
+def test_kingman_and_allen_cunneen_reduce_to_pollaczek_khinchine():
+    # Poisson arrivals (c_a = 1): Kingman is exact, = P-K; Allen-Cunneen with c = 1 is Kingman.
+    for cs2 in (0.0, 1.0, 4.0):
+        pk = mg1_wait_s(0.7, 1.0, 1.0 + cs2)
+        assert float(kingman_wait_s(0.7, 1.0, cs2, 1.0)) == pytest.approx(float(pk))
+        assert float(allen_cunneen_wait_s(0.7, 1.0, 1.0, cs2, 1.0)) == pytest.approx(float(pk))
+
+
+def test_mm2_wait_close_to_erlang_c():
+    # M/M/2 at rho = 0.8: Erlang C = 2 rho^2 / (1 + rho) = 0.7111, W = C / (c mu - lambda) = 1.7778 s
+    w = float(allen_cunneen_wait_s(0.8, 2.0, 1.0, 1.0, 1.0))
+    assert w == pytest.approx(0.7111 / 0.4, rel=0.05)
+
+
+def test_mm1_wait_tail_is_exact():
+    # M/M/1: P(W > t) = rho exp(-(mu - lambda) t), mu = 1, lambda = 0.7
+    rho = 0.7
+    w = float(mg1_wait_s(rho, 1.0, 2.0))
+    for q in (0.5, 0.95, 0.99):
+        expect = max(np.log(rho / (1 - q)), 0.0) / (1 - rho)
+        assert float(wait_quantile_s(rho, w, q)) == pytest.approx(expect, rel=1e-9)
+
+
+def test_mm1_sojourn_quantile_from_wait_plus_service():
+    # M/M/1 sojourn ~ Exp(mu - lambda): q-quantile = -ln(1 - q) / (1 - rho) with mu = 1
+    k = 4000
+    nodes = -jnp.log1p(-(jnp.arange(k, dtype=float) + 0.5) / k)  # Exp(1) service, equal-probability nodes
+    rho = 0.6
+    w = mg1_wait_s(rho, 1.0, 2.0)
+    for q in (0.5, 0.95, 0.99):
+        got = float(wait_plus_quantile_s(nodes, rho, w / rho, q))
+        assert got == pytest.approx(-np.log(1 - q) / (1 - rho), rel=0.01)
+
+
+def test_lognormal_mixture_quantile_of_one_component():
+    m, v = 2.0, 1.0
+    s2 = np.log1p(v / m**2)
+    median = m * np.exp(-s2 / 2)
+    p95 = np.exp(np.log(m) - s2 / 2 + 1.6448536269514722 * np.sqrt(s2))
+    assert float(lognormal_mixture_quantile(jnp.array([m]), jnp.array([v]), 0.5)) == pytest.approx(median)
+    assert float(lognormal_mixture_quantile(jnp.array([m]), jnp.array([v]), 0.95)) == pytest.approx(p95)
+
+
+def test_overload_is_inf_not_nan_with_finite_gradient():
+    for f in (lambda r: mg1_wait_s(r, 1.0, 2.0), lambda r: kingman_wait_s(r, 1.0, 1.0, 1.0),
+              lambda r: allen_cunneen_wait_s(r, 4.0, 1.0, 1.0, 1.0)):
+        assert float(f(1.0)) == np.inf and float(f(1.5)) == np.inf
+        assert np.isfinite(float(jax.grad(f)(1.5)))
+        assert np.isfinite(float(jax.grad(f)(0.5)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.01, 0.98), st.floats(0.0, 0.019), st.floats(0.0, 4.0), st.floats(0.0, 4.0))
+def test_more_load_never_lowers_waiting(rho, d_rho, ca2, cs2):
+    lo = kingman_wait_s(rho, ca2, cs2, 1.0)
+    hi = kingman_wait_s(rho + d_rho, ca2, cs2, 1.0)
+    assert float(hi) >= float(lo)
+    assert float(allen_cunneen_wait_s(rho + d_rho, 8.0, ca2, cs2, 1.0)) >= float(
+        allen_cunneen_wait_s(rho, 8.0, ca2, cs2, 1.0)
+    )
+
+
+# ---------------------------------------------------------------- serving_metrics -----------
+
+MODEL = load_model("meta-llama/Llama-3.1-8B")
+GPU = load_hardware("h100-sxm")
+DEP = Deployment.create(tp=1)
+EFF = Efficiency()
+
+
+@functools.partial(jax.jit, static_argnames=("chunked",))
+def _metrics(rate, prompt_cv, budget, chunked=True):
+    w = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=1000.0, prompt_tokens_cv=prompt_cv,
+                 output_tokens_mean=200.0, output_tokens_cv=0.5)
+    d = Deployment.create(tp=1, max_num_batched_tokens=budget)
+    return serving_metrics(MODEL, GPU, d, EFF, w, chunked_prefill=chunked)
+
+
+def test_low_load_ttft_is_one_prefill():
+    m = _metrics(1e-6, 0.0, 8192.0)
+    alone = Deployment.create(tp=1)
+    from perfmodel import prefill_step
+
+    # nobody ahead, nothing decoding: TTFT = one 1000-token prefill; TPOT = a batch-1 decode step
+    assert float(m.ttft_s.p50) == pytest.approx(float(prefill_step(MODEL, GPU, alone, EFF, 1000.0).total_s), rel=1e-3)
+    assert bool(m.stable) and float(m.utilization) < 1e-5
+
+
+@jax.jit
+def _grads(rate, budget):
+    """d(TTFT p95, TPOT mean, E2E p95, utilization) / d(rate, budget), one compile."""
+
+    def outputs(r, b):
+        m = _metrics(r, 1.0, b)
+        return jnp.stack([m.ttft_s.p95, m.tpot_s.mean, m.e2e_s.p95, m.utilization])
+
+    return jnp.stack(jax.jacfwd(outputs, argnums=(0, 1))(rate, budget), axis=-1)
+
+
+def test_overloaded_metrics_are_flagged_not_nan():
+    m = _metrics(500.0, 1.0, 8192.0)
+    leaves = jax.tree_util.tree_leaves(m)
+    assert not any(np.isnan(np.asarray(x, dtype=float)).any() for x in leaves)
+    assert not bool(m.stable) and float(m.utilization) >= 1.0
+    assert float(m.ttft_s.p95) == np.inf and float(m.e2e_s.mean) == np.inf
+    assert int(m.binding_budget) == 4  # "queueing"
+    g = _grads(500.0, 8192.0)
+    assert np.all(np.isfinite(np.asarray(g)))
+    assert float(g[3, 0]) > 0  # more load, more utilisation
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.floats(0.5, 30.0), st.floats(1.02, 1.3))
+def test_more_load_never_lowers_latency(rate, factor):
+    a, b = _metrics(rate, 1.0, 8192.0), _metrics(rate * factor, 1.0, 8192.0)
+    assert float(b.utilization) >= float(a.utilization)
+    for get in (lambda m: m.ttft_s.mean, lambda m: m.ttft_s.p95, lambda m: m.tpot_s.mean,
+                lambda m: m.e2e_s.p95):
+        assert float(get(b)) >= float(get(a)) * (1 - 1e-9)
+
+
+def test_gradients_finite_and_match_finite_differences():
+    rate, h = 12.0, 1e-3
+    g = np.asarray(_grads(rate, 8192.0))
+    hi, lo = _metrics(rate + h, 1.0, 8192.0), _metrics(rate - h, 1.0, 8192.0)
+    for i, get in enumerate((lambda m: m.ttft_s.p95, lambda m: m.tpot_s.mean, lambda m: m.e2e_s.p95)):
+        fd = (float(get(hi)) - float(get(lo))) / (2 * h)
+        assert g[i, 0] == pytest.approx(fd, rel=2e-2, abs=1e-6)
+    # across the kink where prompt nodes pass the chunk budget, and near saturation
+    for budget in (512.0, 1000.0, 2048.0):
+        for r in (2.0, 20.0):
+            assert np.all(np.isfinite(np.asarray(_grads(r, budget))))
+
+
+def test_vmap_over_efficiency_draws_equals_loop():
+    effs = [Efficiency(bandwidth_fraction=b) for b in (0.6, 0.75, 0.9)]
+    stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *effs)
+    w = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=1.0,
+                 output_tokens_mean=200.0)
+    f = jax.jit(jax.vmap(lambda e: serving_metrics(MODEL, GPU, DEP, e, w)))
+    batched = f(stacked)
+    for i, e in enumerate(effs):
+        one = serving_metrics(MODEL, GPU, DEP, e, w)
+        assert float(batched.ttft_s.p95[i]) == pytest.approx(float(one.ttft_s.p95), rel=1e-9)
+        assert float(batched.tpot_s.p99[i]) == pytest.approx(float(one.tpot_s.p99), rel=1e-9)
+
+
+def test_closed_loop_obeys_littles_law():
+    w = Workload(concurrency=32.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=0.5,
+                 output_tokens_mean=200.0)
+    m = serving_metrics(MODEL, GPU, DEP, EFF, w)
+    rate = float(m.output_tokens_per_s) / 200.0
+    assert rate * float(m.e2e_s.mean) == pytest.approx(32.0, rel=1e-4)
+
+
+def test_giant_prompts_hurt_p95_ttft_far_more_than_throughput():
+    # same mean prompt, a few giant ones (CV 0.2 -> 3): seed behaviour of issue 3
+    calm, spiky = _metrics(15.0, 0.2, 8192.0), _metrics(15.0, 3.0, 8192.0)
+    assert float(spiky.ttft_s.p95) > 1.5 * float(calm.ttft_s.p95)
+    assert float(spiky.output_tokens_per_s) == pytest.approx(float(calm.output_tokens_per_s), rel=0.02)
+
+
+def test_temperature_zero_is_exact_and_small_temperature_close():
+    w = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=1.0,
+                 output_tokens_mean=200.0)
+    exact = serving_metrics(MODEL, GPU, DEP, EFF, w)
+    soft = serving_metrics(MODEL, GPU, DEP, EFF, w, temperature=1e-3)
+    assert float(soft.ttft_s.p95) == pytest.approx(float(exact.ttft_s.p95), rel=0.05)
+    assert float(soft.tpot_s.mean) == pytest.approx(float(exact.tpot_s.mean), rel=0.05)
