@@ -88,7 +88,7 @@ def run_engine(
     concurrency: int = 0,
     progress: Callable[[int, int], None] | None = None,
     decode_run_s: Callable[[int, float, int], np.ndarray] | None = None,
-) -> tuple[_Requests, int, float, float]:
+) -> tuple[_Requests, int, float, float, float]:
     """Simulate until every request finishes.
 
     Args:
@@ -102,7 +102,8 @@ def run_engine(
             queue and no prefill in one call (same times as k single steps).
 
     Returns:
-        (request state, iterations, busy seconds, summed decode batch).
+        (request state, iterations, busy seconds, summed decode batch over iterations,
+        decode-sequence-seconds = sum over iterations of decode batch x iteration time).
     """
     lim = limits
     n = len(prompt_tokens)
@@ -116,7 +117,7 @@ def run_engine(
     free = lim.total_blocks
     waiting: deque[int] = deque()
     running: list[int] = []
-    now, nxt, finished, iters, busy, dec_sum = 0.0, 0, 0, 0, 0.0, 0.0
+    now, nxt, finished, iters, busy, dec_sum, dec_area = 0.0, 0, 0, 0, 0.0, 0.0, 0.0
     next_closed = min(concurrency, n)
 
     def hold(tokens):
@@ -161,6 +162,7 @@ def run_engine(
                 busy += elapsed
                 iters += k
                 dec_sum += k * len(running)
+                dec_area += elapsed * len(running)
                 free -= grow
                 for r in done_now:
                     R.finish[r] = now
@@ -235,6 +237,7 @@ def run_engine(
         busy += dt
         iters += 1
         dec_sum += len(dec)
+        dec_area += dt * len(dec)
 
         done_now = []
         if len(pf):
@@ -261,7 +264,7 @@ def run_engine(
                 next_closed += 1
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
-    return R, iters, busy, dec_sum
+    return R, iters, busy, dec_sum, dec_area
 
 
 FAST_FORWARD_MAX = 256

@@ -13,7 +13,8 @@ class SimResult:
 
     ``tpot_s`` is (finish - first token) / (output - 1), NaN for one-token outputs.
     ``busy_s`` is the summed iteration time of all replicas, ``makespan_s`` first arrival to
-    last finish.
+    last finish, ``decode_area_s`` the sum over iterations of decode batch x iteration time
+    (by Little's law, the sum over requests of time spent decoding).
     """
 
     arrival_s: np.ndarray
@@ -27,6 +28,7 @@ class SimResult:
     makespan_s: float
     replicas: int
     mean_decode_batch: float
+    decode_area_s: float = 0.0
 
     @property
     def ttft_s(self) -> np.ndarray:

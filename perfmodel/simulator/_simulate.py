@@ -139,25 +139,25 @@ def simulate(
     owner = np.random.default_rng(seed + 1).integers(0, replicas, n) if replicas > 1 else np.zeros(n, int)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     preempted = np.zeros(n, np.int64)
-    iters, busy, dec_sum = 0, 0.0, 0.0
+    iters, busy, dec_sum, dec_area = 0, 0.0, 0.0, 0.0
     arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
     for k in range(replicas):
         idx = np.flatnonzero(owner == k)
         if idx.size == 0:
             continue
         share = concurrency // replicas + (1 if k < concurrency % replicas else 0)
-        R, it, b, ds = run_engine(
+        R, it, b, ds, da = run_engine(
             step_s, arrival[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
             limits, hooks, share, progress, decode_run,
         )
         first[idx], finish[idx], preempted[idx] = R.first, R.finish, R.preempted
         arrival[idx] = R.arrival
-        iters, busy, dec_sum = iters + it, busy + b, dec_sum + ds
+        iters, busy, dec_sum, dec_area = iters + it, busy + b, dec_sum + ds, dec_area + da
     done = finish[np.isfinite(finish)]
     makespan = float(done.max() - arrival.min()) if done.size else 0.0
     return SimResult(
         arrival_s=arrival, first_token_s=first, finish_s=finish,
         prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
         preemptions=preempted, iterations=iters, busy_s=busy, makespan_s=makespan,
-        replicas=replicas, mean_decode_batch=dec_sum / max(iters, 1),
+        replicas=replicas, mean_decode_batch=dec_sum / max(iters, 1), decode_area_s=dec_area,
     )
