@@ -154,13 +154,15 @@ def feature_report(
     if args.prefix_reuse is not None:
         share, prefix = float(args.prefix_reuse), float(args.prefix_len)
     out: dict = {}
-    reuse = ft.prefix_reuse(
-        model, hardware, deployment, efficiency, prompt_tokens=prompt, output_tokens=output,
-        shared_fraction=share, prefix_tokens=prefix, arrival_rate_per_s=rate or 1.0,
-    )
-    out["prefix_hit_rate"] = float(reuse.hit_rate) if share > 0 else 0.0
-    out["effective_prefill_tokens"] = float(reuse.effective_prefill_tokens)
-    out["prefix_prefill_speedup"] = float(reuse.prefill_speedup)
+    out["prefix_hit_rate"], out["effective_prefill_tokens"], out["prefix_prefill_speedup"] = 0.0, prompt, 1.0
+    if share > 0:
+        reuse = ft.prefix_reuse(
+            model, hardware, deployment, efficiency, prompt_tokens=prompt, output_tokens=output,
+            shared_fraction=share, prefix_tokens=prefix, arrival_rate_per_s=rate or 1.0,
+        )
+        out["prefix_hit_rate"] = float(reuse.hit_rate)
+        out["effective_prefill_tokens"] = float(reuse.effective_prefill_tokens)
+        out["prefix_prefill_speedup"] = float(reuse.prefill_speedup)
 
     batch = _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
     spec = _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) if args.spec_draft else None
