@@ -61,7 +61,7 @@ PRIORS: dict[str, Prior] = {
     "elementwise_bandwidth_fraction": Prior("logit", 0.7, 1.0),
     # FlashAttention-2/3 reach 50-75 % of peak (Dao 2023; Shah et al. 2024).
     "attention_compute_fraction_max": Prior("logit", 0.6, 1.0),
-    "attention_half_tokens": Prior("log", 512.0, 1.5),
+    "attention_half_tokens": Prior("log", 256.0, 1.5),
     "gemm_half_width": Prior("log", 64.0, 1.0),
     "low_precision_compute_ratio": Prior("logit", 0.6, 1.0),
     # Cloud clusters often have less than one 400 Gb/s NIC per GPU; wide prior.

@@ -160,12 +160,12 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             s = _f(row["input_len"])
             flops = float(prefill_attention_flops(b, s, h, d, _f(notes.get("window_size", 0))))
             moved = b * s * (2 * h * d * ACT_BYTES + 2 * hkv * d * (ACT_BYTES + kv_b))
-            q = b * s
+            q = s
         else:
             c = _f(row["context_len"]) + 1.0
             flops = b * c * 2.0 * 2.0 * h * d
             moved = b * c * 2 * hkv * d * kv_b + b * 2 * h * d * ACT_BYTES
-            q = b
+            q = c
         return "attention", dict(flops=flops, bytes=moved, q=q, peak=peak_bf16, bw=bw)
     # vidur per-layer ops of a model's TP shard
     spec = _model(row["model"])

@@ -42,8 +42,9 @@ class KernelEfficiency(eqx.Module):
             kernel streams at.
         attention_compute_fraction_max: asymptotic fraction of peak FLOP/s of a fused
             (flash) attention kernel.
-        attention_half_tokens: query tokens in one attention call at which its compute fraction is
-            half the asymptote.
+        attention_half_tokens: tokens per sequence (prefill: new tokens; decode: cached context)
+            at which a fused attention kernel's compute fraction is half the asymptote (short
+            sequences leave most of each 128-row tile idle and the causal diagonal dominates).
         gemm_half_width: GEMM N or K at which tiling leaves half the tensor cores idle:
             eta(m, n, k) = eta_c(m) * n / (n + w) * k / (k + w).
         low_precision_compute_ratio: achieved FP8 (or narrower) GEMM fraction of its own peak,
@@ -102,16 +103,17 @@ def elementwise_time_s(
 def attention_time_s(
     flops: ArrayLike,
     bytes_moved: ArrayLike,
-    query_tokens: ArrayLike,
+    tokens_per_sequence: ArrayLike,
     peak_flops_per_s: ArrayLike,
     hbm_bytes_per_s: ArrayLike,
     efficiency: Efficiency,
     kernel: KernelEfficiency,
     temperature: float = 0.0,
 ) -> Array:
-    """One fused attention call: roofline of its FLOPs at eta_a(q) = eta_a,max q / (q + q_half)
-    and the bytes it moves (Q, K, V, output; the KV cache for decode) at eta_b, plus launch."""
-    q = jnp.asarray(query_tokens)
+    """One fused attention call: roofline of its FLOPs at eta_a(s) = eta_a,max s / (s + s_half),
+    s = ``tokens_per_sequence``, and the bytes it moves (Q, K, V, output; the KV cache for decode)
+    at eta_b, plus launch (FlashAttention tiling: Dao 2023; Shah et al. 2024)."""
+    q = jnp.asarray(tokens_per_sequence)
     eta = kernel.attention_compute_fraction_max * q / (q + kernel.attention_half_tokens)
     compute_s = jnp.asarray(flops) / (peak_flops_per_s * eta)
     memory_s = jnp.asarray(bytes_moved) / (hbm_bytes_per_s * efficiency.bandwidth_fraction)

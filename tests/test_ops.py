@@ -69,7 +69,7 @@ def test_decode_attention_reads_kv_at_bandwidth():
     b, c, hkv, d = 64, 4096, 8, 128
     kv_bytes = b * c * 2 * hkv * d * 2.0
     ker = KernelEfficiency(launch_overhead_s=0.0)
-    t = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, b, PEAK, BW, NO_RAMP, ker)
+    t = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, ker)
     assert float(t) == pytest.approx(kv_bytes / (0.8 * BW), rel=1e-12)
 
 
