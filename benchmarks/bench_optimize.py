@@ -22,7 +22,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from optimize import SearchOptions, exhaustive_optimum, make_problem, search, slo_probability  # noqa: E402
+from optimize import SearchOptions, meets_confidence, exhaustive_optimum, make_problem, search, slo_probability  # noqa: E402
 from optimize._metrics import Workload  # noqa: E402
 from perfmodel import load_model  # noqa: E402
 
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
         cost = float(found.cost_per_hour[0]) if len(found.configs) else np.inf
         if np.isfinite(cost):
             prob = float(slo_probability(problem, jnp.asarray(found.configs[0]), float(found.replicas[0])))
-            if prob < float(problem.confidence):
+            if not meets_confidence(prob, float(problem.confidence)):
                 false_feasible += 1
                 print(f"[{i}] re-check probability {prob} < {float(problem.confidence)}", flush=True)
         if not np.isfinite(ref.cost_per_hour):

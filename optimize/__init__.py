@@ -3,6 +3,7 @@
 from ._evaluate import (
     CONSTRAINTS as CONSTRAINTS,
     cost_per_hour as cost_per_hour,
+    meets_confidence as meets_confidence,
     costs_at_min_replicas as costs_at_min_replicas,
     min_replicas as min_replicas,
     slo_probability as slo_probability,

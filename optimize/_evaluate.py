@@ -82,6 +82,15 @@ def memory_slack(problem: Problem, weights: tuple[Array, ...]) -> Array:
     return jnp.log(hw.hbm_bytes * dep.gpu_memory_utilization) - jnp.log(need)
 
 
+CONFIDENCE_TOLERANCE = 1e-6
+"""A share of draws equal to the confidence meets it (float32 means of 0/1 draws round)."""
+
+
+def meets_confidence(probability: Array, confidence: Array) -> Array:
+    """``probability >= confidence`` up to ``CONFIDENCE_TOLERANCE`` (the one rule used everywhere)."""
+    return probability >= confidence - CONFIDENCE_TOLERANCE
+
+
 def holds(slacks: Array) -> Array:
     """Per-draw indicator that every constraint holds (strict for stability)."""
     strict = jnp.asarray([False, False, True, False])[:, None]
@@ -95,7 +104,7 @@ def slo_probability(
     """Share of posterior draws in which the discrete ``config`` with ``replicas`` meets every
     constraint."""
     m = draw_metrics(problem, one_hot_weights(config, problem.grid), replicas, 0.0, metrics_fn)
-    return jnp.mean(holds(constraint_slacks(problem, m)))
+    return jnp.mean(holds(constraint_slacks(problem, m)).astype(float))
 
 
 def gpus_per_replica(problem: Problem, config: Array) -> Array:
@@ -116,18 +125,20 @@ def _bisection_steps(max_replicas: int) -> int:
 
 
 @eqx.filter_jit
-def min_replicas(problem: Problem, configs: Array) -> Array:
+def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics) -> Array:
     """Fewest replicas (1..max) with SLO probability >= confidence, per config; ``max + 1`` when
     even ``max_replicas`` falls short.  ``configs``: shape (n, len(KNOBS))."""
     r_max = problem.grid.max_replicas
 
     def one(config):
-        ok_max = slo_probability(problem, config, float(r_max)) >= problem.confidence
+        ok_max = meets_confidence(slo_probability(problem, config, float(r_max), metrics_fn), problem.confidence)
 
         def step(_, bounds):
             lo, hi = bounds  # lo fails (0 = none tried), hi holds
             mid = (lo + hi) // 2
-            ok = slo_probability(problem, config, mid.astype(float)) >= problem.confidence
+            ok = meets_confidence(
+                slo_probability(problem, config, mid.astype(float), metrics_fn), problem.confidence
+            )
             return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
 
         _, hi = jax.lax.fori_loop(0, _bisection_steps(r_max), step, (jnp.asarray(0), jnp.asarray(r_max)))
@@ -137,8 +148,10 @@ def min_replicas(problem: Problem, configs: Array) -> Array:
 
 
 @eqx.filter_jit
-def costs_at_min_replicas(problem: Problem, configs: Array) -> tuple[Array, Array]:
+def costs_at_min_replicas(
+    problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics
+) -> tuple[Array, Array]:
     """(replicas, $/hour) per config; infeasible configs cost ``inf``."""
-    reps = min_replicas(problem, configs)
+    reps = min_replicas(problem, configs, metrics_fn)
     cost = jax.vmap(lambda c, r: cost_per_hour(problem, c, r.astype(float)))(configs, reps)
     return reps, jnp.where(reps <= problem.grid.max_replicas, cost, jnp.inf)

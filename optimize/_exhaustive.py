@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import cost_per_hour, slo_probability
+from ._evaluate import cost_per_hour, meets_confidence, slo_probability
 from ._problem import Problem
 
 
@@ -34,7 +34,7 @@ def _chunk_costs(problem: Problem, configs: jnp.ndarray) -> jnp.ndarray:
     def one(config):
         prob = jax.vmap(lambda r: slo_probability(problem, config, r))(reps)
         cost = jax.vmap(lambda r: cost_per_hour(problem, config, r))(reps)
-        return jnp.where(prob >= problem.confidence, cost, jnp.inf)
+        return jnp.where(meets_confidence(prob, problem.confidence), cost, jnp.inf)
 
     return jax.vmap(one)(configs)
 

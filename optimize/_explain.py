@@ -91,7 +91,8 @@ def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
     d_theta = jax.grad(lambda ls: _smooth_probability(problem, config, log_r, ls))(zero)
     elasticity = jnp.where(jnp.abs(d_log_r) > 1e-12, -d_theta / d_log_r, 0.0)
     finite_slo = jnp.concatenate([
-        jnp.ones(7), jnp.stack([jnp.isfinite(problem.slo_ttft_p95_s), jnp.isfinite(problem.slo_tpot_p95_s)])
+        jnp.ones(7, dtype=bool),
+        jnp.stack([jnp.isfinite(problem.slo_ttft_p95_s), jnp.isfinite(problem.slo_tpot_p95_s)]),
     ])
     return jnp.exp(log_r), jnp.where(finite_slo, elasticity, 0.0)
 
@@ -105,9 +106,10 @@ def binding_constraint(problem: Problem, slacks: np.ndarray) -> str:
 
 
 @eqx.filter_jit
-def _achievable_scale(problem: Problem, configs: Array) -> Array:
-    """Per config at ``max_replicas``: the confidence-quantile over draws of the factor by which
-    the SLO bounds must be relaxed (inf where it is unstable or does not fit)."""
+def _achievable(problem: Problem, configs: Array) -> Array:
+    """Per config at ``max_replicas``, confidence-quantiles over draws of: the common factor by
+    which both SLO bounds must be relaxed, p95 TTFT, p95 TPOT (inf where it is unstable or does
+    not fit).  Shape (n, 3)."""
     r = float(problem.grid.max_replicas)
 
     def one(config):
@@ -116,22 +118,31 @@ def _achievable_scale(problem: Problem, configs: Array) -> Array:
         hard_ok = holds(slacks.at[:2].set(0.0))
         over = jnp.exp(-jnp.minimum(slacks[:2], 0.0))  # >= 1: needed relaxation per SLO
         factor = jnp.where(hard_ok, jnp.max(over, axis=0), jnp.inf)
-        return jnp.quantile(factor, problem.confidence)
+        ttft = jnp.where(hard_ok, m.ttft_p95_s, jnp.inf)
+        tpot = jnp.where(hard_ok, m.tpot_p95_s, jnp.inf)
+        return jnp.quantile(jnp.stack([factor, ttft, tpot]), problem.confidence, axis=1)
 
     return jax.vmap(one)(configs)
 
 
 def closest_achievable(problem: Problem) -> dict:
-    """The smallest common factor on the SLO bounds that some configuration meets with the required
-    confidence at ``max_replicas``, and the bounds it gives (``None`` where unbounded or nothing
-    fits at all: then memory or throughput binds)."""
+    """What can be met with the required confidence at ``max_replicas``: the smallest p95 TTFT
+    and p95 TPOT bounds (each on its own), and the smallest common factor on the given bounds
+    (``scale``; None where nothing fits and keeps up at all).  ``binding`` names the SLO that
+    needs the larger relaxation."""
     configs = jnp.asarray(problem.grid.all_configs(problem.model))
-    scales = np.asarray(_achievable_scale(problem, configs))
-    best = float(np.min(scales))
-    if not np.isfinite(best):
-        return {"scale": None, "ttft_p95_s": None, "tpot_p95_s": None}
-    bounds = {}
-    for name, bound in (("ttft_p95_s", problem.slo_ttft_p95_s), ("tpot_p95_s", problem.slo_tpot_p95_s)):
-        b = float(bound)
-        bounds[name] = b * best * 1.0001 if np.isfinite(b) else None
-    return {"scale": best, **bounds, "config": configs[int(np.argmin(scales))]}
+    q = np.asarray(_achievable(problem, configs))
+    best = q.min(axis=0)
+    if not np.isfinite(best[0]):
+        return {"scale": None, "ttft_p95_s": None, "tpot_p95_s": None,
+                "binding": "memory_fit_or_stability"}
+    ratios = {}
+    for name, bound, v in (("ttft_p95", problem.slo_ttft_p95_s, best[1]),
+                           ("tpot_p95", problem.slo_tpot_p95_s, best[2])):
+        ratios[name] = v / float(bound) if np.isfinite(float(bound)) else 0.0
+    return {
+        "scale": float(best[0]),
+        "ttft_p95_s": float(best[1]),
+        "tpot_p95_s": float(best[2]),
+        "binding": max(ratios, key=ratios.get),
+    }

@@ -224,14 +224,10 @@ def _select(tree, i: int):
 
 def _infeasible(problem: Problem, seconds: float) -> Recommendation:
     near = closest_achievable(problem)
-    binding = "memory_fit_or_stability" if near["scale"] is None else (
-        "ttft_p95" if near["ttft_p95_s"] is not None and (
-            near["tpot_p95_s"] is None) else "slo")
-    near = {k: v for k, v in near.items() if k != "config"}
     return Recommendation(
         feasible=False, config=None, cost_per_hour=math.inf,
         cost_per_million_output_tokens=math.inf, slo_probability=0.0,
-        ttft_s=None, tpot_s=None, binding_constraint=binding, binding_budget=None,
+        ttft_s=None, tpot_s=None, binding_constraint=near.pop("binding"), binding_budget=None,
         shadow_prices={}, cost_elasticities={}, engine_args=None, alternatives=[],
         closest_achievable=near, search_seconds=seconds,
     )

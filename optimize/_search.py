@@ -119,6 +119,11 @@ def _init(problem: Problem, key: Array, options: SearchOptions) -> Relaxed:
 def relaxed_descent(problem: Problem, options: SearchOptions, key: Array) -> tuple[Relaxed, Array]:
     """Run Adam from ``num_starts`` random starts (drawn with ``key``) at once; returns the final
     points and their losses.  ``options.seed`` is ignored here (the key is traced: no recompile)."""
+    with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes int and float
+        return _descent(problem, options, key)
+
+
+def _descent(problem: Problem, options: SearchOptions, key: Array) -> tuple[Relaxed, Array]:
     opt = optax.adam(options.learning_rate)
     x0 = _init(problem, key, options)
     loss_grad = jax.vmap(jax.value_and_grad(lambda x: relaxed_loss(problem, x, options)))

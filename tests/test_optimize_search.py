@@ -11,6 +11,7 @@ from optimize import (
     Workload,
     exhaustive_optimum,
     make_problem,
+    meets_confidence,
     min_replicas,
     search,
     slo_probability,
@@ -47,7 +48,7 @@ def test_search_matches_exhaustive(case):
     assert found.cost_per_hour[0] <= ref.cost_per_hour * 1.01
     # the answer is feasible when re-checked exactly, and not cheaper than the true optimum
     prob = slo_probability(problem, jnp.asarray(found.configs[0]), float(found.replicas[0]))
-    assert float(prob) >= float(problem.confidence)
+    assert meets_confidence(float(prob), float(problem.confidence))
     assert found.cost_per_hour[0] >= ref.cost_per_hour * (1 - 1e-9)
 
 
@@ -57,10 +58,11 @@ def test_min_replicas_is_the_first_feasible_count():
     reps = np.asarray(min_replicas(problem, configs))
     for c, r in zip(configs, reps):
         probs = [float(slo_probability(problem, c, float(k))) for k in range(1, GRID.max_replicas + 1)]
-        feasible = [k + 1 for k, p in enumerate(probs) if p >= float(problem.confidence)]
+        feasible = [k + 1 for k, p in enumerate(probs) if meets_confidence(p, float(problem.confidence))]
         assert r == (feasible[0] if feasible else GRID.max_replicas + 1)
         # monotone: once feasible, more replicas stay feasible
-        assert all(p >= float(problem.confidence) for p in probs[r - 1:]) if feasible else True
+        if feasible:
+            assert all(meets_confidence(p, float(problem.confidence)) for p in probs[r - 1:])
 
 
 def test_impossible_slo_is_reported_infeasible():

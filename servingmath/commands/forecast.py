@@ -1,0 +1,152 @@
+"""``servingmath forecast``: GPUs to buy or rent per period, with 50/80/95 % intervals."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+
+from .._render import table
+from ..errors import UsageError
+from .optimize import (
+    add_problem_arguments,
+    enable_compile_cache,
+    grid_from_args,
+    parse_assignments,
+    resolve_common,
+    resolve_workload,
+)
+
+HELP = "GPUs per type and period for a demand forecast, intervals from demand x posterior"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--demand", required=True,
+                        help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)")
+    add_problem_arguments(parser, workload=False)
+    parser.add_argument("--workload", help="trace file or preset for the length distribution")
+    parser.add_argument("--png", "--plot", dest="png", help="write a fan chart PNG here")
+    parser.add_argument("--csv", dest="csv_out", help="write the table as CSV here")
+    parser.add_argument("--max-replicas", type=int, default=1024,
+                        help="largest replica count per type and period (default 1024)")
+
+
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    return x
+
+
+def run(args: argparse.Namespace) -> int:
+    enable_compile_cache()
+    import numpy as np
+
+    from optimize import make_problem, search
+    from optimize._evaluate import costs_at_min_replicas
+    from optimize._forecast import DemandError, forecast_gpus, read_demand
+
+    try:
+        demand = read_demand(args.demand)
+    except DemandError as exc:
+        raise UsageError(str(exc)) from None
+    model, gpus, hardware, efficiency = resolve_common(args)
+    peak = max(p.requests_per_s for p in demand) or 1.0
+    args.rate = peak
+    workload = resolve_workload(args, rate=peak)
+    problem = make_problem(
+        model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
+        confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
+        efficiency=efficiency, hardware=hardware,
+        quality_penalty=parse_assignments(args.quality_penalty, "--quality-penalty"),
+    )
+    found = search(problem)
+    configs = {}
+    for g, name in enumerate(gpus):  # cheapest configuration per GPU type at the peak demand
+        rows = [i for i, c in enumerate(found.configs) if c[0] == g and np.isfinite(found.cost_per_hour[i])]
+        if rows:
+            configs[name] = found.configs[rows[0]]
+            continue
+        every = problem.grid.all_configs(problem.model)
+        every = every[every[:, 0] == g]
+        _, cost = costs_at_min_replicas(problem, every)
+        cost = np.asarray(cost)
+        if np.isfinite(cost.min()):
+            configs[name] = every[int(np.argmin(cost))]
+    if not configs:
+        raise UsageError("no candidate GPU meets the SLO at the peak demand even with "
+                         f"{args.max_replicas} replicas; relax --ttft-p95/--tpot-p95 or add GPUs")
+    periods = forecast_gpus(problem, configs, demand, seed=args.seed)
+    from .optimize import _describe_short
+
+    result = {"configurations": {g: _describe_short(problem, gpus, c) for g, c in configs.items()},
+              "periods": periods}
+    result = _clean(result)
+    if args.csv_out:
+        _write_csv(args.csv_out, result)
+    if args.png:
+        _fan_chart(args.png, result)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    rows = []
+    for p in result["periods"]:
+        cells = []
+        for g, s in p["gpus"].items():
+            lo, hi = s["p80"]
+            cells.append(f"{g} {_n(s['p50'])} [{_n(lo)}-{_n(hi)}]")
+        cost = p["cost_per_hour"]
+        rows.append((f"{p['period']} ({p['requests_per_s']:g} req/s)",
+                     "; ".join(cells) + f"; ${_n(cost['p50'])}/h on {p['recommended_gpu']}"))
+    print("GPUs per period: median [80% interval]\n" + table(rows))
+    for g, c in result["configurations"].items():
+        print(f"  {g}: {c}")
+    if args.png:
+        print(f"fan chart: {args.png}", file=sys.stderr)
+    return 0
+
+
+def _n(x) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
+def _write_csv(path: str, result: dict) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["period", "requests_per_s", "gpu", "p50", "p80_lo", "p80_hi", "p95_lo", "p95_hi"])
+        for p in result["periods"]:
+            for g, s in p["gpus"].items():
+                w.writerow([p["period"], p["requests_per_s"], g, s["p50"], *s["p80"], *s["p95"]])
+
+
+def _fan_chart(path: str, result: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    periods = [p["period"] for p in result["periods"]]
+    x = range(len(periods))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for g in result["periods"][0]["gpus"]:
+        s = [p["gpus"][g] for p in result["periods"]]
+
+        def col(f):
+            return [float("nan") if v is None else v for v in map(f, s)]
+
+        line, = ax.plot(x, col(lambda v: v["p50"]), marker="o", label=g)
+        for key, alpha in (("p95", 0.15), ("p80", 0.3)):
+            ax.fill_between(x, col(lambda v: v[key][0]), col(lambda v: v[key][1]),
+                            color=line.get_color(), alpha=alpha, linewidth=0)
+    ax.set_xticks(list(x), periods, rotation=45, ha="right")
+    ax.set_ylabel("GPUs needed")
+    ax.set_title("GPUs per period: median, 80% and 95% intervals")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

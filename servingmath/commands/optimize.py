@@ -1,0 +1,259 @@
+"""``servingmath optimize``: the cheapest configuration meeting the SLO with stated confidence.
+
+Shared argument helpers for ``fleet`` and ``forecast`` live here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+import perfmodel as pm
+
+from .._render import human_seconds, table
+from perfmodel import CatalogError
+
+from ..errors import UsageError
+
+HELP = "cheapest deployment meeting p95 TTFT/TPOT SLOs with stated confidence (gradient search)"
+
+
+# ------------------------------------------------------------------ shared by fleet / forecast
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = True) -> None:
+    """--model, --gpus, SLOs, confidence, posterior, prices (and the load, when ``workload``)."""
+    parser.add_argument("--model", required=True, help="Hugging Face id or config.json path")
+    parser.add_argument("--gpus", required=True, help="candidate hardware ids, comma-separated")
+    if workload:
+        parser.add_argument("--rate", type=float, help="arrival rate, requests/s")
+        parser.add_argument("--workload", help="trace file or preset (rate, lengths, burstiness)")
+    parser.add_argument("--input-len", type=float, help="mean prompt tokens (default 1024)")
+    parser.add_argument("--output-len", type=float, help="mean output tokens (default 256)")
+    parser.add_argument("--output-cv", type=float, default=1.0, help="output-length CV (default 1)")
+    parser.add_argument("--ttft-p95", "--slo-ttft-p95", dest="ttft_p95", type=float,
+                        help="p95 time-to-first-token bound, seconds")
+    parser.add_argument("--tpot-p95", "--slo-tpot-p95", dest="tpot_p95", type=float,
+                        help="p95 time-per-output-token bound, seconds")
+    parser.add_argument("--confidence", type=float, default=0.9,
+                        help="probability over the posterior that the SLO holds (default 0.9)")
+    parser.add_argument("--posterior", help="fitted posterior (.nc); default: the bundled one")
+    parser.add_argument("--prior", action="store_true", help="use spec-sheet prior draws, no posterior")
+    parser.add_argument("--draws", type=int, default=200, help="posterior draws (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
+    parser.add_argument("--prices", help="prices CSV (columns gpu,price_per_gpu_hour)")
+    parser.add_argument("--hardware-csv", help="hardware CSV with your own rows")
+    parser.add_argument("--quality-penalty", default="",
+                        help="cost surcharge per dtype, e.g. int4=0.1,fp8=0.02 (fractions)")
+    parser.add_argument("--kv-dtypes", default="bf16,fp8",
+                        help="KV-cache dtypes to consider (default bf16,fp8; also int8,int4)")
+    parser.add_argument("--weight-dtypes", default="bf16,fp8",
+                        help="weight dtypes to consider (default bf16,fp8; also int4)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
+    """The knob grid with the dtypes the user allows."""
+    from perfmodel import DTYPE_BYTES
+
+    from optimize import Grid
+
+    dtypes = {}
+    for flag, text in (("--kv-dtypes", args.kv_dtypes), ("--weight-dtypes", args.weight_dtypes)):
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        bad = [t for t in items if t not in DTYPE_BYTES]
+        if bad or not items:
+            raise UsageError(f"{flag}: unknown dtype {bad[0] if bad else '(empty)'!r}; use some of "
+                             f"{','.join(DTYPE_BYTES)}")
+        dtypes[flag] = items
+    if max_replicas < 1:
+        raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
+    return Grid(num_gpus=num_gpus, kv_dtypes=dtypes["--kv-dtypes"],
+                weight_dtypes=dtypes["--weight-dtypes"], max_replicas=max_replicas)
+
+
+def enable_compile_cache() -> None:
+    """Persist compiled XLA programs between runs (the search compiles once per grid shape)."""
+    import jax
+
+    cache = Path(os.environ.get("SERVINGMATH_CACHE", Path.home() / ".cache" / "servingmath" / "jax"))
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(cache))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except OSError:
+        pass
+
+
+def parse_assignments(text: str, flag: str) -> dict[str, float]:
+    """``a=1,b=2`` -> {"a": 1.0, "b": 2.0}; one-line UsageError naming the bad item."""
+    out: dict[str, float] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise UsageError(f"{flag}: {item!r} is not NAME=NUMBER; write e.g. {flag} h100-sxm=64") from None
+    return out
+
+
+def resolve_common(args: argparse.Namespace):
+    """(model, gpu ids, loaded hardware, efficiency draws) with one-line errors for bad input."""
+    from optimize._draws import efficiency_draws_for
+
+    if not 0.0 < args.confidence < 1.0:
+        raise UsageError(f"--confidence {args.confidence} must be strictly between 0 and 1, e.g. 0.9")
+    for flag, v in (("--ttft-p95", args.ttft_p95), ("--tpot-p95", args.tpot_p95)):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
+    if args.draws < 1:
+        raise UsageError(f"--draws must be at least 1, got {args.draws}")
+    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
+    if not gpus:
+        raise UsageError("--gpus is empty; pass e.g. --gpus h100-sxm,a100-sxm-80gb")
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus lists a GPU twice: {args.gpus}")
+    try:
+        model = pm.load_model(args.model)
+        hardware = [pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv)
+                    for g in gpus]
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    for g, h in zip(gpus, hardware):
+        if not math.isfinite(float(h.price_per_gpu_hour)):
+            raise UsageError(f"no price for GPU {g!r}; pass --prices with a row gpu={g},price_per_gpu_hour=...")
+    posterior = None
+    if not args.prior:
+        import fitting
+
+        try:
+            posterior = fitting.load_posterior(args.posterior)
+        except (OSError, ValueError, fitting.PosteriorError) as exc:
+            raise UsageError(f"cannot load posterior {args.posterior or '(bundled)'}: {exc}; "
+                             "pass --posterior FILE.nc or --prior") from None
+    efficiency = efficiency_draws_for(gpus, args.draws, posterior=posterior, seed=args.seed)
+    return model, gpus, hardware, efficiency
+
+
+def resolve_workload(args: argparse.Namespace, rate: float | None = None):
+    """Workload from --workload (trace) and/or --rate, --input-len, --output-len."""
+    from perfmodel.dynamics import Workload, load_trace, workload_from_trace
+
+    rate = args.rate if rate is None else rate
+    if getattr(args, "workload", None):
+        try:
+            wl = workload_from_trace(load_trace(args.workload), arrival_rate_per_s=rate)
+        except CatalogError as exc:
+            raise UsageError(str(exc)) from None
+        if not math.isfinite(float(wl.arrival_rate_per_s)):
+            raise UsageError(f"trace {args.workload} has no timestamps; pass --rate R")
+    else:
+        if rate is None:
+            raise UsageError("give the load: --rate R (requests/s) or --workload TRACE")
+        wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=1024.0, output_tokens_mean=256.0,
+                      output_tokens_cv=args.output_cv)
+    updates = {}
+    if args.input_len is not None:
+        updates["prompt_tokens_mean"] = args.input_len
+    if args.output_len is not None:
+        updates["output_tokens_mean"] = args.output_len
+    for k, v in updates.items():
+        if not (math.isfinite(v) and v >= 1):
+            raise UsageError(f"--{k.split('_')[0].replace('prompt', 'input')}-len must be >= 1, got {v}")
+    fields = {f: getattr(wl, f) for f in wl.__dataclass_fields__}
+    fields.update(updates)
+    if not float(fields["arrival_rate_per_s"]) > 0:
+        raise UsageError(f"--rate must be positive, got {fields['arrival_rate_per_s']}")
+    return Workload(**fields)
+
+
+# ------------------------------------------------------------------ optimize
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_arguments(parser)
+    parser.add_argument("--max-replicas", type=int, default=64, help="largest replica count (default 64)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the re-check with perfmodel.dynamics.serving_metrics")
+
+
+def run(args: argparse.Namespace) -> int:
+    enable_compile_cache()
+    from optimize import make_problem
+    from optimize._recommend import recommend
+
+    model, gpus, hardware, efficiency = resolve_common(args)
+    workload = resolve_workload(args)
+    penalty = parse_assignments(args.quality_penalty, "--quality-penalty")
+    problem = make_problem(
+        model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
+        confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
+        efficiency=efficiency, quality_penalty=penalty, hardware=hardware,
+    )
+    rec = recommend(problem, gpus, model.name, verify=not args.no_verify)
+    out = rec.to_json()
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(render(out, args))
+    return 0
+
+
+def _pct(d: dict | None) -> str:
+    if not d:
+        return "-"
+    return " / ".join(human_seconds(d[k]) if d[k] is not None else "inf" for k in ("p50", "p95", "p99"))
+
+
+def render(out: dict, args: argparse.Namespace) -> str:
+    """Human report of a ``Recommendation.to_json()`` object."""
+    if not out["feasible"]:
+        near = out["closest_achievable"] or {}
+        if near.get("scale") is None:
+            return ("infeasible: no candidate fits the model and keeps up with the load at "
+                    f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); "
+                    "add larger GPUs or raise --max-replicas")
+        return ("infeasible: no candidate meets the SLO with confidence "
+                f"{args.confidence} (binding: {out['binding_constraint']}); closest achievable: "
+                f"TTFT p95 {human_seconds(near['ttft_p95_s'])} alone, TPOT p95 "
+                f"{human_seconds(near['tpot_p95_s'])} alone, or both bounds x{near['scale']:.3g}")
+    rows = [
+        ("configuration", f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs"),
+        ("dtypes", f"weights {out['weight_dtype']}, KV {out['kv_dtype']}"),
+        ("token budget", f"max_num_batched_tokens {out['max_num_batched_tokens']}, max_num_seqs {out['max_num_seqs']}"),
+        ("cost", f"${out['cost_per_hour']:.2f}/hour, ${out['cost_per_million_output_tokens']:.3f} per million output tokens"),
+        ("SLO probability", f"{out['slo_probability']:.3f} (required {args.confidence})"),
+        ("TTFT p50/p95/p99", _pct(out["ttft_s"])),
+        ("TPOT p50/p95/p99", _pct(out["tpot_s"])),
+        ("binding", f"{out['binding_constraint']} (budget: {out['binding_budget']})"),
+    ]
+    for k, v in out["shadow_prices"].items():
+        if v:
+            rows.append((f"shadow price {k}", f"{v:+.3g} $/hour per second"))
+    el = ", ".join(f"{k} {v:+.2f}" for k, v in out["cost_elasticities"].items() if abs(v) > 1e-3)
+    rows.append(("d log cost / d log", el or "-"))
+    text = "recommendation\n" + table(rows)
+    if out["alternatives"]:
+        text += "\nrunner-up configurations\n" + table([
+            (f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}",
+             f"${a['cost_per_hour']:.2f}/hour ({a['weight_dtype']} weights, {a['kv_dtype']} KV)")
+            for a in out["alternatives"]])
+    e = out["engine_args"]
+    text += f"\nengine flags\n  {e['vllm']}\n  {e['sglang']}\n  {e['trtllm']}"
+    if e["notes"]:
+        text += f"\n  note: {e['notes']}"
+    return text
+
+
+def _describe_short(problem, gpus, config) -> str:
+    """One line: TP/PP, dtypes and token budget of a configuration."""
+    from optimize._recommend import describe
+
+    d = describe(problem, gpus, config, 1)
+    return (f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
+            f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}")
