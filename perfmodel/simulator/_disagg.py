@@ -69,4 +69,5 @@ def simulate_disaggregated(
         makespan_s=float(np.nanmax(second.finish_s) - np.nanmin(trace.arrival_s)),
         replicas=first.replicas + second.replicas,
         mean_decode_batch=second.mean_decode_batch,
+        decode_area_s=second.decode_area_s,
     )

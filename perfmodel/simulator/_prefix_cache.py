@@ -207,7 +207,7 @@ def simulate_prefix_cache(
     arrival = np.array([r.arrival_s for r in requests])
     prompt = np.array([r.prompt_tokens for r in requests])
     output = np.array([r.output_tokens for r in requests])
-    R, iters, busy, dec_sum = run_engine(
+    R, iters, busy, dec_sum, *area = run_engine(
         step_function(model, hardware, deployment, efficiency), arrival, prompt, output,
         engine_limits(model, hardware, deployment), hooks, 0, None,
         decode_run_function(model, hardware, deployment, efficiency),
@@ -217,6 +217,11 @@ def simulate_prefix_cache(
         arrival_s=R.arrival, first_token_s=R.first, finish_s=R.finish, prompt_tokens=prompt,
         output_tokens=output, preemptions=R.preempted, iterations=iters, busy_s=busy,
         makespan_s=float(done.max() - R.arrival.min()) if done.size else 0.0, replicas=1,
-        mean_decode_batch=dec_sum / max(iters, 1),
+        mean_decode_batch=dec_sum / max(iters, 1), **_area(area),
     )
     return result, reused
+
+
+def _area(extra: list) -> dict:
+    """``decode_area_s`` when the engine reports it (decode-sequence-seconds)."""
+    return {"decode_area_s": float(extra[0])} if extra else {}

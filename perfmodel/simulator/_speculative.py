@@ -20,6 +20,7 @@ from .._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
 from .._step import decode_step, forward_step
 from .._traces import Trace
 from ._engine import EngineHooks, run_engine
+from ._prefix_cache import _area
 from ._records import SimResult
 from ._simulate import engine_limits
 
@@ -90,7 +91,7 @@ def simulate_speculative(
     step_s = speculative_step_function(model, hardware, deployment, efficiency, draft_tokens, draft_model)
     hooks = EngineHooks(decode_tokens=accepted_tokens_sampler(draft_tokens, acceptance, seed))
     arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
-    R, iters, busy, dec_sum = run_engine(
+    R, iters, busy, dec_sum, *area = run_engine(
         step_s, arrival, trace.prompt_tokens, trace.output_tokens,
         engine_limits(model, hardware, deployment), hooks, concurrency,
     )
@@ -100,5 +101,6 @@ def simulate_speculative(
         prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
         preemptions=R.preempted, iterations=iters, busy_s=busy,
         makespan_s=float(done.max() - R.arrival.min()) if done.size else 0.0,
-        replicas=1, mean_decode_batch=dec_sum / max(iters, 1),
+        replicas=1, mean_decode_batch=dec_sum / max(iters, 1), **_area(area),
     )
+
