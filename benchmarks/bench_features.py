@@ -120,8 +120,23 @@ def speculative(quick):
             rows.append((batch, alpha, f"{float(cf.speedup):.2f}", f"{float(cf.breakeven_acceptance):.2f}",
                          f"{float(cf.tpot_s) * 1e3:.2f}", sim))
             rec.append({"batch": batch, "alpha": alpha, "speedup": float(cf.speedup), "sim_tpot_s": sim})
-    return [_table("Speculative decoding, Llama-3.1-8B + MTP head, k = 4 (sim: closed loop, sampled acceptance)",
-                   ("batch", "alpha", "speedup", "break-even alpha", "closed TPOT ms", "sim TPOT ms"), rows)], rec
+    drows = []
+    big, draft, tp4 = load_model("meta-llama/Llama-3.1-70B"), load_model("meta-llama/Llama-3.2-1B-Instruct"), Deployment.create(tp=4)
+    for batch in (1, 64, 512):
+        for alpha in (0.3, 0.7):
+            cf = ft.speculative_decode(big, H100, tp4, EFF, batch_size=float(batch), context_tokens=2000.0,
+                                       draft_tokens=4.0, acceptance=alpha, draft_model=draft)
+            drows.append((batch, alpha, f"{float(cf.speedup):.2f}", f"{float(cf.breakeven_acceptance):.2f}",
+                          f"{float(cf.draft_s) * 1e3:.1f}", f"{float(cf.verify_s) / float(cf.target_step_s):.2f}",
+                          f"{float(cf.net_gain_s) * 1e3:+.1f}"))
+            rec.append({"draft": draft.name, "batch": batch, "alpha": alpha, "speedup": float(cf.speedup)})
+    return [
+        _table("Speculative decoding, Llama-3.1-8B + MTP head, k = 4 (sim: closed loop, sampled acceptance)",
+               ("batch", "alpha", "speedup", "break-even alpha", "closed TPOT ms", "sim TPOT ms"), rows),
+        _table("Speculative decoding, Llama-3.1-70B TP4 + Llama-3.2-1B draft, k = 4, context 2000",
+               ("batch", "alpha", "speedup", "break-even alpha", "draft ms", "verify / plain step",
+                "net gain ms/step"), drows),
+    ], rec
 
 
 def parallel(quick):
