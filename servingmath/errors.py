@@ -21,3 +21,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     if ingest is not None and hasattr(ingest, "MeasurementFormatError"):
         types.append(ingest.MeasurementFormatError)
     return tuple(types)
+
+
+USER_ERRORS = (UsageError, CatalogError)
+"""Catalog and usage errors, for commands that convert library errors to ``UsageError``."""
