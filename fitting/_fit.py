@@ -59,7 +59,7 @@ def fit_table(table: pd.DataFrame, *, per_stratum: int = 40, seed: int = 0, draw
         prior_only: skip the data; draws from the spec-sheet priors.
     """
     fit_rows = subsample(table, per_stratum, seed) if per_stratum > 0 else table
-    prep = prepare(fit_rows)
+    prep = prepare(fit_rows, serving=False)
     if not len(prep.log_value):
         raise ValueError("no measurement row is covered by a budget; see the skipped reasons")
     diag = None

@@ -51,7 +51,9 @@ _LOW_PRECISION = {"fp8", "fp8_block", "fp4", "int8"}
 STEP_METRICS = {("prefill", "time"): 0, ("decode_step", "time"): 1, ("static_batch", "ttft"): 0,
                 ("static_batch", "tpot"): 1, ("static_batch", "latency"): 2,
                 ("static_batch", "output_throughput"): 3}
-SERVING_REASON = "serving prediction needs the dynamics model"
+SERVING_REASON = "serving rows are scored by validate, not fitted (closed-loop solve too costly inside NUTS)"
+SERVING_METRICS = {"ttft": 0, "tpot": 1, "itl": 1, "e2e_latency": 2, "output_throughput": 3}
+SERVING_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p95": 2, "p99": 3}
 
 
 def notes_dict(notes: object) -> dict[str, str]:
@@ -250,9 +252,26 @@ class Prepared:
     skipped: list[tuple[object, str]] = field(default_factory=list)
 
 
-def _skip_reason(row: pd.Series) -> str | None:
+def _serving_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
+    """Closed-loop (``concurrency``) or open-loop (``request_rate``) serving row -> the inputs of
+    ``perfmodel.serving_metrics`` (one replica of tp x pp; ``ep``/attention-DP not modelled)."""
+    metric, stat = row["metric"], row["stat"] if isinstance(row["stat"], str) else ""
+    if metric not in SERVING_METRICS or stat not in SERVING_STATS:
+        raise ValueError(f"no serving prediction for metric {metric!r} stat {stat!r}")
+    as_step = row.copy()
+    as_step["scenario"], as_step["metric"], as_step["batch_size"] = "prefill", "time", 1.0
+    specs, feats = _step_features(as_step)
+    conc, rate = _f(row["concurrency"]), _f(row["request_rate"])
+    if not (conc > 0 or (rate > 0 and math.isfinite(rate))):
+        raise ValueError("serving rows need a concurrency or a finite request_rate")
+    return specs, dict(inp=feats["inp"], out=_f(row["output_len"]), low=feats["low"],
+                       conc=conc if conc > 0 else 0.0, rate=rate if rate > 0 else 1.0,
+                       metric=float(SERVING_METRICS[metric]), stat=float(SERVING_STATS[stat]))
+
+
+def _skip_reason(row: pd.Series, serving: bool) -> str | None:
     notes = str(row.get("notes", ""))
-    if row["scenario"] == "serving":
+    if row["scenario"] == "serving" and not serving:
         return SERVING_REASON
     if "e2e_check=MISMATCH" in notes:
         return "source flags e2e_check=MISMATCH (data README: not usable as is)"
@@ -269,14 +288,17 @@ def _skip_reason(row: pd.Series) -> str | None:
 
 def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
             cells: tuple[str, ...] | None = None,
-            noise_keys: tuple[str, ...] | None = None) -> Prepared:
+            noise_keys: tuple[str, ...] | None = None, serving: bool = True) -> Prepared:
     """Turn measurement rows into prediction inputs; label sets extend the given ones (a fitted
-    posterior's), so indices stay aligned with its parameters."""
-    rows: dict[str, list] = {"gemm": [], "elementwise": [], "attention": [], "collective": [], "step": []}
+    posterior's), so indices stay aligned with its parameters.  ``serving=False`` skips
+    ``serving`` rows (the fit does: their closed-loop solve is costly inside NUTS)."""
+    rows: dict[str, list] = {"gemm": [], "elementwise": [], "attention": [], "collective": [], "step": [],
+                             "serving": []}
     step_specs: list[tuple] = []
+    serving_specs: list[tuple] = []
     kept, skipped = [], []
     for idx, row in table.iterrows():
-        reason = _skip_reason(row)
+        reason = _skip_reason(row, serving)
         if reason is None:
             try:
                 hw = _hardware(row["gpu"])
@@ -284,6 +306,9 @@ def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
                     block, feats = _op_features(row, hw)
                 elif row["scenario"] == "collective":
                     block, feats = "collective", _collective_features(row, hw)
+                elif row["scenario"] == "serving":
+                    block, (specs, feats) = "serving", _serving_features(row)
+                    serving_specs.append(specs)
                 else:
                     block, (specs, feats) = "step", _step_features(row)
                     step_specs.append(specs)
@@ -301,8 +326,9 @@ def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
     blocks = {k: {c: np.asarray([r[c] for r in v], dtype=float) for c in v[0]} for k, v in rows.items() if v}
     for b in blocks.values():
         b["pos"] = b["pos"].astype(int)
-    if step_specs:
-        blocks["step"]["specs"] = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *step_specs)
+    for name, specs in (("step", step_specs), ("serving", serving_specs)):
+        if specs:
+            blocks[name]["specs"] = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *specs)
 
     def labels(values: list[str], given):
         out = list(given or ())
@@ -349,6 +375,29 @@ def _step_block(b: dict, eff: Efficiency, ker: KernelEfficiency) -> jnp.ndarray:
     return jnp.where(code == 0, pre, jnp.where(code == 1, dec, jnp.where(code == 2, latency, thr)))
 
 
+def _serving_block(b: dict, eff: Efficiency, ker: KernelEfficiency) -> jnp.ndarray:
+    """Serving rows through ``perfmodel.serving_metrics`` (agent A's dynamics), vmapped."""
+    from perfmodel._serving import serving_metrics
+    from perfmodel._workload import Workload
+
+    derate = 1.0 + b["low"] * (ker.low_precision_compute_ratio - 1.0)
+    eff = eqx_replace(eff, compute_fraction_max=eff.compute_fraction_max * derate)
+    model, hw, dep = b["specs"]
+    zeros = np.zeros_like(b["inp"])  # fixed lengths (the aiperf runs use ignore_eos, no spread)
+    work = Workload(arrival_rate_per_s=b["rate"], concurrency=b["conc"], interarrival_cv=zeros + 1.0,
+                    prompt_tokens_mean=b["inp"], prompt_tokens_cv=zeros,
+                    output_tokens_mean=b["out"], output_tokens_cv=zeros)
+
+    def one(m, h, d, e, w):
+        s = serving_metrics(m, h, d, e, w)
+        lat = [jnp.stack([p.mean, p.p50, p.p95, p.p99]) for p in (s.ttft_s, s.tpot_s, s.e2e_s)]
+        return jnp.concatenate(lat + [jnp.broadcast_to(s.output_tokens_per_s, (4,))])
+
+    table = jax.vmap(one)(model, hw, dep, eff, work)  # (rows, 16): metric-major, stat-minor
+    col = (b["metric"] * 4 + b["stat"]).astype(int)
+    return jnp.take_along_axis(table, col[:, None], axis=1)[:, 0]
+
+
 def eqx_replace(module, **changes):
     """A copy of an ``equinox`` module with some array fields replaced."""
     import equinox as eqx
@@ -375,6 +424,8 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray]) -> jnp.ndarray:
             y = elementwise_time_s(b["bytes"], b["bw"], ker)
         elif name == "attention":
             y = attention_time_s(b["flops"], b["bytes"], b["q"], b["peak"], b["bw"], eff, ker)
+        elif name == "serving":
+            y = _serving_block(b, eff, ker)
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))

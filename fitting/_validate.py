@@ -15,6 +15,9 @@ from ._posterior import Posterior, predictive_log_draws
 from ._predict import prepare
 
 
+OVERLOAD_REASON = "the model predicts overload at this load (utilisation >= 1: no finite latency)"
+
+
 def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, float | int]:
     n = int(len(ape))
     if n == 0:
@@ -65,7 +68,9 @@ def validate(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200,
     skipped = list(prep.skipped) + list(extra_skipped or [])
     if len(prep.log_value):
         draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
-        out = score_draws(prep.table, draws, prep.log_value)
+        finite = np.isfinite(np.median(draws, axis=0))
+        skipped += [(i, OVERLOAD_REASON) for i in prep.table.index[~finite]]
+        out = score_draws(prep.table[finite], draws[:, finite], prep.log_value[finite])
     else:
         out = _scores(np.zeros(0), np.zeros(0), np.zeros(0))
         out |= {"by_scenario": {}, "by_gpu": {}, "by_source": {}}

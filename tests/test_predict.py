@@ -89,7 +89,8 @@ def test_step_rows_use_prefill_and_decode_step():
 
 
 def test_uncovered_rows_are_skipped_with_reasons():
-    prep = prepare(pd.DataFrame([
+    """(The fit's path: serving rows are skipped there; ``validate`` predicts them.)"""
+    prep = prepare(serving=False, table=pd.DataFrame([
         row(source="aic", gpu="h100-sxm", model="Qwen/Qwen3-32B", scenario="serving", metric="ttft",
             concurrency=16, input_len=1024, output_len=128),
         row(source="vidur", gpu="h100-nvl", scenario="collective", op="all_reduce", num_gpus=2,

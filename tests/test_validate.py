@@ -28,10 +28,10 @@ def test_scores_on_constructed_draws():
 def _rows():
     raw = pd.read_csv(fitting.bundled_measurements()[0].parent / "splitwise.csv")
     ok = raw[~raw.notes.str.contains("MISMATCH|POWER-CAPPED")].sample(60, random_state=0)
-    serving = {c: np.nan for c in COLUMNS} | dict(
-        source="x", gpu="h100-sxm", model="Qwen/Qwen3-32B", scenario="serving", metric="ttft", unit="s",
-        value=0.5, concurrency=8, input_len=1024, output_len=128, tp=1, pp=1, num_gpus=1, notes="", engine="vllm")
-    return pd.concat([ok, pd.DataFrame([serving])], ignore_index=True)
+    nvl = {c: np.nan for c in COLUMNS} | dict(
+        source="x", gpu="h100-nvl", scenario="collective", op="all_reduce", metric="time", unit="s",
+        value=1e-4, message_bytes=2**20, tp=1, pp=1, num_gpus=2, notes="single-node", engine="nccl")
+    return pd.concat([ok, pd.DataFrame([nvl])], ignore_index=True)
 
 
 def test_validate_keys_and_counts_on_a_tiny_table():
@@ -39,7 +39,7 @@ def test_validate_keys_and_counts_on_a_tiny_table():
     out = validate(post, _rows(), num_draws=100)
     assert KEYS <= set(out)
     assert out["n"] == 60 and out["skipped"] == 1
-    assert "serving prediction needs the dynamics model" in out["skipped_reasons"]
+    assert any("h100-nvl" in reason for reason in out["skipped_reasons"])
     assert set(out["by_scenario"]) == {"prefill", "decode_step"}
     assert sum(s["n"] for s in out["by_gpu"].values()) == 60
     for s in [out, *out["by_scenario"].values()]:
