@@ -61,6 +61,18 @@ OUTPUT_NODES = 32
 """Equal-probability nodes of the output-length lognormal."""
 FIXED_POINT_ITERATIONS = 60
 """Damped iterations of the (n_d, TPOT) fixed point; converged to < 1e-6 relative below rho = 0.95."""
+CORRECTIONS: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+"""Discrepancy terms fitted against the simulator (Kennedy & O'Hagan 2001 style), in order:
+
+* ``wait_cs2_gain`` a and ``wait_load_gain`` b: the queue wait (mean and tail) is scaled by
+  1 + a c_s^2 + b rho, c_s^2 the prefill-service SCV, rho the utilisation — the exponential tail
+  of a G/G/1 wait is too light for variable service and for the coupled slot/prefill queues;
+* ``tpot_variance_gain`` c: Var(TPOT | O) is scaled by 1 + c (batch-size fluctuations and
+  clustered arrivals that the compound-Poisson term leaves out);
+* ``tpot_load_gain`` d: mean TPOT is scaled by 1 + d rho_slots^2 (the decode batch fluctuating
+  against its cap at high load, which a mean-field fixed point misses).
+
+Fitted by ``benchmarks/fit_queueing_corrections.py`` (see its docstring for the grid and loss)."""
 QUEUEING_CODE = 4
 """``binding_budget`` code meaning "queueing": index of "queueing" after ``BINDING_BUDGETS``."""
 
@@ -187,8 +199,10 @@ def _pct(mean, quantiles, stable):
 
 
 def _open_loop(
-    model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature, quantiles=True
+    model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature,
+    quantiles=True, corrections=None,
 ):
+    a, b, c, d = (jnp.asarray(CORRECTIONS) if corrections is None else corrections)
     p_nodes = lognormal_nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
     o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
     o_mean = workload.output_tokens_mean
@@ -212,27 +226,28 @@ def _open_loop(
     rho_s = jnp.where(stable, rho_s, 0.5)
     w_p = kingman_wait_s(rho_p, ca2, cs2_p, busy_mean)
     w_s = allen_cunneen_wait_s(rho_s, s.seats, ca2, resid_var / jnp.square(resid_time), resid_time)
-    wait = w_p + w_s
+    wait = (w_p + w_s) * (1.0 + a * cs2_p + b * utilization)
     p_wait = jnp.clip(jnp.maximum(rho_p, ggc_wait_probability(rho_s, s.seats)), 1e-9, 1.0)
     w_cond = wait / p_wait
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0
+    tpot = s.tpot * (1.0 + d * jnp.square(jnp.minimum(rho_s, 1.0)))
 
     ttft_mean = residual + wait + jnp.mean(s.own)
-    e2e_mean = ttft_mean + jnp.mean(o_dec_nodes) * s.tpot
+    e2e_mean = ttft_mean + jnp.mean(o_dec_nodes) * tpot
     if not quantiles:  # means only (the closed-loop rate solve)
         return dict(e2e=_pct(e2e_mean, jnp.stack([e2e_mean] * 3, axis=-1), stable))
     ttft_nodes = residual + s.own
-    e2e_nodes = (ttft_nodes[:, None] + o_dec_nodes[None, :] * s.tpot).reshape(-1)
+    e2e_nodes = (ttft_nodes[:, None] + o_dec_nodes[None, :] * tpot).reshape(-1)
     qs = jnp.asarray(QUANTILES)
     ttft_q = wait_plus_quantile_s(ttft_nodes, p_wait[..., None], w_cond[..., None], qs)
     e2e_q = wait_plus_quantile_s(e2e_nodes, p_wait[..., None], w_cond[..., None], qs)
     gaps = jnp.maximum(o_dec_nodes, 1.0)
-    tpot_var = ca2 * rate * s.tpot * s.delta2 / gaps
-    tpot_means = jnp.broadcast_to(s.tpot, gaps.shape)
+    tpot_var = (1.0 + c) * ca2 * rate * tpot * s.delta2 / gaps
+    tpot_means = jnp.broadcast_to(tpot, gaps.shape)
     tpot_q = lognormal_mixture_quantile(tpot_means, tpot_var, qs)
     return dict(
         ttft=_pct(ttft_mean, ttft_q, stable),
-        tpot=_pct(s.tpot, tpot_q, stable),
+        tpot=_pct(tpot, tpot_q, stable),
         e2e=_pct(e2e_mean, e2e_q, stable),
         utilization=utilization, stable=stable, steady=s, wait=wait, rate=rate,
     )
@@ -314,6 +329,7 @@ def _serving_metrics_impl(
     chunk_tokens: float | None = None,
     temperature: float = 0.0,
     closed_loop: bool = True,
+    corrections=None,
 ) -> ServingMetrics:
     config = EngineConfig(
         chunked_prefill=chunked_prefill,
@@ -325,7 +341,7 @@ def _serving_metrics_impl(
     def run(rate, quantiles=True):
         return _open_loop(
             model, hardware, deployment, efficiency, workload, config, rate, ca2, temperature,
-            quantiles,
+            quantiles, corrections,
         )
 
     rate_open = workload.arrival_rate_per_s / replicas
