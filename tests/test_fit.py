@@ -125,3 +125,24 @@ def test_bundled_posterior_loads_with_diagnostics_ok_and_api():
     e = fitting.efficiency_draws(p, "a40", 16)
     assert e.bandwidth_fraction.shape == (16,)
     assert bool(jnp.all((e.bandwidth_fraction > 0) & (e.bandwidth_fraction < 1.5)))
+
+
+def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error():
+    """The bundled fit's data and settings (``fitting.fit_bundled``) with one short chain: the
+    well-identified efficiencies agree with ``default.nc`` within their Monte Carlo errors."""
+    from fitting import fit_bundled
+
+    bundled = fitting.load_posterior()
+    table = fitting.load_measurements(fitting.bundled_measurements()).table
+    short = fitting.fit_table(table, per_stratum=fit_bundled.PER_STRATUM, seed=fit_bundled.SEED,
+                              draws=150, warmup=150, chains=1)
+    assert short.prepared.gpus == bundled.gpus and short.prepared.cells == bundled.cells
+    checked = 0
+    for name in ("compute_fraction_max", "bandwidth_fraction", "elementwise_bandwidth_fraction"):
+        for gpu in ("a100-sxm-80gb", "h100-sxm", "a40"):
+            a = short.posterior.idata.posterior[name].sel(gpu=gpu)
+            b = bundled.idata.posterior[name].sel(gpu=gpu)
+            mcse = np.hypot(float(az.mcse(a.to_dataset())[name]), float(az.mcse(b.to_dataset())[name]))
+            assert abs(float(a.mean()) - float(b.mean())) <= 4.0 * mcse + 1e-3, (name, gpu)
+            checked += 1
+    assert checked == 9
