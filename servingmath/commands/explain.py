@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import perfmodel as pm
 
 from .._features_cli import add_feature_arguments, feature_report, render_features
+from .._dynamics_cli import add_dynamics_arguments, dynamics_section, render_dynamics
 from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
 from .._render import human_bytes, human_seconds, table
 from ..errors import UsageError
@@ -23,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
     parser.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_dynamics_arguments(parser)
 
 
 def sheet_report(
@@ -87,7 +89,9 @@ def _render(report: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     positive("--input-len", args.input_len)
     positive("--output-len", args.output_len)
-    model, hardware, deployment = resolve_deployment(args)
+    model, hardware, deployment = resolve_deployment(
+        args, max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs
+    )
     total = args.input_len + args.output_len
     if total > args.max_model_len:
         raise UsageError(
@@ -103,5 +107,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
     features = feature_report(args, model, hardware, deployment, efficiency)
     report.update(features)
-    print(json.dumps(report, indent=2) if args.json else _render(report) + "\n" + render_features(features))
+    report.update(dynamics_section(args, model, hardware, deployment, efficiency))
+    print(json.dumps(report, indent=2) if args.json else _render(report) + "\n" + render_features(features) + render_dynamics(report))
     return 0
