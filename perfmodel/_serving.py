@@ -95,7 +95,8 @@ class ServingMetrics(eqx.Module):
         e2e_s: end-to-end latency.
         utilization: max of the prefill-server and running-slot utilisations (>= 1: overload).
         stable: utilization < 1 and at least one request fits.
-        output_tokens_per_s: generated tokens/s of all replicas (capacity when overloaded).
+        output_tokens_per_s: generated tokens/s of all replicas; when overloaded, the saturated
+            (full-iteration) capacity ``saturated_output_tokens_per_s``.
         decode_batch: mean sequences decoding per iteration (one replica).
         binding_budget: index into ``BINDING_BUDGETS + ("queueing",)``.
     """
@@ -163,8 +164,10 @@ def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_me
         extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
         lumpy = tau_d / (1.0 - extra)
         if config.chunked_prefill:
+            budget = prefill_budget_tokens(deployment, config, n_d, temperature)
+            tokens = smooth_min(rate * p_mean * tpot, budget, temperature)  # full when overloaded
             spread = T(
-                prefill_tokens=rate * p_mean * tpot, prefill_seqs=rate * tpot,
+                prefill_tokens=tokens, prefill_seqs=tokens / p_mean,
                 decode_seqs=n_d, decode_context=ctx_d,
             )
             lumpy = smooth_max(lumpy, spread, temperature)
@@ -249,7 +252,7 @@ def _open_loop(
         ttft=_pct(ttft_mean, ttft_q, stable),
         tpot=_pct(tpot, tpot_q, stable),
         e2e=_pct(e2e_mean, e2e_q, stable),
-        utilization=utilization, stable=stable, steady=s, wait=wait, rate=rate,
+        utilization=utilization, stable=stable, steady=s, wait=wait, rate=rate, capacity=capacity,
     )
 
 
@@ -364,7 +367,8 @@ def _serving_metrics_impl(
 
 def _finish(model, hardware, deployment, efficiency, workload, replicas, out, temperature):
     rate = out["rate"]
-    tokens = replicas * rate * workload.output_tokens_mean / jnp.maximum(out["utilization"], 1.0)
+    offered = rate * workload.output_tokens_mean
+    tokens = replicas * jnp.where(out["stable"], offered, jnp.minimum(offered, out["capacity"]))
     return ServingMetrics(
         ttft_s=out["ttft"],
         tpot_s=out["tpot"],

@@ -168,3 +168,32 @@ def simulation_report(result, summary: dict) -> dict:
         "requests": summary["requests"],
         "preemptions": summary["preemptions"],
     }
+
+
+def dynamics_section(args, model, hardware, deployment, efficiency) -> dict:
+    """``explain``'s latency-under-load keys; empty when no load option was given."""
+    if not wants_dynamics(args):
+        return {}
+    check_scheduler(args)
+    workload, _ = resolve_workload(args)
+    return dynamics_report(args, model, hardware, deployment, efficiency, workload)
+
+
+def render_dynamics(report: dict) -> str:
+    """Human lines for the keys of ``dynamics_report`` (empty string when absent)."""
+    if "ttft_s" not in report:
+        return ""
+    from ._render import human_seconds, table
+
+    def pct(p):
+        return "  ".join(f"{k} {human_seconds(v) if v is not None else 'inf'}" for k, v in p.items())
+
+    rows = [
+        ("TTFT", pct(report["ttft_s"])),
+        ("TPOT", pct(report["tpot_s"])),
+        ("E2E", pct(report["e2e_s"])),
+        ("utilization", f"{report['utilization']:.2f}" + ("" if report["stable"] else "  OVERLOADED")),
+        ("output tokens/s", f"{report['output_tokens_per_s']:,.0f}"),
+        ("mean decode batch", f"{report['decode_batch']:.1f}"),
+    ]
+    return "\nunder load (closed form):\n" + table(rows)
