@@ -49,7 +49,7 @@ def rate_for(model, gpu, dep, eff, cv, chunked, target):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one pair, fewer points")
-    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--requests", type=int, default=10000)
     ap.add_argument("--save", help="write every point (inputs, simulator percentiles) to this JSON")
     args = ap.parse_args()
     eff = Efficiency()
