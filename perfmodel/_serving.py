@@ -122,7 +122,22 @@ class _Steady(eqx.Module):
     seats: Array
 
 
-def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature):
+def _nodes(mean, cv, count):
+    """Equal-probability lognormal nodes rescaled to the exact mean (the nodes cut the far tail)."""
+    x = lognormal_nodes(mean, cv, count)
+    return x * (mean / jnp.mean(x))
+
+
+def _tail_ratio(nodes, mean, cv):
+    """Var(X) / Var(nodes) >= 1: the far tail the nodes cut carries much of a lognormal's variance
+    (cv = 2: about half), so second moments (Kingman's c_s^2, E[Delta^2]) are scaled by it."""
+    node_var = jnp.var(nodes)
+    true_var = jnp.square(jnp.asarray(cv) * mean)
+    ok = node_var > 0
+    return jnp.where(ok, true_var / jnp.where(ok, node_var, 1.0), 1.0)
+
+
+def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail=1.0):
     """Fixed point of decode batch and TPOT at arrival rate ``rate`` (one replica)."""
     p_mean = jnp.mean(p_nodes)
     ctx_d = p_mean + o_mean / 2.0
@@ -147,13 +162,16 @@ def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_me
             own = jnp.where(fits, small, p / budget * chunk)
             delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
             full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
-            busy = p / budget * full
+            packed = p / budget * full
         else:
             b = deployment.max_num_batched_tokens
             own = T(prefill_tokens=p, prefill_seqs=1.0)
-            packed = p / b * T(prefill_tokens=b, prefill_seqs=b / p)
-            busy = jnp.where(p <= b, packed, own)
-            delta = (1.0 - rho_p) * own + rho_p * busy
+            packed = jnp.where(p <= b, p / b * T(prefill_tokens=b, prefill_seqs=b / p), own)
+        # prefill-server time per prompt: packed into full iterations while a backlog lasts
+        # (probability rho_p), its own iteration(s) otherwise
+        busy = rho_p * packed + (1.0 - rho_p) * own
+        if not config.chunked_prefill:
+            delta = busy
         return tau_d, own, busy, delta
 
     def mean_gap(n_d, rho_p, tpot):
@@ -185,7 +203,8 @@ def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_me
     tau_d, own, busy, delta, tpot = mean_gap(n_d, rho_p, tpot)
     return _Steady(
         n_d=n_d, tau_d=tau_d, tpot=tpot, own=own, busy=busy,
-        delta2=jnp.mean(jnp.square(delta)), rho_p=rate * jnp.mean(busy), seats=seats,
+        delta2=jnp.mean(delta) ** 2 + jnp.var(delta) * tail,
+        rho_p=rate * jnp.mean(busy), seats=seats,
     )
 
 
@@ -206,17 +225,18 @@ def _open_loop(
     quantiles=True, corrections=None,
 ):
     a, b, c, d = (jnp.asarray(CORRECTIONS) if corrections is None else corrections)
-    p_nodes = lognormal_nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
+    p_nodes = _nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
+    tail = _tail_ratio(p_nodes, workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
     o_mean = workload.output_tokens_mean
-    s = _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature)
+    s = _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail)
     o_dec_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
 
     # prefill server (G/G/1, Kingman) and running slots (G/G/c, Allen-Cunneen)
     busy_mean = jnp.mean(s.busy)
-    cs2_p = jnp.var(s.busy) / jnp.square(busy_mean)
+    cs2_p = jnp.var(s.busy) * tail / jnp.square(busy_mean)
     resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes) * s.tpot
-    resid_var = jnp.var(s.own) + jnp.var(o_dec_nodes) * jnp.square(s.tpot)
+    resid_var = jnp.var(s.own) * tail + jnp.var(o_dec_nodes) * jnp.square(s.tpot)
     rho_s = rate * resid_time / jnp.maximum(s.seats, 1e-9)
     capacity = saturated_output_tokens_per_s(
         model, hardware, deployment, efficiency,
