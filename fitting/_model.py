@@ -86,10 +86,10 @@ kernel groups), kept apart so kernel misfits do not widen whole-model intervals.
 
 
 def kernel_cells(cells) -> "np.ndarray":
-    """Mask of cells that are single-kernel groups (``"...|op:..."``)."""
+    """Mask of cells that are single-kernel or collective groups (``"...|op:..."``)."""
     import numpy as np
 
-    return np.asarray([c.split("|")[1].startswith("op:") for c in cells], dtype=bool)
+    return np.asarray([c.split("|")[1].startswith(("op:", "collective:")) for c in cells], dtype=bool)
 
 
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
@@ -124,8 +124,7 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
         offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
-    padded = jnp.concatenate([offset, jnp.zeros(1)])  # index -1: groups without an offset
-    loc = predict_log(prep, params) + padded[prep.cell_idx]
+    loc = predict_log(prep, params, offset)
     with numpyro.plate("row", len(prep.log_value)):
         numpyro.sample(
             "log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed

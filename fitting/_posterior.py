@@ -192,21 +192,21 @@ def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 
                          seed: int = 0, noise: bool = True) -> np.ndarray:
     """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
 
-    log y = log f(theta_g) + delta_cell + sigma_group * t_nu; unseen GPUs and cells take population
-    draws (an unseen group's sigma is the largest fitted one).
+    log y = log f(theta_g; delta_cell) + sigma_group * t_nu (the cell offset adds to log time, or
+    scales a collective's latency); unseen GPUs and cells take population draws (an unseen group's
+    sigma is the largest fitted one).
     """
     rng = np.random.default_rng(seed)
     idx = _draw_indices(posterior, num_draws, rng)
     params = parameter_draws(posterior, prep.gpus, idx, rng)
-    offsets = np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells]
-                       + [np.zeros(len(idx))], axis=1)  # last column: rows without an offset
+    offsets = (np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells], axis=1)
+               if prep.cells else np.zeros((len(idx), 0)))
     keys = posterior.noise_keys
     sig_all = posterior.flat("sigma")[idx]
     sig = np.stack([sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1)
                     for k in prep.noise_keys], axis=1)
-    f = jax.jit(jax.vmap(lambda prm: predict_log(prep, prm)))
-    base = np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}))
-    loc = base + offsets[:, prep.cell_idx]
+    f = jax.jit(jax.vmap(lambda prm, off: predict_log(prep, prm, off)))
+    loc = np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets)))
     if not noise:
         return loc
     eps = rng.standard_t(STUDENT_DF, size=loc.shape)

@@ -91,14 +91,28 @@ FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anc
 walks; its bandwidth is anchored by the GEMMs' weight reads)."""
 
 
-def has_offset(key: str) -> bool:
-    """Whether rows of noise group ``key`` carry a (source, group) offset.
+LATENCY_ANCHOR_SOURCES = ("aiconfigurator:nccl",)
+"""Collective sources whose latency defines ``collective_latency_s`` (nccl-tests, the reference
+NCCL benchmark); other sources' collective cells get a latency offset (eager launches timed by a
+profiler, vLLM's one-shot custom all-reduce)."""
 
-    Whole-model scenarios do (engine and lab effects); single kernels and collectives are
-    anchored by their own efficiency parameters, except ``OFFSET_OP_GROUPS``.  Offsetting every
-    group would make each efficiency collinear with the offsets of the groups it governs.
+
+def has_offset(key: str, source: str = "") -> bool:
+    """Whether rows of noise group ``key`` (from ``source``) carry a (source, group) offset.
+
+    Whole-model scenarios do (engine and lab effects); single kernels are anchored by their own
+    efficiency parameters, except ``OFFSET_OP_GROUPS``; collectives get a *latency* offset except
+    from ``LATENCY_ANCHOR_SOURCES``.  Offsetting every group would make each efficiency collinear
+    with the offsets of the groups it governs.
     """
-    return not key.startswith(("op:", "collective:")) or key in OFFSET_OP_GROUPS
+    if key.startswith("collective:"):
+        return source not in LATENCY_ANCHOR_SOURCES
+    return not key.startswith("op:") or key in OFFSET_OP_GROUPS
+
+
+def latency_cells(cells) -> np.ndarray:
+    """Mask of cells whose offset scales the collective latency alpha, not the whole time."""
+    return np.asarray([c.split("|")[1].startswith("collective:") for c in cells], dtype=bool)
 
 
 def source_key(row: pd.Series) -> str:
@@ -337,7 +351,7 @@ def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
 
     gpus_, gi = labels(list(kept_table["gpu"]), gpus)
     nks = [noise_key(r) for _, r in kept_table.iterrows()]
-    cell_rows = [(f"{source_key(r)}|{k}" if has_offset(k) else None)
+    cell_rows = [(f"{source_key(r)}|{k}" if has_offset(k, source_key(r)) else None)
                  for (_, r), k in zip(kept_table.iterrows(), nks)]
     src_, si = labels([c for c in cell_rows if c is not None], cells)
     full_si, j = np.full(len(cell_rows), -1, dtype=int), 0
@@ -406,16 +420,24 @@ def eqx_replace(module, **changes):
     return eqx.tree_at(lambda m: [getattr(m, n) for n in names], module, [changes[n] for n in names])
 
 
-def predict_log(prep: Prepared, params: dict[str, jnp.ndarray]) -> jnp.ndarray:
+def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
+                cell_offset: jnp.ndarray | None = None) -> jnp.ndarray:
     """log of the predicted value of every covered row (seconds, or tokens/s for throughputs).
 
     Args:
         prep: output of ``prepare``.
         params: each ``Efficiency`` and ``KernelEfficiency`` field as an array of shape
             ``(len(prep.gpus),)`` in natural units.
+        cell_offset: log offsets of ``prep.cells`` (None: zero).  A collective cell's offset
+            scales its latency alpha (``latency_cells``); any other adds to log time.
     """
     n = len(prep.log_value)
-    out = jnp.zeros(n)
+    lat_cell = np.concatenate([latency_cells(prep.cells), [False]])[prep.cell_idx]
+    if cell_offset is None:
+        row_off = jnp.zeros(n)
+    else:
+        row_off = jnp.concatenate([jnp.asarray(cell_offset), jnp.zeros(1)])[prep.cell_idx]
+    out = jnp.where(lat_cell, 0.0, row_off)
     for name, b in prep.blocks.items():
         eff, ker = gather(params, prep.gpu_idx[b["pos"]])
         if name == "gemm":
@@ -429,10 +451,12 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray]) -> jnp.ndarray:
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
-            y = collective_time_s(b["kind"], b["msg"], b["p"], link, eff)
+            alpha = eff.collective_latency_s * jnp.exp(jnp.where(lat_cell, row_off, 0.0)[b["pos"]])
+            y = collective_time_s(b["kind"], b["msg"], b["p"], link,
+                                  eqx_replace(eff, collective_latency_s=alpha))
         else:
             y = _step_block(b, eff, ker)
-        out = out.at[b["pos"]].set(jnp.log(y))
+        out = out.at[b["pos"]].add(jnp.log(y))
     return out
 
 
