@@ -13,3 +13,18 @@ from ._grid import KNOBS as KNOBS, Grid as Grid
 from ._metrics import SloMetrics as SloMetrics, Workload as Workload, slo_metrics as slo_metrics
 from ._problem import Problem as Problem, make_problem as make_problem
 from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search
+from ._fleet import (
+    FleetPlan as FleetPlan,
+    FleetProblem as FleetProblem,
+    fleet_gradient as fleet_gradient,
+    fleet_milp as fleet_milp,
+    plan_cost as plan_cost,
+)
+from ._forecast import DemandError as DemandError, forecast_gpus as forecast_gpus, read_demand as read_demand
+from ._recommend import Recommendation as Recommendation, recommend as recommend
+from ._classes import (
+    RequestClass as RequestClass,
+    classes_from_trace as classes_from_trace,
+    fleet_problem as fleet_problem,
+    replica_capacity as replica_capacity,
+)

@@ -1,0 +1,106 @@
+"""Per-class capacities for the fleet mix: request-size classes x GPU types.
+
+A class is a (prompt, output) length pair with a share of the arrivals, read from a histogram or
+binned from a trace.  On each GPU type the class gets the configuration the search finds cheapest
+for it, and that configuration's single-replica capacity is the largest arrival rate at which
+every constraint still holds with the stated confidence (bisection on log rate; the SLO
+probability falls as the rate rises).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._evaluate import gpus_per_replica, meets_confidence, slo_probability
+from ._fleet import FleetProblem
+from ._problem import Problem
+from ._search import SearchOptions, search
+
+_RATE_RANGE = (1e-4, 1e5)
+
+
+class RequestClass(NamedTuple):
+    """Requests of one size class: mean prompt and output tokens, share of the arrivals."""
+
+    prompt_tokens: float
+    output_tokens: float
+    share: float
+
+
+def classes_from_trace(prompt: np.ndarray, output: np.ndarray, num_classes: int = 3) -> list[RequestClass]:
+    """Bin requests by prompt length into ``num_classes`` equal-count classes (means per bin)."""
+    order = np.argsort(prompt, kind="stable")
+    out = []
+    for chunk in np.array_split(order, num_classes):
+        if len(chunk):
+            out.append(RequestClass(float(prompt[chunk].mean()), float(output[chunk].mean()),
+                                    len(chunk) / len(prompt)))
+    return out
+
+
+@eqx.filter_jit
+def replica_capacity(problem: Problem, config: jnp.ndarray) -> jnp.ndarray:
+    """Largest arrival rate (requests/s) one replica of ``config`` serves within the chance
+    constraints; 0 if even the smallest rate in range fails."""
+    lo0, hi0 = jnp.log(_RATE_RANGE[0]), jnp.log(_RATE_RANGE[1])
+
+    def ok(log_rate):
+        p = eqx.tree_at(lambda q: q.workload.arrival_rate_per_s, problem, jnp.exp(log_rate))
+        return meets_confidence(slo_probability(p, config, 1.0), problem.confidence)
+
+    def step(_, b):
+        lo, hi = b
+        mid = 0.5 * (lo + hi)
+        good = ok(mid)
+        return jnp.where(good, mid, lo), jnp.where(good, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, 40, step, (lo0, hi0))
+    return jnp.where(ok(lo0), jnp.exp(lo), 0.0)
+
+
+def class_problem(problem: Problem, cls: RequestClass, total_rate: float) -> Problem:
+    """``problem`` with the workload of one class at its share of ``total_rate``."""
+    wl = problem.workload
+    return eqx.tree_at(
+        lambda p: (p.workload.arrival_rate_per_s, p.workload.prompt_tokens_mean,
+                   p.workload.output_tokens_mean),
+        problem,
+        (jnp.asarray(total_rate * cls.share, dtype=float), jnp.asarray(cls.prompt_tokens, dtype=float),
+         jnp.asarray(cls.output_tokens, dtype=float)),
+    ) if wl is not None else problem
+
+
+def fleet_problem(
+    problem: Problem,
+    classes: list[RequestClass],
+    total_rate: float,
+    max_gpus: np.ndarray,
+    options: SearchOptions = SearchOptions(),
+) -> tuple[FleetProblem, np.ndarray]:
+    """Per-class capacities on every GPU type; returns the ``FleetProblem`` and the chosen
+    configurations, shape (classes, gpus, len(KNOBS)) (rows of unusable pairs are -1)."""
+    g_count = problem.grid.num_gpus
+    capacity = np.zeros((len(classes), g_count))
+    cost = np.zeros_like(capacity)
+    gpus = np.ones_like(capacity)
+    configs = -np.ones((len(classes), g_count, len(problem.grid.sizes())), dtype=np.int32)
+    prices = np.asarray(problem.hardware.price_per_gpu_hour)
+    for c, cls in enumerate(classes):
+        p = class_problem(problem, cls, total_rate)
+        found = search(p, options)
+        for g in range(g_count):
+            rows = [i for i, k in enumerate(found.configs) if k[0] == g and np.isfinite(found.cost_per_hour[i])]
+            if not rows:
+                continue
+            cfg = jnp.asarray(found.configs[rows[0]])
+            capacity[c, g] = float(replica_capacity(p, cfg))
+            gpus[c, g] = float(gpus_per_replica(p, cfg))
+            cost[c, g] = gpus[c, g] * prices[g]
+            configs[c, g] = found.configs[rows[0]]
+    rates = np.asarray([total_rate * cls.share for cls in classes])
+    return FleetProblem(rates, capacity, cost, gpus, np.asarray(max_gpus, dtype=float)), configs

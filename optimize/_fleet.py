@@ -1,0 +1,185 @@
+"""Fleet mix: request-size classes served by a mix of GPU types (Melange, Griggs et al. 2024).
+
+Each class c (prompt/output length, arrival rate lambda_c) has, on each GPU type g, a cheapest
+configuration whose single replica serves at most ``capacity[c, g]`` requests/s under the SLO
+with the stated confidence (``class_capacities``).  A class's load can be split over any replicas
+serving it, so the fleet problem is the integer program
+
+    min  sum_{c,g} n[c,g] * replica_cost[c,g]
+    s.t. sum_g capacity[c,g] * n[c,g] >= lambda_c             (every class served)
+         sum_c replica_gpus[c,g] * n[c,g] <= max_gpus[g]       (availability)
+         n integer >= 0.
+
+``fleet_milp`` solves it exactly with ``scipy.optimize.milp``; ``fleet_gradient`` relaxes n to
+softplus(theta) and runs Adam on cost plus quadratic penalties from many starts at once (vmap),
+then rounds up and improves the integer answer by exact local moves (drop a replica; trade
+replicas of one type for the fewest of another that keep the class served).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+
+class FleetProblem(NamedTuple):
+    """Per-class capacities and costs (numpy, shapes (C,) and (C, G)).
+
+    Attributes:
+        rates: requests/s of each class.
+        capacity: requests/s one replica of class c's configuration on type g serves (0 = cannot).
+        replica_cost: $/hour of one such replica.
+        replica_gpus: GPUs in one such replica.
+        max_gpus: GPUs available per type (inf = unlimited), shape (G,).
+    """
+
+    rates: np.ndarray
+    capacity: np.ndarray
+    replica_cost: np.ndarray
+    replica_gpus: np.ndarray
+    max_gpus: np.ndarray
+
+
+class FleetPlan(NamedTuple):
+    """Replicas per class and type, total $/hour (inf when infeasible)."""
+
+    replicas: np.ndarray
+    cost_per_hour: float
+
+
+def plan_cost(fp: FleetProblem, n: np.ndarray) -> float:
+    """Exact cost of an integer plan, ``inf`` if it leaves a class short or exceeds availability."""
+    served = (fp.capacity * n).sum(axis=1) >= fp.rates * (1 - 1e-9)
+    used = (fp.replica_gpus * n).sum(axis=0) <= fp.max_gpus + 1e-9
+    if not (served.all() and used.all()):
+        return float("inf")
+    return float((fp.replica_cost * n).sum())
+
+
+def _violation(fp: FleetProblem, n: np.ndarray) -> float:
+    """Relative shortfall of every class plus relative excess over every availability limit."""
+    short = np.maximum(0.0, 1.0 - (fp.capacity * n).sum(axis=1) / fp.rates).sum()
+    limit = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, np.inf)
+    over = np.maximum(0.0, (fp.replica_gpus * n).sum(axis=0) - limit) / np.maximum(np.where(np.isfinite(limit), limit, 1.0), 1.0)
+    return float(short + over.sum())
+
+
+def fleet_milp(fp: FleetProblem) -> FleetPlan:
+    """The exact integer optimum (``scipy.optimize.milp``, HiGHS branch and bound)."""
+    c_count, g_count = fp.capacity.shape
+    usable = fp.capacity > 0
+    upper = np.where(usable, np.ceil(fp.rates[:, None] / np.where(usable, fp.capacity, 1.0)), 0.0)
+    serve = np.zeros((c_count, c_count * g_count))
+    avail = np.zeros((g_count, c_count * g_count))
+    for c in range(c_count):
+        serve[c, c * g_count:(c + 1) * g_count] = fp.capacity[c]
+    for g in range(g_count):
+        avail[g, g::g_count] = fp.replica_gpus[:, g]
+    cons = [LinearConstraint(serve, lb=fp.rates, ub=np.inf)]
+    finite = np.isfinite(fp.max_gpus)
+    if finite.any():
+        cons.append(LinearConstraint(avail[finite], lb=-np.inf, ub=fp.max_gpus[finite]))
+    res = milp(
+        c=fp.replica_cost.reshape(-1), constraints=cons,
+        integrality=np.ones(c_count * g_count), bounds=Bounds(0, upper.reshape(-1)),
+    )
+    if res.x is None:
+        return FleetPlan(np.zeros_like(fp.capacity), float("inf"))
+    n = np.round(res.x).reshape(c_count, g_count)
+    return FleetPlan(n, plan_cost(fp, n))
+
+
+def _relaxed_loss(theta, rates, capacity, cost, gpus, max_gpus, scale):
+    n = jax.nn.softplus(theta)
+    short = jax.nn.relu(1.0 - (capacity * n).sum(axis=1) / rates)
+    over = jax.nn.relu((gpus * n).sum(axis=0) - max_gpus) / jnp.maximum(max_gpus, 1.0)
+    return (cost * n).sum() / scale + 1000.0 * (jnp.square(short).sum() + jnp.square(over).sum())
+
+
+@jax.jit
+def _descend(theta0, rates, capacity, cost, gpus, max_gpus):
+    scale = jnp.sum(jnp.min(jnp.where(capacity > 0, cost / jnp.maximum(capacity, 1e-12), jnp.inf), axis=1) * rates)
+    opt = optax.adam(0.05)
+    grad = jax.vmap(jax.grad(_relaxed_loss), in_axes=(0, None, None, None, None, None, None))
+
+    def step(carry, _):
+        th, st = carry
+        g = grad(th, rates, capacity, cost, gpus, max_gpus, scale)
+        up, st = opt.update(g, st, th)
+        return (optax.apply_updates(th, up), st), None
+
+    (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), None, length=300)
+    return jax.nn.softplus(theta)
+
+
+def _complete(fp: FleetProblem, base: np.ndarray) -> np.ndarray:
+    """Cheapest way to serve what ``base`` leaves short: each short class tops up on one type
+    (the fewest replicas of it that cover the residual); all G^C choices are tried exactly."""
+    c_count, g_count = base.shape
+    residual = fp.rates - (fp.capacity * base).sum(axis=1)
+    options = []
+    for c in range(c_count):
+        if residual[c] <= 1e-9 * fp.rates[c]:
+            options.append([None])
+            continue
+        options.append([g for g in range(g_count) if fp.capacity[c, g] > 0])
+    best, best_score = base, (np.inf, np.inf)
+    for choice in itertools.product(*options):
+        trial = base.copy()
+        for c, g in enumerate(choice):
+            if g is not None:
+                trial[c, g] += np.ceil(residual[c] / fp.capacity[c, g] - 1e-9)
+        sc = (_violation(fp, trial), float((fp.replica_cost * trial).sum()))
+        if sc < best_score:
+            best, best_score = trial, sc
+    return best
+
+
+def _improve(fp: FleetProblem, n: np.ndarray, max_passes: int = 6) -> np.ndarray:
+    """Exact local moves while (violation, cost) falls lexicographically: remove one or two
+    replicas of a (class, type), or all of them, and re-complete every short class exactly."""
+
+    def score(m):
+        return (round(_violation(fp, m), 12), float((fp.replica_cost * m).sum()))
+
+    best = score(n)
+    for _ in range(max_passes):
+        improved = False
+        for c, g in zip(*np.nonzero(n)):
+            for k in sorted({1, 2, int(n[c, g])}):
+                if n[c, g] < k:
+                    continue
+                trial = n.copy()
+                trial[c, g] -= k
+                trial = _complete(fp, trial)
+                sc = score(trial)
+                if sc[0] < best[0] or (sc[0] == best[0] and sc[1] < best[1] - 1e-9):
+                    n, best, improved = trial, sc, True
+        if not improved:
+            break
+    return n
+
+
+def fleet_gradient(fp: FleetProblem, *, num_starts: int = 16, seed: int = 0) -> FleetPlan:
+    """Relaxed gradient solution from ``num_starts`` starts, rounded up and improved exactly."""
+    cap = np.asarray(fp.capacity, dtype=float)
+    big = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, 1e12)
+    key = jax.random.PRNGKey(seed)
+    theta0 = jax.random.normal(key, (num_starts, *cap.shape))
+    x = np.asarray(_descend(theta0, jnp.asarray(fp.rates, dtype=float), jnp.asarray(cap),
+                            jnp.asarray(fp.replica_cost, dtype=float),
+                            jnp.asarray(fp.replica_gpus, dtype=float), jnp.asarray(big)))
+    best = FleetPlan(np.zeros_like(cap), float("inf"))
+    for xi in x:
+        n = _complete(fp, np.where(cap > 0, np.floor(xi + 1e-6), 0.0))
+        n = _improve(fp, n)
+        cost = plan_cost(fp, n)
+        if cost < best.cost_per_hour:
+            best = FleetPlan(n, cost)
+    return best

@@ -1,0 +1,138 @@
+"""``servingmath fleet``: a mix of GPU types serving request-size classes at least cost."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+
+from .._render import table
+from ..errors import UsageError
+from .optimize import (
+    add_problem_arguments,
+    enable_compile_cache,
+    grid_from_args,
+    parse_assignments,
+    resolve_common,
+    resolve_workload,
+)
+
+HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact milp check)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_arguments(parser)
+    parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
+    parser.add_argument("--num-classes", type=int, default=3,
+                        help="classes binned from --workload by prompt length (default 3)")
+    parser.add_argument("--max-gpus", default="", help="availability per type, e.g. h100-sxm=64,l40s=16")
+    parser.add_argument("--max-replicas", type=int, default=64, help="largest replica count per class")
+
+
+def read_classes(path: str):
+    from optimize import RequestClass
+
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    out = []
+    for line, row in enumerate(rows, start=2):
+        vals = []
+        for field in ("prompt_tokens", "output_tokens", "share"):
+            raw = (row.get(field) or "").strip()
+            try:
+                v = float(raw)
+            except ValueError:
+                raise UsageError(f"{path}:{line}: field {field!r} = {raw!r} is not a number; "
+                                 "columns are prompt_tokens,output_tokens,share") from None
+            if not (math.isfinite(v) and v > 0):
+                raise UsageError(f"{path}:{line}: field {field!r} = {raw!r} must be positive")
+            vals.append(v)
+        out.append(RequestClass(*vals))
+    if not out:
+        raise UsageError(f"{path}: no classes; add prompt_tokens,output_tokens,share rows")
+    total = sum(c.share for c in out)
+    return [c._replace(share=c.share / total) for c in out]
+
+
+def run(args: argparse.Namespace) -> int:
+    enable_compile_cache()
+    import numpy as np
+
+    from optimize import classes_from_trace, fleet_gradient, fleet_milp, fleet_problem, make_problem
+    from perfmodel.dynamics import load_trace
+
+    model, gpus, hardware, efficiency = resolve_common(args)
+    workload = resolve_workload(args)
+    limits = parse_assignments(args.max_gpus, "--max-gpus")
+    for g, v in limits.items():
+        if g not in gpus:
+            raise UsageError(f"--max-gpus names {g!r}, which is not in --gpus {','.join(gpus)}")
+        if v < 0:
+            raise UsageError(f"--max-gpus {g}={v:g} must be >= 0")
+    if args.classes:
+        classes = read_classes(args.classes)
+    elif args.workload:
+        trace = load_trace(args.workload)
+        classes = classes_from_trace(trace.prompt_tokens, trace.output_tokens, max(1, args.num_classes))
+    else:
+        classes = read_classes_default(workload)
+    problem = make_problem(
+        model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
+        confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
+        efficiency=efficiency, hardware=hardware,
+        quality_penalty=parse_assignments(args.quality_penalty, "--quality-penalty"),
+    )
+    rate = float(workload.arrival_rate_per_s)
+    max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
+    fp, configs = fleet_problem(problem, classes, rate, max_gpus)
+    plan = fleet_gradient(fp, seed=args.seed)
+    exact = fleet_milp(fp)
+    result = _report(gpus, classes, fp, plan, exact)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    if not result["feasible"]:
+        print("infeasible: the classes cannot all be served within the availability limits; "
+              "raise --max-gpus or relax the SLO")
+        return 0
+    rows = [(g, f"{v['gpus']} GPUs ({', '.join(f'class {k}: {n} replicas' for k, n in v['replicas_by_class'].items())})")
+            for g, v in result["plan"].items() if v["gpus"]]
+    rows.append(("cost", f"${result['cost_per_hour']:.2f}/hour (exact milp optimum "
+                         f"${result['milp_cost_per_hour']:.2f}/hour, gap {result['gap']:.2%})"))
+    print("fleet\n" + table(rows))
+    print("classes\n" + table([(f"class {i}", f"prompt {c['prompt_tokens']:.0f}, output {c['output_tokens']:.0f}, "
+                                              f"{c['requests_per_s']:.2f} req/s")
+                               for i, c in enumerate(result["classes"])]))
+    return 0
+
+
+def read_classes_default(workload):
+    from optimize import RequestClass
+
+    return [RequestClass(float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), 1.0)]
+
+
+def _report(gpus, classes, fp, plan, exact) -> dict:
+    feasible = math.isfinite(plan.cost_per_hour)
+    out = {
+        "feasible": feasible,
+        "classes": [
+            {"prompt_tokens": c.prompt_tokens, "output_tokens": c.output_tokens,
+             "requests_per_s": float(r), "capacity_per_replica": {g: float(k) for g, k in zip(gpus, cap)}}
+            for c, r, cap in zip(classes, fp.rates, fp.capacity)
+        ],
+        "plan": {
+            g: {"gpus": int((fp.replica_gpus[:, j] * plan.replicas[:, j]).sum()),
+                "replicas_by_class": {str(c): int(plan.replicas[c, j])
+                                      for c in range(len(classes)) if plan.replicas[c, j]}}
+            for j, g in enumerate(gpus)
+        },
+        "cost_per_hour": plan.cost_per_hour if feasible else None,
+        "milp_cost_per_hour": exact.cost_per_hour if math.isfinite(exact.cost_per_hour) else None,
+    }
+    out["gap"] = (plan.cost_per_hour / exact.cost_per_hour - 1.0) if feasible and math.isfinite(exact.cost_per_hour) else None
+    return out
