@@ -67,8 +67,8 @@ CORRECTIONS: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 * ``wait_cs2_gain`` a and ``wait_load_gain`` b: the queue wait (mean and tail) is scaled by
   1 + a c_s^2 + b rho, c_s^2 the prefill-service SCV, rho the utilisation — the exponential tail
   of a G/G/1 wait is too light for variable service and for the coupled slot/prefill queues;
-* ``tpot_variance_gain`` c: Var(TPOT | O) is scaled by 1 + c (batch-size fluctuations and
-  clustered arrivals that the compound-Poisson term leaves out);
+* ``tpot_batch_gain`` c: weight of the decode-batch fluctuation term of Var(TPOT | O),
+  c (dTPOT/dn_d)^2 n_d o / (o + O - 1) (the batch a request shares drifts over its life);
 * ``tpot_load_gain`` d: mean TPOT is scaled by 1 + d rho_slots^2 (the decode batch fluctuating
   against its cap at high load, which a mean-field fixed point misses).
 
@@ -112,6 +112,7 @@ class ServingMetrics(eqx.Module):
 
 
 class _Steady(eqx.Module):
+    slope: Array  # d TPOT / d n_d
     n_d: Array
     tau_d: Array
     tpot: Array
@@ -201,7 +202,10 @@ def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_me
     zero = jnp.zeros_like(rate)
     n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
     tau_d, own, busy, delta, tpot = mean_gap(n_d, rho_p, tpot)
+    # d TPOT / d n_d: how much a request's gaps move with the decode batch around it
+    _, slope = jax.jvp(lambda n: mean_gap(n, rho_p, tpot)[4], (n_d,), (jnp.ones_like(n_d),))
     return _Steady(
+        slope=slope,
         n_d=n_d, tau_d=tau_d, tpot=tpot, own=own, busy=busy,
         delta2=jnp.mean(delta) ** 2 + jnp.var(delta) * tail,
         rho_p=rate * jnp.mean(busy), seats=seats,
@@ -265,7 +269,13 @@ def _open_loop(
     ttft_q = wait_plus_quantile_s(ttft_nodes, p_wait[..., None], w_cond[..., None], qs)
     e2e_q = wait_plus_quantile_s(e2e_nodes, p_wait[..., None], w_cond[..., None], qs)
     gaps = jnp.maximum(o_dec_nodes, 1.0)
-    tpot_var = (1.0 + c) * ca2 * rate * tpot * s.delta2 / gaps
+    # compound-Poisson prefill work in the request's gaps, plus the decode batch it shares:
+    # n_d is Poisson-like (M/G/infinity, variance n_d), averaged over the request's life against
+    # a correlation time of one mean life (weight o / (o + gaps)); scaled by the fitted gain c
+    o_bar = jnp.mean(o_dec_nodes)
+    tpot_var = ca2 * rate * tpot * s.delta2 / gaps + c * jnp.square(s.slope) * s.n_d * o_bar / (
+        o_bar + gaps
+    )
     tpot_means = jnp.broadcast_to(tpot, gaps.shape)
     tpot_q = lognormal_mixture_quantile(tpot_means, tpot_var, qs)
     return dict(
