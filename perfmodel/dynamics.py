@@ -39,3 +39,10 @@ from ._workload import (
     sample_arrivals as sample_arrivals,
     sample_lengths as sample_lengths,
 )
+from ._serving import CORRECTIONS as CORRECTIONS
+from .simulator import (
+    EngineHooks as EngineHooks,
+    SimResult as SimResult,
+    simulate as simulate,
+    summarize as summarize,
+)
