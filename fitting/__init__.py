@@ -18,7 +18,8 @@ from ._posterior import (
     predictive_log_draws as predictive_log_draws,
     save_posterior as save_posterior,
 )
-from ._predict import Prepared as Prepared, predict_log as predict_log, prepare as prepare
+from ._predict import predict_log as predict_log
+from ._rows import Prepared as Prepared, prepare as prepare
 from .ingest import (
     IngestResult as IngestResult,
     MeasurementFormatError as MeasurementFormatError,

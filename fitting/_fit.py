@@ -16,7 +16,7 @@ import pandas as pd
 from ._diagnostics import Diagnostics, diagnose
 from ._model import run_nuts, run_svi, sample_prior
 from ._posterior import Posterior
-from ._predict import Prepared, prepare
+from ._rows import Prepared, prepare
 
 STRATA = ["source", "scenario", "op", "gpu", "metric"]
 """Cells of the stratified subsample."""
