@@ -104,6 +104,11 @@ def _relaxed_loss(theta, rates, capacity, cost, gpus, max_gpus, scale):
 
 @jax.jit
 def _descend(theta0, rates, capacity, cost, gpus, max_gpus):
+    with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes int and float
+        return _descend_body(theta0, rates, capacity, cost, gpus, max_gpus)
+
+
+def _descend_body(theta0, rates, capacity, cost, gpus, max_gpus):
     scale = jnp.sum(jnp.min(jnp.where(capacity > 0, cost / jnp.maximum(capacity, 1e-12), jnp.inf), axis=1) * rates)
     opt = optax.adam(0.05)
     grad = jax.vmap(jax.grad(_relaxed_loss), in_axes=(0, None, None, None, None, None, None))

@@ -9,8 +9,11 @@ value: ``feasible = False`` with the closest achievable SLO.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, NamedTuple
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -19,12 +22,14 @@ from perfmodel import BINDING_BUDGETS, Efficiency, budget_sheet
 from ._engine_args import engine_args
 from ._evaluate import (
     constraint_slacks,
-    costs_at_min_replicas,
+    holds,
     cost_per_hour,
+    costs_at_min_replicas,
     draw_metrics,
+    meets_confidence,
 )
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
-from ._grid import KNOBS, one_hot_weights
+from ._grid import KNOBS, deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import serving_slo_metrics
 from ._problem import Problem
 from ._search import SearchOptions, search
@@ -136,19 +141,17 @@ def recommend(
         num_verified: distinct configurations re-checked with the verdict model.
         verify: re-check with ``perfmodel.dynamics.serving_metrics`` (False: search model only).
     """
-    import time
-
     t0 = time.perf_counter()
     found = search(problem, options)
     feasible_any = bool(len(found.cost_per_hour)) and np.isfinite(found.cost_per_hour[0])
     if not feasible_any:
         return _infeasible(problem, time.perf_counter() - t0)
     cands = _candidates(problem, found, num_verified)
-    if verify:
-        reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands), serving_slo_metrics)
-    else:
-        reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands))
+    reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands))
     reps, costs = np.asarray(reps), np.asarray(costs)
+    verdict = None
+    if verify:
+        reps, costs, verdict = verify_replicas(problem, cands, reps)
     order = np.argsort(costs, kind="stable")
     uniq = []
     for i in order:
@@ -158,8 +161,8 @@ def recommend(
     if not np.isfinite(costs[best]):
         return _infeasible(problem, time.perf_counter() - t0)
     config, r = cands[best], int(reps[best])
-    metrics_fn = serving_slo_metrics if verify else None
-    out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics_fn)
+    metrics = None if verdict is None else jax.tree_util.tree_map(lambda x: x[best], verdict)
+    out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics)
     alternatives = []
     for i in uniq[1:]:
         if np.isfinite(costs[i]):
@@ -169,17 +172,60 @@ def recommend(
     return out._replace(alternatives=alternatives, search_seconds=time.perf_counter() - t0)
 
 
+VERIFY_FACTORS = (0.5, 1.0, 1.5, 2.0)
+"""Replica counts the verdict model tries around the search model's count R: R*f, R-1, R+1, R+2."""
+
+
+@eqx.filter_jit
+def _verdict(problem: Problem, configs: jnp.ndarray, replicas: jnp.ndarray):
+    """Verdict-model metrics (per draw) and SLO probability of each (config, replicas) pair."""
+
+    def one(c, r):
+        m = draw_metrics(problem, one_hot_weights(c, problem.grid), r, 0.0, serving_slo_metrics)
+        return m, jnp.mean(holds(constraint_slacks(problem, m)).astype(float))
+
+    return jax.vmap(one)(configs, replicas)
+
+
+def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.ndarray):
+    """Fewest replicas meeting the chance constraints under the verdict model, among counts near
+    the search model's (one flat batch: one compile); ``inf`` cost where none of them does.
+
+    Returns (replicas, costs, metrics): ``metrics`` are the verdict ``SloMetrics`` per draw of
+    each config at its returned count (leaves (configs, draws))."""
+    trials = []
+    for r in search_replicas:
+        r = int(min(r, problem.grid.max_replicas))
+        near = {max(1, int(np.ceil(r * f))) for f in VERIFY_FACTORS} | {max(1, r - 1), r + 1, r + 2}
+        trials.append(sorted(near))
+    width = max(len(t) for t in trials)
+    trials = [t + [t[-1]] * (width - len(t)) for t in trials]
+    flat_c = np.repeat(configs, width, axis=0)
+    flat_r = np.asarray(trials, dtype=float).reshape(-1)
+    metrics, prob = _verdict(problem, jnp.asarray(flat_c), jnp.asarray(flat_r))
+    ok = np.asarray(meets_confidence(np.asarray(prob), float(problem.confidence))).reshape(len(configs), width)
+    pick = np.where(ok.any(axis=1), ok.argmax(axis=1), width - 1)
+    reps = np.where(ok.any(axis=1), np.asarray(trials)[np.arange(len(configs)), pick], 0)
+    flat_pick = np.arange(len(configs)) * width + pick
+    metrics = jax.tree_util.tree_map(lambda x: np.asarray(x)[flat_pick], metrics)
+    costs = np.asarray([
+        float(cost_per_hour(problem, jnp.asarray(c), float(r))) if r > 0 else np.inf
+        for c, r in zip(configs, reps)
+    ])
+    return reps, costs, metrics
+
+
 def _summary(q: np.ndarray) -> dict[str, float]:
     """Posterior median of each reported quantile (p50, p95, p99)."""
     med = np.median(np.asarray(q), axis=0)
     return {k: _num(float(v)) for k, v in zip(("p50", "p95", "p99"), med)}
 
 
-def _explain(problem, gpus, model_name, config, replicas, cost, metrics_fn) -> Recommendation:
+def _explain(problem, gpus, model_name, config, replicas, cost, metrics) -> Recommendation:
+    """Explain ``config``: ``metrics`` are its per-draw verdict metrics (None: search model)."""
     cfg = jnp.asarray(config)
     weights = one_hot_weights(cfg, problem.grid)
-    kwargs = {} if metrics_fn is None else {"metrics_fn": metrics_fn}
-    m = draw_metrics(problem, weights, float(replicas), **kwargs)
+    m = metrics if metrics is not None else _search_metrics(problem, cfg, float(replicas))
     slacks = np.asarray(constraint_slacks(problem, m))
     ok = np.all(np.where(np.arange(4)[:, None] == 2, slacks > 0, slacks >= 0), axis=0)
     _, elastic = cost_elasticities(problem, cfg)
@@ -192,8 +238,6 @@ def _explain(problem, gpus, model_name, config, replicas, cost, metrics_fn) -> R
     hw = _select(problem.hardware, int(config[0]))
     eff = _select(problem.efficiency, int(config[0]))
     eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
-    from ._grid import deployment_from_weights, grid_tables
-
     dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
     sheet = budget_sheet(problem.model, hw, dep, eff,
                          problem.workload.prompt_tokens_mean, problem.workload.output_tokens_mean)
@@ -216,9 +260,12 @@ def _explain(problem, gpus, model_name, config, replicas, cost, metrics_fn) -> R
     )
 
 
-def _select(tree, i: int):
-    import jax
+@eqx.filter_jit
+def _search_metrics(problem: Problem, config: jnp.ndarray, replicas: float):
+    return draw_metrics(problem, one_hot_weights(config, problem.grid), replicas)
 
+
+def _select(tree, i: int):
     return jax.tree_util.tree_map(lambda x: x[i], tree)
 
 

@@ -1,0 +1,64 @@
+"""CLI: bad input is one line and exit 2 (before any compile); an optimize run prints the
+documented JSON keys; an SLO no candidate meets is a value with the closest achievable SLO."""
+
+import json
+
+import pytest
+
+from servingmath.cli import main
+
+BASE = ["--model", "meta-llama/Llama-3.1-8B", "--prior", "--draws", "8"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["optimize", *BASE, "--gpus", "h100-sxm,nope-gpu", "--rate", "5"], "unknown GPU 'nope-gpu'"),
+        (["optimize", "--model", "no/such-model", "--gpus", "h100-sxm", "--rate", "5"], "no/such-model"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--confidence", "1.5"], "between 0 and 1"),
+        (["optimize", *BASE, "--gpus", "h100-sxm"], "--rate"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--ttft-p95", "-1"], "--ttft-p95"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--kv-dtypes", "fp9"], "fp9"),
+        (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "l40s=4"], "not in --gpus"),
+        (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "h100-sxm"], "NAME=NUMBER"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_missing_price_is_a_usage_error(tmp_path, capsys):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("gpu,price_per_gpu_hour\nl40s,1.5\n")
+    assert main(["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--prices", str(prices)]) == 2
+    assert "no price for GPU 'h100-sxm'" in capsys.readouterr().err
+
+
+def test_malformed_demand_names_line_and_field(tmp_path, capsys):
+    demand = tmp_path / "d.csv"
+    demand.write_text("period,requests_per_s\n2027-01,5\n2027-02,-3\n")
+    assert main(["forecast", *BASE, "--gpus", "h100-sxm", "--demand", str(demand)]) == 2
+    err = capsys.readouterr().err
+    assert ":3: field 'requests_per_s' = '-3' must be >= 0" in err
+
+
+def test_optimize_json_keys_and_infeasible_value(capsys):
+    argv = ["optimize", *BASE, "--gpus", "h100-sxm,l40s", "--rate", "10", "--input-len", "1024",
+            "--output-len", "256", "--no-verify", "--json", "--max-replicas", "16"]
+    assert main([*argv, "--ttft-p95", "1.0", "--tpot-p95", "0.05"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("gpu", "num_gpus", "tp", "pp", "replicas", "max_num_batched_tokens", "kv_dtype",
+                "weight_dtype", "disaggregation", "cost_per_hour", "cost_per_million_output_tokens",
+                "slo_probability", "ttft_s", "tpot_s", "binding_constraint", "shadow_prices",
+                "engine_args", "alternatives"):
+        assert key in out
+    assert out["feasible"] and out["slo_probability"] >= 0.9 - 1e-6
+    assert out["gpu"] in ("h100-sxm", "l40s") and out["num_gpus"] == out["replicas"] * out["tp"] * out["pp"]
+    assert f"--tensor-parallel-size {out['tp']}" in out["engine_args"]["vllm"]
+    assert out["ttft_s"]["p95"] <= 1.0 or out["binding_constraint"]
+
+    assert main([*argv, "--ttft-p95", "0.0001"]) == 0
+    bad = json.loads(capsys.readouterr().out)
+    assert not bad["feasible"] and bad["closest_achievable"]["ttft_p95_s"] > 0.0001

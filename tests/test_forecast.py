@@ -1,0 +1,65 @@
+"""Procurement forecast: demand CSV validation (line and field named), intervals nested and
+growing with demand, demand uncertainty widening them."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from optimize import DemandError, Grid, Workload, forecast_gpus, make_problem, read_demand
+from optimize._forecast import DemandPeriod, replicas_per_draw
+from perfmodel import load_model
+
+
+def test_example_demand_reads():
+    rows = read_demand("data/examples/demand.csv")
+    assert len(rows) >= 4 and all(r.requests_per_s > 0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("period,rate\n1,2\n", "missing column 'requests_per_s'"),
+        ("period,requests_per_s\na,1\nb,\n", ":3: field 'requests_per_s' is empty"),
+        ("period,requests_per_s\na,-1\n", ":2: field 'requests_per_s' = '-1' must be >= 0"),
+        ("period,requests_per_s\na,x\n", ":2: field 'requests_per_s' = 'x' is not a number"),
+        ("period,requests_per_s\na,1\na,2\n", ":3: period 'a' appears twice"),
+    ],
+)
+def test_malformed_demand_names_line_and_field(tmp_path, text, message):
+    path = tmp_path / "d.csv"
+    path.write_text(text)
+    with pytest.raises(DemandError, match=message.replace("(", r"\(")):
+        read_demand(path)
+
+
+def _problem():
+    wl = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1024.0, output_tokens_mean=256.0,
+                  output_tokens_cv=1.0)
+    grid = Grid(num_gpus=1, tp=(1, 2), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
+                max_num_batched_tokens=(2048,), max_num_seqs=(256,), max_replicas=256)
+    return make_problem(load_model("meta-llama/Llama-3.1-8B"), ("h100-sxm",), wl,
+                        slo_ttft_p95_s=1.0, slo_tpot_p95_s=0.05, grid=grid, num_draws=64)
+
+
+def test_intervals_nested_monotone_and_widened_by_demand_uncertainty():
+    problem = _problem()
+    config = np.zeros(7, dtype=np.int32)
+    demand = [DemandPeriod("a", 5.0, 0.0), DemandPeriod("b", 40.0, 0.0), DemandPeriod("c", 40.0, 15.0)]
+    out = forecast_gpus(problem, {"h100-sxm": config}, demand)
+    s = [p["gpus"]["h100-sxm"] for p in out]
+    for x in s:
+        assert x["p95"][0] <= x["p80"][0] <= x["p50"] <= x["p80"][1] <= x["p95"][1]
+    assert s[1]["p50"] >= s[0]["p50"]
+    width = [x["p95"][1] - x["p95"][0] for x in s]
+    assert width[2] > width[1]
+    assert out[0]["cost_per_hour"]["p50"] == s[0]["p50"] * float(problem.hardware.price_per_gpu_hour[0])
+
+
+def test_replicas_per_draw_is_the_first_count_that_holds():
+    problem = _problem()
+    config = jnp.zeros(7, dtype=jnp.int32)
+    rates = jnp.full((problem.num_draws,), 30.0)
+    reps = np.asarray(replicas_per_draw(problem, config, rates))
+    assert reps.min() >= 1
+    more = np.asarray(replicas_per_draw(problem, config, rates * 2))
+    assert np.all(more >= reps)
