@@ -27,6 +27,9 @@ DEFAULT_POSTERIOR = "posteriors/default.nc"
 
 _LOW_PRECISION = {"fp8", "fp4", "int8"}
 
+SERVING_ROW_DRAWS_PER_CHUNK = 256
+"""Row x draw evaluations of ``serving_metrics`` per chunk (bounds memory near 0.3 GB)."""
+
 
 class PosteriorError(ValueError):
     """A posterior file that cannot be read or lacks what is asked of it; the message says why."""
@@ -205,8 +208,13 @@ def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 
     sig_all = posterior.flat("sigma")[idx]
     sig = np.stack([sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1)
                     for k in prep.noise_keys], axis=1)
-    f = jax.jit(jax.vmap(lambda prm, off: predict_log(prep, prm, off)))
-    loc = np.asarray(f({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets)))
+    xs = ({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets))
+    n_serving = len(prep.blocks["serving"]["pos"]) if "serving" in prep.blocks else 0
+    # serving_metrics holds ~1 MB of quadrature nodes per row and draw: chunk the draws so one
+    # chunk stays near SERVING_ROW_DRAWS_PER_CHUNK row-draws (a few hundred MB).
+    batch = max(1, SERVING_ROW_DRAWS_PER_CHUNK // n_serving) if n_serving else num_draws
+    f = jax.jit(lambda a: jax.lax.map(lambda x: predict_log(prep, x[0], x[1]), a, batch_size=batch))
+    loc = np.asarray(f(xs))
     if not noise:
         return loc
     eps = rng.standard_t(STUDENT_DF, size=loc.shape)

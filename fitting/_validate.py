@@ -15,6 +15,9 @@ from ._posterior import Posterior, predictive_log_draws
 from ._predict import prepare
 
 
+MAX_SERVING_ROWS = 64
+"""Serving rows scored per call (a seeded random subset beyond this; the note says so)."""
+
 OVERLOAD_REASON = "the model predicts overload at this load (utilisation >= 1: no finite latency)"
 
 
@@ -58,12 +61,20 @@ def validate(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200,
         (count), ``skipped_reasons`` (reason -> count), ``by_scenario``, ``by_gpu``, ``by_source``
         (each label -> the same five scores), ``subsample`` (None or a description).
     """
-    note = None
+    notes = []
     if max_rows is not None and len(table) > max_rows:
         cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
         per = max(1, max_rows // max(cells, 1))
         table = subsample(table, per, seed)
-        note = f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, {len(table)} rows"
+        notes.append(f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, "
+                     f"{len(table)} rows")
+    serving = table["scenario"] == "serving"
+    if serving.sum() > MAX_SERVING_ROWS:
+        keep = table[serving].sample(MAX_SERVING_ROWS, random_state=seed).index
+        table = table[~serving | table.index.isin(keep)]
+        notes.append(f"serving rows: seeded random {MAX_SERVING_ROWS} of {int(serving.sum())} "
+                     "(each costs a closed-loop solve per draw)")
+    note = "; ".join(notes) or None
     prep = prepare(table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
     skipped = list(prep.skipped) + list(extra_skipped or [])
     if len(prep.log_value):
