@@ -28,13 +28,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._batching import (
-    EngineConfig,
-    iteration_s,
-    prefill_budget_tokens,
-    saturated_output_tokens_per_s,
-    seat_capacity,
-)
+from ._batching import EngineConfig, saturated_output_tokens_per_s
 from ._memory import max_concurrent_requests
 from ._queueing import (
     allen_cunneen_wait_s,
@@ -45,7 +39,8 @@ from ._queueing import (
     solve_quantile,
     wait_plus_quantile_s,
 )
-from ._smooth import smooth_max, smooth_min
+from ._smooth import smooth_max
+from ._steady_state import prompt_nodes, steady_state, tail_ratio
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import forward_step
 from ._workload import Workload
@@ -59,8 +54,6 @@ PROMPT_NODES = 64
 """Equal-probability nodes of the prompt-length lognormal (p99 lies inside the last node)."""
 OUTPUT_NODES = 32
 """Equal-probability nodes of the output-length lognormal."""
-FIXED_POINT_ITERATIONS = 60
-"""Damped iterations of the (n_d, TPOT) fixed point; converged to < 1e-6 relative below rho = 0.95."""
 CORRECTIONS: tuple[float, float, float, float] = (0.0, 0.0, 30.0, 0.3)
 """Discrepancy terms against the simulator (Kennedy & O'Hagan 2001 style), in order:
 
@@ -115,107 +108,6 @@ class ServingMetrics(eqx.Module):
     binding_budget: Array
 
 
-class _Steady(eqx.Module):
-    slope: Array  # d TPOT / d n_d
-    n_d: Array
-    tau_d: Array
-    tpot: Array
-    own: Array  # (K,) own prefill time at each prompt node
-    busy: Array  # (K,) prefill-server time per prompt when backlogged
-    delta2: Array  # E[Delta^2]
-    rho_p: Array
-    seats: Array
-
-
-def _nodes(mean, cv, count):
-    """Equal-probability lognormal nodes rescaled to the exact mean (the nodes cut the far tail)."""
-    x = lognormal_nodes(mean, cv, count)
-    return x * (mean / jnp.mean(x))
-
-
-def _tail_ratio(nodes, mean, cv):
-    """Var(X) / Var(nodes) >= 1: the far tail the nodes cut carries much of a lognormal's variance
-    (cv = 2: about half), so second moments (Kingman's c_s^2, E[Delta^2]) are scaled by it."""
-    node_var = jnp.var(nodes)
-    true_var = jnp.square(jnp.asarray(cv) * mean)
-    ok = node_var > 0
-    return jnp.where(ok, true_var / jnp.where(ok, node_var, 1.0), 1.0)
-
-
-def _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail=1.0):
-    """Fixed point of decode batch and TPOT at arrival rate ``rate`` (one replica)."""
-    p_mean = jnp.mean(p_nodes)
-    ctx_d = p_mean + o_mean / 2.0
-    o_dec = jnp.maximum(o_mean - 1.0, 0.0)
-    seats = seat_capacity(model, hardware, deployment, ctx_d, temperature)
-
-    def T(**kw):
-        return iteration_s(model, hardware, deployment, efficiency, temperature=temperature, **kw)
-
-    def costs(n_d, rho_p):
-        tau_d = T(decode_seqs=n_d, decode_context=ctx_d)
-        p = p_nodes
-        if config.chunked_prefill:
-            budget = prefill_budget_tokens(deployment, config, n_d, temperature)
-            small = T(prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
-            chunk = T(
-                prefill_tokens=budget, prefill_seqs=1.0,
-                prefill_context=jnp.maximum(p - budget, 0.0) / 2.0,
-                decode_seqs=n_d, decode_context=ctx_d,
-            )
-            fits = p <= budget
-            own = jnp.where(fits, small, p / budget * chunk)
-            delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
-            full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
-            packed = p / budget * full
-        else:
-            b = deployment.max_num_batched_tokens
-            own = T(prefill_tokens=p, prefill_seqs=1.0)
-            packed = jnp.where(p <= b, p / b * T(prefill_tokens=b, prefill_seqs=b / p), own)
-        # prefill-server time per prompt: packed into full iterations while a backlog lasts
-        # (probability rho_p), its own iteration(s) otherwise
-        busy = rho_p * packed + (1.0 - rho_p) * own
-        if not config.chunked_prefill:
-            delta = busy
-        return tau_d, own, busy, delta
-
-    def mean_gap(n_d, rho_p, tpot):
-        """TPOT = max(lumpy, smooth): prompts alone in their iterations, tau_d / (1 - lambda E[Delta]),
-        or spread evenly, T(lambda E[P] TPOT prefill tokens, n_d) (Jensen: each is a lower bound
-        in the other regime)."""
-        tau_d, own, busy, delta = costs(n_d, rho_p)
-        extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
-        lumpy = tau_d / (1.0 - extra)
-        if config.chunked_prefill:
-            budget = prefill_budget_tokens(deployment, config, n_d, temperature)
-            tokens = smooth_min(rate * p_mean * tpot, budget, temperature)  # full when overloaded
-            spread = T(
-                prefill_tokens=tokens, prefill_seqs=tokens / p_mean,
-                decode_seqs=n_d, decode_context=ctx_d,
-            )
-            lumpy = smooth_max(lumpy, spread, temperature)
-        return tau_d, own, busy, delta, lumpy
-
-    def step(_, state):
-        n_d, rho_p, tpot = state
-        _, _, busy, _, gap = mean_gap(n_d, rho_p, tpot)
-        rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
-        n_new = smooth_min(rate * o_dec * gap, seats, temperature)
-        return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new), 0.5 * (tpot + gap)
-
-    zero = jnp.zeros_like(rate)
-    n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
-    tau_d, own, busy, delta, tpot = mean_gap(n_d, rho_p, tpot)
-    # d TPOT / d n_d: how much a request's gaps move with the decode batch around it
-    _, slope = jax.jvp(lambda n: mean_gap(n, rho_p, tpot)[4], (n_d,), (jnp.ones_like(n_d),))
-    return _Steady(
-        slope=slope,
-        n_d=n_d, tau_d=tau_d, tpot=tpot, own=own, busy=busy,
-        delta2=jnp.mean(delta) ** 2 + jnp.var(delta) * tail,
-        rho_p=rate * jnp.mean(busy), seats=seats,
-    )
-
-
 def _pct(mean, quantiles, stable):
     """``quantiles``: last axis is (p50, p95, p99)."""
     inf = jnp.inf
@@ -233,11 +125,13 @@ def _open_loop(
     quantiles=True, corrections=None,
 ):
     a, b, c, d = (jnp.asarray(CORRECTIONS) if corrections is None else corrections)
-    p_nodes = _nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
-    tail = _tail_ratio(p_nodes, workload.prompt_tokens_mean, workload.prompt_tokens_cv)
+    p_nodes = prompt_nodes(workload.prompt_tokens_mean, workload.prompt_tokens_cv, PROMPT_NODES)
+    tail = tail_ratio(p_nodes, workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
     o_mean = workload.output_tokens_mean
-    s = _steady(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail)
+    s = steady_state(
+        model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail
+    )
     o_dec_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
 
     # prefill server (G/G/1, Kingman) and running slots (G/G/c, Allen-Cunneen)
