@@ -11,7 +11,7 @@ serving it, so the fleet problem is the integer program
          n integer >= 0.
 
 ``fleet_milp`` solves it exactly with ``scipy.optimize.milp``; ``fleet_gradient`` relaxes n to
-softplus(theta) and runs Adam on cost plus quadratic penalties from many starts at once (vmap),
+softplus(theta) * lambda_c / capacity[c, g] (scale-free) and runs Adam on cost plus quadratic penalties from many starts at once (vmap),
 then rounds up and improves the integer answer by exact local moves (drop a replica; trade
 replicas of one type for the fewest of another that keep the class served).
 """
@@ -95,8 +95,14 @@ def fleet_milp(fp: FleetProblem) -> FleetPlan:
     return FleetPlan(n, plan_cost(fp, n))
 
 
+def _replicas(theta, rates, capacity):
+    """Relaxed replicas: softplus(theta) is the share of class c that type g would carry alone."""
+    need = jnp.where(capacity > 0, rates[:, None] / jnp.maximum(capacity, 1e-12), 0.0)
+    return jax.nn.softplus(theta) * need
+
+
 def _relaxed_loss(theta, rates, capacity, cost, gpus, max_gpus, scale):
-    n = jax.nn.softplus(theta)
+    n = _replicas(theta, rates, capacity)
     short = jax.nn.relu(1.0 - (capacity * n).sum(axis=1) / rates)
     over = jax.nn.relu((gpus * n).sum(axis=0) - max_gpus) / jnp.maximum(max_gpus, 1.0)
     return (cost * n).sum() / scale + 1000.0 * (jnp.square(short).sum() + jnp.square(over).sum())
@@ -120,7 +126,53 @@ def _descend_body(theta0, rates, capacity, cost, gpus, max_gpus):
         return (optax.apply_updates(th, up), st), None
 
     (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), None, length=300)
-    return jax.nn.softplus(theta)
+    return jax.vmap(_replicas, in_axes=(0, None, None))(theta, rates, capacity)
+
+
+def _within_limits(fp: FleetProblem, n: np.ndarray) -> np.ndarray:
+    """Drop replicas (largest counts first) from any type over its availability limit."""
+    n = n.copy()
+    for g in range(n.shape[1]):
+        while (fp.replica_gpus[:, g] * n[:, g]).sum() > fp.max_gpus[g] + 1e-9:
+            n[int(np.argmax(n[:, g])), g] -= 1
+    return n
+
+
+def _complete_greedy(fp: FleetProblem, base: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """Top up short classes one by one (largest residual first), each on its cheapest option
+    given what is left of every type's availability: one type, or type g up to its limit and the
+    rest on type h."""
+    n = base.copy()
+    g_count = n.shape[1]
+    for c in np.argsort(-residual):
+        r = fp.rates[c] - (fp.capacity[c] * n[c]).sum()
+        if r <= 1e-9 * fp.rates[c]:
+            continue
+        left = fp.max_gpus - (fp.replica_gpus * n).sum(axis=0)
+        room = np.floor(np.where(np.isfinite(left), left, 1e12) / fp.replica_gpus[c] + 1e-9)
+        best, best_cost = None, np.inf
+        for g in range(g_count):
+            if fp.capacity[c, g] <= 0:
+                continue
+            need = np.ceil(r / fp.capacity[c, g] - 1e-9)
+            if need <= room[g]:
+                cost = need * fp.replica_cost[c, g]
+                if cost < best_cost:
+                    best, best_cost = [(g, need)], cost
+                continue
+            take = max(room[g], 0.0)
+            rest = r - take * fp.capacity[c, g]
+            for h in range(g_count):
+                if h == g or fp.capacity[c, h] <= 0:
+                    continue
+                more = np.ceil(rest / fp.capacity[c, h] - 1e-9)
+                if more <= room[h]:
+                    cost = take * fp.replica_cost[c, g] + more * fp.replica_cost[c, h]
+                    if cost < best_cost:
+                        best, best_cost = [(g, take), (h, more)], cost
+        for g, k in best or []:
+            n[c, g] += k
+    return n
 
 
 def _complete(fp: FleetProblem, base: np.ndarray) -> np.ndarray:
@@ -134,7 +186,8 @@ def _complete(fp: FleetProblem, base: np.ndarray) -> np.ndarray:
             options.append([None])
             continue
         options.append([g for g in range(g_count) if fp.capacity[c, g] > 0])
-    best, best_score = base, (np.inf, np.inf)
+    greedy = _complete_greedy(fp, base, residual)
+    best, best_score = greedy, (_violation(fp, greedy), float((fp.replica_cost * greedy).sum()))
     for choice in itertools.product(*options):
         trial = base.copy()
         for c, g in enumerate(choice):
@@ -176,13 +229,20 @@ def fleet_gradient(fp: FleetProblem, *, num_starts: int = 16, seed: int = 0) -> 
     cap = np.asarray(fp.capacity, dtype=float)
     big = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, 1e12)
     key = jax.random.PRNGKey(seed)
-    theta0 = jax.random.normal(key, (num_starts, *cap.shape))
+    theta0 = np.asarray(jax.random.normal(key, (num_starts, *cap.shape))) - 1.0
+    # the first starts put each class on its k-th cheapest type per request served
+    per_request = np.where(cap > 0, fp.replica_cost / np.where(cap > 0, cap, 1.0), np.inf)
+    rank = np.argsort(per_request, axis=1)
+    for k in range(min(cap.shape[1], num_starts)):
+        theta0[k] = -3.0
+        theta0[k, np.arange(cap.shape[0]), rank[:, k]] = 1.0
+    theta0 = jnp.asarray(theta0)
     x = np.asarray(_descend(theta0, jnp.asarray(fp.rates, dtype=float), jnp.asarray(cap),
                             jnp.asarray(fp.replica_cost, dtype=float),
                             jnp.asarray(fp.replica_gpus, dtype=float), jnp.asarray(big)))
     best = FleetPlan(np.zeros_like(cap), float("inf"))
     for xi in x:
-        n = _complete(fp, np.where(cap > 0, np.floor(xi + 1e-6), 0.0))
+        n = _complete(fp, _within_limits(fp, np.where(cap > 0, np.floor(xi + 1e-6), 0.0)))
         n = _improve(fp, n)
         cost = plan_cost(fp, n)
         if cost < best.cost_per_hour:

@@ -55,6 +55,7 @@ class Recommendation(NamedTuple):
     alternatives: list[dict[str, Any]]
     closest_achievable: dict[str, Any] | None
     search_seconds: float
+    simulator: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         c = self.config or {}
@@ -76,6 +77,7 @@ class Recommendation(NamedTuple):
             "engine_args": self.engine_args,
             "alternatives": self.alternatives,
             "closest_achievable": self.closest_achievable,
+            "simulator": self.simulator,
         }
 
 
@@ -130,6 +132,7 @@ def recommend(
     options: SearchOptions = SearchOptions(),
     num_verified: int = 4,
     verify: bool = True,
+    simulate_requests: int = 0,
 ) -> Recommendation:
     """Cheapest configuration meeting the chance constraints, verified and explained.
 
@@ -140,6 +143,8 @@ def recommend(
         options: search options.
         num_verified: distinct configurations re-checked with the verdict model.
         verify: re-check with ``perfmodel.dynamics.serving_metrics`` (False: search model only).
+        simulate_requests: > 0 runs the discrete-event simulator (``perfmodel.dynamics.simulate``)
+            on that many requests at the posterior-median efficiency and reports its percentiles.
     """
     t0 = time.perf_counter()
     found = search(problem, options)
@@ -169,7 +174,29 @@ def recommend(
             d = describe(problem, gpus, cands[i], int(reps[i]))
             alternatives.append({**d, "cost_per_hour": float(costs[i]),
                                  "cost_per_million_output_tokens": _per_million(problem, float(costs[i]))})
-    return out._replace(alternatives=alternatives, search_seconds=time.perf_counter() - t0)
+    sim = simulate_check(problem, config, r, simulate_requests) if simulate_requests > 0 else None
+    return out._replace(alternatives=alternatives, search_seconds=time.perf_counter() - t0, simulator=sim)
+
+
+def simulate_check(problem: Problem, config: np.ndarray, replicas: int, num_requests: int) -> dict:
+    """The recommendation in the discrete-event simulator at the posterior-median efficiency:
+    its TTFT/TPOT percentiles and whether they meet the SLO bounds."""
+    from perfmodel.dynamics import simulate
+    from perfmodel.simulator import summarize
+
+    weights = one_hot_weights(jnp.asarray(config), problem.grid)
+    dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
+    hw = _select(problem.hardware, int(config[0]))
+    eff = _select(problem.efficiency, int(config[0]))
+    eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
+    res = summarize(simulate(problem.model, hw, dep, eff, problem.workload, num_requests=num_requests))
+    ttft = {k: float(res["ttft_s"][k]) for k in ("p50", "p95", "p99")}
+    tpot = {k: float(res["tpot_s"][k]) for k in ("p50", "p95", "p99")}
+    return {
+        "requests": num_requests, "ttft_s": ttft, "tpot_s": tpot,
+        "meets_slo": bool(ttft["p95"] <= float(problem.slo_ttft_p95_s)
+                          and tpot["p95"] <= float(problem.slo_tpot_p95_s)),
+    }
 
 
 VERIFY_FACTORS = (0.5, 1.0, 1.5, 2.0)

@@ -180,6 +180,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-replicas", type=int, default=64, help="largest replica count (default 64)")
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the re-check with perfmodel.dynamics.serving_metrics")
+    parser.add_argument("--simulate", type=int, default=0, metavar="N",
+                        help="also run the recommendation through the simulator on N requests")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,7 +197,10 @@ def run(args: argparse.Namespace) -> int:
         confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
         efficiency=efficiency, quality_penalty=penalty, hardware=hardware,
     )
-    rec = recommend(problem, gpus, model.name, verify=not args.no_verify)
+    if args.simulate < 0:
+        raise UsageError(f"--simulate must be >= 0 requests, got {args.simulate}")
+    rec = recommend(problem, gpus, model.name, verify=not args.no_verify,
+                    simulate_requests=args.simulate)
     out = rec.to_json()
     if args.json:
         print(json.dumps(out, indent=2))
@@ -243,6 +248,10 @@ def render(out: dict, args: argparse.Namespace) -> str:
             (f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}",
              f"${a['cost_per_hour']:.2f}/hour ({a['weight_dtype']} weights, {a['kv_dtype']} KV)")
             for a in out["alternatives"]])
+    if out.get("simulator"):
+        sim = out["simulator"]
+        text += (f"\nsimulator ({sim['requests']} requests, median efficiency): TTFT {_pct(sim['ttft_s'])}, "
+                 f"TPOT {_pct(sim['tpot_s'])}; SLO {'met' if sim['meets_slo'] else 'NOT met'}")
     e = out["engine_args"]
     text += f"\nengine flags\n  {e['vllm']}\n  {e['sglang']}\n  {e['trtllm']}"
     if e["notes"]:
