@@ -83,7 +83,12 @@ def steady_state(model, hardware, deployment, efficiency, config, rate, p_nodes,
         else:
             b = deployment.max_num_batched_tokens
             own = T(prefill_tokens=p, prefill_seqs=1.0)
-            packed = jnp.where(p <= b, p / b * T(prefill_tokens=b, prefill_seqs=b / p), own)
+            # whole prompts packed FCFS: the next prompt that does not fit wastes on average
+            # half a prompt of the budget (first-fit bin packing, no reordering)
+            fill = jnp.clip(b - p_mean / 2.0, jnp.minimum(p_mean, b), b)
+            packed = jnp.where(
+                p <= fill, p / fill * T(prefill_tokens=fill, prefill_seqs=fill / p), own
+            )
         # prefill-server time per prompt: packed into full iterations while a backlog lasts
         # (probability rho_p), its own iteration(s) otherwise
         busy = rho_p * packed + (1.0 - rho_p) * own
