@@ -65,14 +65,13 @@ def replica_capacity(problem: Problem, config: jnp.ndarray) -> jnp.ndarray:
 
 def class_problem(problem: Problem, cls: RequestClass, total_rate: float) -> Problem:
     """``problem`` with the workload of one class at its share of ``total_rate``."""
-    wl = problem.workload
     return eqx.tree_at(
         lambda p: (p.workload.arrival_rate_per_s, p.workload.prompt_tokens_mean,
                    p.workload.output_tokens_mean),
         problem,
         (jnp.asarray(total_rate * cls.share, dtype=float), jnp.asarray(cls.prompt_tokens, dtype=float),
          jnp.asarray(cls.output_tokens, dtype=float)),
-    ) if wl is not None else problem
+    )
 
 
 def fleet_problem(

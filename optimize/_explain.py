@@ -61,7 +61,7 @@ def _smooth_probability(problem: Problem, config: Array, log_r: Array, log_scale
     p = _scaled(problem, log_scales)
     m = draw_metrics(p, one_hot_weights(config, p.grid), jnp.exp(log_r), temperature=0.02)
     slacks = constraint_slacks(p, m)
-    slacks = jnp.where(jnp.isfinite(slacks), slacks, -10.0)
+    slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
     return jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / _SIGMOID_WIDTH), axis=0))
 
 

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 
 from perfmodel import Efficiency, HardwareSpec, ModelSpec, load_hardware

@@ -93,7 +93,7 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     metrics = draw_metrics(small, weights, replicas, temperature=0.05)
     slacks = constraint_slacks(small, metrics)
     slacks = slacks.at[3].set(memory_slack(small, weights))
-    slacks = jnp.where(jnp.isfinite(slacks), slacks, -10.0)
+    slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
     w = options.sigmoid_width
     p_smooth = jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / w), axis=0))
     shortfall = jax.nn.softplus((problem.confidence - p_smooth) / 0.02) * 0.02
