@@ -7,6 +7,8 @@ import csv
 import json
 import math
 
+from perfmodel import CatalogError
+
 from .._render import table
 from ..errors import UsageError
 from .optimize import (
@@ -76,7 +78,10 @@ def run(args: argparse.Namespace) -> int:
     if args.classes:
         classes = read_classes(args.classes)
     elif args.workload:
-        trace = load_trace(args.workload)
+        try:
+            trace = load_trace(args.workload)
+        except CatalogError as exc:
+            raise UsageError(str(exc)) from None
         classes = classes_from_trace(trace.prompt_tokens, trace.output_tokens, max(1, args.num_classes))
     else:
         classes = read_classes_default(workload)
