@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
+import jax
 import jax.numpy as jnp
 
 import perfmodel as pm
 
 from .._features_cli import add_feature_arguments, feature_report, render_features
 from .._dynamics_cli import add_dynamics_arguments, dynamics_section, render_dynamics
+from .._posterior_cli import add_posterior_arguments, quantiles, resolve_efficiency
 from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
 from .._render import human_bytes, human_seconds, table
 from ..errors import UsageError
@@ -25,6 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_dynamics_arguments(parser)
+    add_posterior_arguments(parser)
+
+
+INTERVAL_KEYS = ("prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max")
+"""Sheet values reported with a posterior interval."""
+
+
+def sheet_intervals(model, hardware, deployment, draws, input_len, output_len) -> dict:
+    """p05/p50/p95 over posterior draws of the sheet's time and throughput values."""
+    sheets = jax.vmap(
+        lambda e: pm.budget_sheet(model, hardware, deployment, e, input_len, output_len)
+    )(draws)
+    return {key: quantiles(getattr(sheets, key)) for key in INTERVAL_KEYS}
 
 
 def sheet_report(
@@ -64,23 +79,30 @@ def sheet_report(
     }
 
 
+def _with_interval(report: dict, key: str, fmt) -> str:
+    value = fmt(report[key])
+    band = report.get("intervals", {}).get(key)
+    return f"{value}   (90%: {fmt(band['p05'])} .. {fmt(band['p95'])})" if band else value
+
+
 def _render(report: dict) -> str:
+    rate = lambda x: f"{x:,.0f}"  # noqa: E731
     rows = [
         ("KV bytes per token (all layers)", human_bytes(report["kv_bytes_per_token"])),
         ("weights per GPU", human_bytes(report["weight_bytes_per_gpu"])),
         ("KV capacity (group)", f"{report['kv_capacity_tokens']:,.0f} tokens"),
         ("max concurrent requests", f"{report['max_concurrent_requests']:,}"),
         ("decode batch at max", f"{report['max_decode_batch']:,}"),
-        ("prefill, one prompt", human_seconds(report["prefill_s"])),
-        ("decode step, batch 1", human_seconds(report["decode_step_s_batch1"])),
-        ("decode step, max batch", human_seconds(report["decode_step_s_max_batch"])),
-        ("decode tokens/s at max", f"{report['decode_tokens_per_s_max']:,.0f}"),
+        ("prefill, one prompt", _with_interval(report, "prefill_s", human_seconds)),
+        ("decode step, batch 1", _with_interval(report, "decode_step_s_batch1", human_seconds)),
+        ("decode step, max batch", _with_interval(report, "decode_step_s_max_batch", human_seconds)),
+        ("decode tokens/s at max", _with_interval(report, "decode_tokens_per_s_max", rate)),
         ("binding budget", report["binding_budget"]),
     ]
     head = (
         f"{report['model']} on {report['tp'] * report['pp']}x {report['gpu']} "
         f"(TP {report['tp']}, PP {report['pp']}), prompt {report['input_len']}, "
-        f"output {report['output_len']}"
+        f"output {report['output_len']}\nefficiencies: {report['efficiency_source']}"
     )
     el = [(f"  d log tokens/s / d log {k}", f"{v:+.3f}") for k, v in report["elasticities"].items()]
     return "\n".join([head, table(rows), "elasticities of decode throughput:", table(el)])
@@ -99,10 +121,15 @@ def run(args: argparse.Namespace) -> int:
             "raise --max-model-len or shorten the request"
         )
     require_fit(model, hardware, deployment, float(total))
-    efficiency = pm.Efficiency()
+    efficiency, draws, source = resolve_efficiency(args, hardware, args.weight_dtype)
     report = sheet_report(
         model, hardware, deployment, efficiency, float(args.input_len), float(args.output_len)
     )
+    report["efficiency_source"] = source
+    if draws is not None:
+        report["intervals"] = sheet_intervals(
+            model, hardware, deployment, draws, float(args.input_len), float(args.output_len)
+        )
     if not all(jnp.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
     features = feature_report(args, model, hardware, deployment, efficiency)

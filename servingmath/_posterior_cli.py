@@ -1,0 +1,59 @@
+"""``--posterior``: every command's efficiencies come from the fitted posterior (issue 5).
+
+Point values use the per-field posterior median for the deployment's GPU; intervals come from
+vmapping the same budgets over posterior draws.  An unseen GPU draws from the population.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+
+import perfmodel as pm
+
+from .errors import UsageError
+
+INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
+"""Reported as p05 / p50 / p95: a 90 % posterior interval and its median."""
+
+
+def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("calibration")
+    g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
+    g.add_argument("--prior", action="store_true",
+                   help="use the spec-sheet default efficiencies instead of a posterior")
+    g.add_argument("--draws", type=int, default=200, help="posterior draws for intervals (default 200)")
+    g.add_argument("--seed", type=int, default=0, help="seed for posterior draws")
+
+
+def resolve_efficiency(
+    args: argparse.Namespace, hardware: pm.HardwareSpec, weight_dtype: str
+) -> tuple[pm.Efficiency, pm.Efficiency | None, str]:
+    """(median efficiency, draws with a leading axis or None, a label saying where they came from)."""
+    if args.prior:
+        return pm.Efficiency(), None, "spec-sheet defaults (--prior)"
+    if args.draws < 2:
+        raise UsageError(f"--draws must be at least 2, got {args.draws}")
+    import fitting  # deferred: pandas/numpyro only load when a posterior is used
+
+    try:
+        posterior = fitting.load_posterior(args.posterior)
+        draws = fitting.efficiency_draws(
+            posterior, hardware.name, args.draws, seed=args.seed, weight_dtype=weight_dtype
+        )
+    except (fitting.PosteriorError, OSError, ValueError) as exc:
+        raise UsageError(
+            f"cannot use posterior {args.posterior or '(bundled)'}: {exc}; "
+            "pass --posterior FILE.nc, or --prior for spec-sheet defaults"
+        ) from None
+    median = jax.tree.map(lambda x: jnp.median(x, axis=0), draws)
+    label = f"posterior {posterior.path} ({args.draws} draws, {hardware.name})"
+    return median, draws, label
+
+
+def quantiles(values: jnp.ndarray) -> dict[str, float]:
+    """{"p05", "p50", "p95"} of posterior draws."""
+    q = jnp.quantile(values, jnp.asarray(INTERVAL_QUANTILES))
+    return {f"p{round(p * 100):02d}": float(v) for p, v in zip(INTERVAL_QUANTILES, q)}
