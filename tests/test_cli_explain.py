@@ -87,3 +87,22 @@ def test_subprocess_entry_point_exit_status(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "unknown model 'x'" in proc.stderr
+
+
+def test_explain_carries_posterior_intervals(capsys):
+    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--draws", "50")
+    assert code == 0
+    report = json.loads(out)
+    assert report["efficiency_source"].startswith("posterior")
+    for key in ("prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max"):
+        band = report["intervals"][key]
+        assert 0 < band["p05"] < band["p50"] < band["p95"]
+        assert band["p05"] <= report[key] <= band["p95"]
+
+
+def test_explain_prior_and_bad_posterior(capsys, tmp_path):
+    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--prior")
+    assert code == 0 and "intervals" not in json.loads(out)
+    missing = tmp_path / "nope.nc"
+    code, _, err = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--posterior", str(missing))
+    assert code == 2 and "cannot use posterior" in err and len(err.strip().splitlines()) == 1
