@@ -28,3 +28,4 @@ from .ingest import (
     describe as describe,
     load_measurements as load_measurements,
 )
+from ._validate import format_report as format_report, score_draws as score_draws, validate as validate
