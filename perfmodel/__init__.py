@@ -58,3 +58,20 @@ from ._step import (
     prefill_step as prefill_step,
 )
 from ._fit_check import smallest_fitting_parallelism as smallest_fitting_parallelism
+from ._ops import (
+    COLLECTIVE_KINDS as COLLECTIVE_KINDS,
+    KernelEfficiency as KernelEfficiency,
+    attention_time_s as attention_time_s,
+    collective_time_s as collective_time_s,
+    elementwise_time_s as elementwise_time_s,
+    gemm_time_s as gemm_time_s,
+)
+from . import dynamics as dynamics
+from . import features as features
+from .dynamics import (
+    Percentiles as Percentiles,
+    ServingMetrics as ServingMetrics,
+    Workload as Workload,
+    serving_metrics as serving_metrics,
+    simulate as simulate,
+)

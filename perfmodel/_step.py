@@ -85,7 +85,8 @@ def forward_step(
     chain_bytes = weight_bytes_touched(model, deployment, tokens) / deployment.tp + kv_read * tp_share
 
     peak = peak_flops_per_s(hardware, deployment) * compute_fraction(efficiency, tokens)
-    compute_s = flops / deployment.tp / peak
+    busy_tokens = tokens > 0  # an empty iteration computes nothing (0/0 guarded, grads finite)
+    compute_s = jnp.where(busy_tokens, flops / deployment.tp / jnp.where(busy_tokens, peak, 1.0), 0.0)
     memory_s = chain_bytes / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction)
     comm_s = tp_comm_s(model, hardware, deployment, efficiency, tokens, temperature) + pp_transfer_s(
         model, hardware, deployment, efficiency, tokens, temperature

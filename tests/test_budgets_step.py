@@ -179,3 +179,11 @@ def test_long_prefill_binding_is_compute(h100, llama8b):
     """A one-sequence, 8k-prompt prefill is compute-bound on any datacenter GPU."""
     step = pm.prefill_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency(), 8192.0)
     assert float(step.compute_s) > 3 * float(step.memory_s)
+
+
+def test_empty_iteration_costs_only_overhead(h100, llama8b):
+    step = pm.forward_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency())
+    assert float(step.compute_s) == 0.0
+    assert float(step.total_s) == pytest.approx(float(pm.Efficiency().step_overhead_s) + float(step.memory_s))
+    grad = jax.grad(lambda n: pm.forward_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency(), decode_seqs=n).total_s)(0.0)
+    assert np.isfinite(float(grad))
