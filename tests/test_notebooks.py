@@ -1,0 +1,22 @@
+"""Every notebook's code cells run top to bottom with tiny settings (no Jupyter needed)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path, monkeypatch):
+    monkeypatch.setenv("SERVINGMATH_NOTEBOOK_QUICK", "1")
+    cells = json.loads(path.read_text())["cells"]
+    code = [("".join(c["source"])) for c in cells if c["cell_type"] == "code"]
+    assert code, f"{path.name} has no code cells"
+    namespace: dict = {}
+    for i, source in enumerate(code):
+        exec(compile(source, f"{path.name}[cell {i}]", "exec"), namespace)
+    assert namespace["QUICK"] is True
+    assert namespace["sheet"].kv_bytes_per_token == 327680 / 2
+    assert 0 < float(namespace["closed"].ttft_s.p95) < float("inf")
