@@ -17,6 +17,7 @@ def test_notebook_runs(path, monkeypatch):
     namespace: dict = {}
     for i, source in enumerate(code):
         exec(compile(source, f"{path.name}[cell {i}]", "exec"), namespace)
-    assert namespace["QUICK"] is True
-    assert namespace["sheet"].kv_bytes_per_token == 327680 / 2
-    assert 0 < float(namespace["closed"].ttft_s.p95) < float("inf")
+    assert namespace["QUICK"] is True  # every notebook honours the tiny-settings switch
+    if path.name == "quickstart.ipynb":
+        assert namespace["sheet"].kv_bytes_per_token == 327680 / 2
+        assert 0 < float(namespace["closed"].ttft_s.p95) < float("inf")
