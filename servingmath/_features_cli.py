@@ -88,7 +88,9 @@ def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -
         if args.prefix_reuse is None or args.prefix_len is None:
             raise UsageError("--prefix-reuse and --prefix-len go together; pass both, e.g. 0.8 and 1024")
         _fraction("--prefix-reuse", args.prefix_reuse)
-        if args.prefix_len < 0 or args.prefix_len > prompt_tokens:
+        if args.prefix_len < 0:
+            raise UsageError(f"--prefix-len must be >= 0 tokens, got {args.prefix_len}; pass e.g. --prefix-len 1024")
+        if args.prefix_len > prompt_tokens:
             raise UsageError(
                 f"--prefix-len {args.prefix_len} is longer than the {prompt_tokens:.0f}-token prompt; "
                 "pass a prefix no longer than the prompt"

@@ -1,0 +1,124 @@
+"""``servingmath simulate`` runs the serving features in the engine itself (issue 4, item 6):
+prefix-cache hook, sampled speculative acceptance, two-pool disaggregation; bad input exits 2."""
+
+import json
+
+import pytest
+
+from servingmath.cli import main
+
+BASE = ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm"]
+OPEN = [*BASE, "--rate", "4", "--input-len", "3000", "--output-len", "50", "--requests", "150", "--json"]
+SOLO = [*BASE, "--concurrency", "1", "--input-len", "500", "--output-len", "100", "--requests", "30", "--json"]
+
+
+_PLAIN: dict = {}
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _plain(capsys, argv):
+    """The featureless run, computed once per argv (deterministic for a seed)."""
+    key = tuple(argv)
+    if key not in _PLAIN:
+        _PLAIN[key] = _json(capsys, argv)
+    return _PLAIN[key]
+
+
+def _exit_code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own type errors exit 2 from inside parse_args
+        return int(exc.code)
+
+
+def test_shared_prefix_hits_in_the_engine_and_cuts_ttft(capsys):
+    plain = _plain(capsys, OPEN)
+    shared = _json(capsys, [*OPEN, "--prefix-reuse", "0.9", "--prefix-len", "2048"])
+    sim = shared["simulated"]
+    assert sim["prefix_hit_rate"] > 0.5
+    # ~90 % of requests reuse 2048 of 3000 tokens (128 whole 16-token blocks): about 1150 left
+    assert 1000 < sim["effective_prefill_tokens"] < 1400
+    assert sim["effective_prefill_tokens"] < plain["effective_prefill_tokens"] == 3000
+    # the closed form sits next to it and agrees on the prefill left to do within 10 %
+    assert abs(sim["effective_prefill_tokens"] / shared["effective_prefill_tokens"] - 1) < 0.1
+    assert shared["ttft_s"]["p95"] < 0.8 * plain["ttft_s"]["p95"]
+    assert "simulated" not in plain
+
+
+def test_unique_prompts_hit_nothing_and_match_the_plain_engine(capsys):
+    plain = _plain(capsys, OPEN)
+    unique = _json(capsys, [*OPEN, "--prefix-reuse", "0", "--prefix-len", "2048"])
+    sim = unique["simulated"]
+    assert sim["prefix_hit_rate"] == 0.0 and sim["prefix_reused_token_fraction"] == 0.0
+    assert sim["effective_prefill_tokens"] == 3000.0
+    # same requests, same engine: the hook that never hits changes nothing
+    assert unique["ttft_s"] == plain["ttft_s"] and unique["e2e_s"] == plain["e2e_s"]
+
+
+@pytest.mark.parametrize("draft", ["mtp", "meta-llama/Llama-3.2-3B"])
+def test_speculation_with_high_acceptance_at_batch_one_lowers_tpot(capsys, draft):
+    plain = _plain(capsys, SOLO)
+    spec = _json(capsys, [*SOLO, "--spec-draft", draft, "--spec-k", "4", "--spec-acceptance", "0.9"])
+    sim = spec["simulated"]
+    # sampled acceptance: E[tokens/step] = (1 - 0.9^5) / 0.1 = 4.095; the sample mean is close
+    assert abs(sim["spec_tokens_per_step"] - 4.095) < 0.3
+    assert abs(sim["spec_tokens_per_step"] - spec["spec_tokens_per_step"]) < 0.3
+    assert sim["tpot_s"]["p50"] < 0.8 * plain["tpot_s"]["p50"]
+    assert spec["tpot_s"] == sim["tpot_s"]  # the top-level figures are the speculative engine's
+
+
+def test_speculation_with_low_acceptance_emits_about_one_token(capsys):
+    spec = _json(capsys, [*SOLO, "--spec-draft", "mtp", "--spec-k", "4", "--spec-acceptance", "0.05"])
+    assert 1.0 <= spec["simulated"]["spec_tokens_per_step"] < 1.15
+
+
+def test_disaggregation_runs_two_pools_with_a_kv_hand_off(capsys):
+    out = _json(capsys, [*BASE, "--rate", "2", "--input-len", "4000", "--output-len", "100",
+                         "--requests", "60", "--disagg", "1:1", "--json"])
+    d = out["simulated"]["disaggregation"]
+    assert out["kv_transfer_s"] > 0 and d["kv_transfer_s"] > 0
+    # every request has the same 4000-token prompt: the simulated hand-off is the closed form's
+    assert d["kv_transfer_s"] == pytest.approx(out["kv_transfer_s"], rel=1e-6)
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert 0 < d[key]["p50"] <= d[key]["p95"]
+    # the split TTFT includes the prefill pool's prefill and the hand-off
+    assert d["ttft_s"]["p50"] > d["kv_transfer_s"]
+    assert d["e2e_s"]["p50"] > d["ttft_s"]["p50"] + 90 * d["tpot_s"]["p50"]
+    assert (d["prefill_gpus"], d["decode_gpus"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--spec-draft", "mtp", "--spec-acceptance", "1.5"], "--spec-acceptance must be in [0, 1]"),
+        (["--spec-draft", "mtp", "--spec-acceptance", "-0.1"], "--spec-acceptance must be in [0, 1]"),
+        (["--spec-draft", "meta-llama/Llama-3.1-70B"], "is not smaller than"),
+        (["--spec-draft", "mtp", "--spec-k", "0"], "--spec-k must be a positive integer"),
+        (["--prefix-reuse", "0.5", "--prefix-len", "5000"], "longer than the 1000-token prompt"),
+        (["--prefix-reuse", "0.5", "--prefix-len", "-1"], "--prefix-len must be >= 0"),
+        (["--prefix-reuse", "1.2", "--prefix-len", "100"], "--prefix-reuse must be in [0, 1]"),
+        (["--prefix-reuse", "0.5"], "go together"),
+        (["--disagg", "0:4"], "each pool needs at least one GPU"),
+        (["--disagg", "2:0"], "each pool needs at least one GPU"),
+        (["--disagg", "two"], "is not PREFILL_GPUS:DECODE_GPUS"),
+        (["--disagg", "1:1", "--transfer-bw", "0"], "--transfer-bw must be a positive"),
+        (["--block-size", "0"], "--block-size must be a positive number"),
+        (["--block-size", "-16"], "--block-size must be a positive number"),
+        (["--block-size", "1.5"], "invalid int value"),
+    ],
+)
+def test_bad_feature_input_is_one_line_exit_2(capsys, argv, fragment):
+    assert _exit_code([*BASE, "--rate", "2", "--input-len", "1000", "--requests", "10", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and "Traceback" not in err
+
+
+def test_disaggregation_in_a_closed_loop_is_refused(capsys):
+    argv = [*BASE, "--concurrency", "4", "--input-len", "1000", "--requests", "10", "--disagg", "1:1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--disagg in simulate needs timed arrivals" in err and "\n" not in err
