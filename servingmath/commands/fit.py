@@ -22,6 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--svi", action="store_true", help="SVI (low-rank Gaussian guide) instead of NUTS")
     parser.add_argument("--svi-steps", type=int, default=3000, help="SVI optimisation steps (default 3000)")
+    parser.add_argument("--prior", nargs="?", const="", default=None, metavar="P",
+                        help="update posterior P (default: the bundled one) with a few measurements of "
+                             "a GPU instead of refitting everything")
+    parser.add_argument("--hardware-csv", default=None,
+                        help="spec rows (columns of data/hardware.csv) of GPUs the catalog lacks")
+    parser.add_argument("--from-population", action="store_true",
+                        help="with --prior: start the measured GPUs from the population, even if P fitted them")
+    parser.add_argument("--plot", default=None, metavar="DIR",
+                        help="write PNGs (posterior histograms; predicted vs measured on the fitted rows)")
 
 def run(args: argparse.Namespace) -> int:
     if min(args.draws, args.chains) < 1 or args.warmup < 0 or args.per_stratum < 0:
@@ -33,9 +42,16 @@ def run(args: argparse.Namespace) -> int:
     from fitting._fit import skipped_summary
 
     try:
-        result = fitting.load_measurements(args.data)
+        ids = None
+        if args.hardware_csv:
+            import perfmodel
+
+            ids = list(perfmodel.hardware_ids()) + list(perfmodel.hardware_ids(args.hardware_csv))
+        result = fitting.load_measurements(args.data, hardware_ids=ids)
     except (fitting.MeasurementFormatError, ValueError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    if args.prior is not None:
+        return _update(args, result)
     t0 = time.perf_counter()
     try:
         fr = fitting.fit_table(result.table, per_stratum=args.per_stratum, seed=args.seed,
@@ -55,4 +71,40 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("diagnostics: SVI draws are independent (no R-hat/ESS); check held-out coverage with "
               "servingmath validate")
+    return 0
+
+
+def _update(args: argparse.Namespace, result) -> int:
+    """``--prior``: condition a fitted posterior on a few rows of one GPU (``fitting._update.update_posterior``)."""
+    import fitting
+    from fitting._fit import skipped_summary
+    from fitting._update import update_posterior
+
+    try:
+        prior = fitting.load_posterior(args.prior or None)
+    except fitting.PosteriorError as exc:
+        raise UsageError(str(exc)) from None
+    t0 = time.perf_counter()
+    try:
+        post, prep = update_posterior(
+            prior, result.table, from_population=args.from_population, draws=args.draws,
+            warmup=args.warmup, chains=args.chains, seed=args.seed, hardware_csv=args.hardware_csv)
+    except ValueError as exc:
+        raise UsageError(f"{exc}") from None
+    attrs = post.idata.attrs
+    attrs["command"] = "servingmath fit --prior " + (args.prior or "") + " --data " + " ".join(args.data)
+    if args.hardware_csv:
+        attrs["hardware_csv"] = str(args.hardware_csv)
+    out = fitting.save_posterior(post, args.out)
+    print(f"update of {prior.path}: {attrs['update_rows']} rows of GPU {attrs['update_gpus']}, "
+          f"{post.num_draws} draws in {time.perf_counter() - t0:.0f} s -> {out}")
+    for reason, n in skipped_summary(list(prep.skipped) + list(result.skipped)).items():
+        print(f"  skipped {n} rows: {reason}")
+    if attrs["divergences"]:
+        print(f"WARNING: {attrs['divergences']} divergent transitions; raise --warmup or check the rows")
+    if args.plot:
+        from fitting._plots import write_plots
+
+        for path in write_plots(post, args.plot, table=result.table, hardware_csv=args.hardware_csv):
+            print(f"  wrote {path}")
     return 0

@@ -1,0 +1,218 @@
+"""Update a fitted posterior with a user's few measurements of one (possibly new) GPU.
+
+The bundled fit already holds what many GPUs say about the population: for each parameter p the
+mean mu_p and spread tau_p of u = link(theta) across GPU types.  A user's handful of rows cannot
+move those, so the update conditions on them and refits only what the rows inform (an empirical-
+Bayes step, Gelman et al., BDA3 ch. 5):
+
+    u_gp ~ Normal(m_p, s_p)          per measured GPU g; (m_p, s_p) = mean and sd of
+                                     mu_p + tau_p * z (a new or held-out GPU) or of the GPU's own
+                                     posterior draws (a GPU the prior already fitted)
+    delta_c ~ Normal(m_c, s_c)       a cell the prior fitted, else Normal(0, tau_src or tau_kernel)
+    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c, sigma_k)   sigma_k at its posterior median
+
+NUTS on this small model takes seconds.  The result is a full ``Posterior``: every GPU, cell and
+noise key of the prior (resampled draws), with the measured GPUs' parameters and the touched cells
+replaced by the updated draws, so ``efficiency_draws(post, gpu=...)`` returns the update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pandas as pd
+
+import perfmodel
+
+from . import _rows
+from ._model import PARAM_NAMES, PRIORS, STUDENT_DF, kernel_cells, to_natural
+from ._posterior import Posterior
+from ._predict import predict_log, prepare
+
+MIN_SCALE = 1e-3
+"""Floor of a prior sd on the unconstrained scale (keeps NUTS off a degenerate normal)."""
+
+
+def _link(name: str, theta: np.ndarray) -> np.ndarray:
+    """Natural units -> unconstrained scale (inverse of ``_model.to_natural``)."""
+    theta = np.asarray(theta, dtype=float)
+    if PRIORS[name].link == "log":
+        return np.log(theta)
+    t = np.clip(theta, 1e-9, 1 - 1e-9)
+    return np.log(t / (1.0 - t))
+
+
+def gpu_prior(posterior: Posterior, gpu: str, *, from_population: bool) -> dict[str, tuple[float, float]]:
+    """(mean, sd) of each parameter's unconstrained value for ``gpu`` under ``posterior``.
+
+    ``from_population`` (or a GPU the posterior lacks) uses the population predictive
+    mu_p + tau_p * z: mean E[mu], sd sqrt(E[tau^2] + Var[mu]); else the GPU's own draws.
+    """
+    out = {}
+    for name in PARAM_NAMES:
+        if from_population or gpu not in posterior.gpus:
+            mu, tau = posterior.flat(f"mu_{name}"), posterior.flat(f"tau_{name}")
+            m, s = float(mu.mean()), float(np.sqrt(np.mean(tau ** 2) + mu.var()))
+        else:
+            u = _link(name, posterior.flat(name)[:, posterior.gpus.index(gpu)])
+            m, s = float(u.mean()), float(u.std())
+        out[name] = (m, max(s, MIN_SCALE))
+    return out
+
+
+def _cell_prior(posterior: Posterior, cell: str) -> tuple[float, float]:
+    if cell in posterior.cells:
+        d = posterior.flat("cell_offset")[:, posterior.cells.index(cell)]
+        return float(d.mean()), max(float(d.std()), MIN_SCALE)
+    tau = posterior.flat("tau_kernel" if kernel_cells([cell])[0] else "tau_source")
+    return 0.0, max(float(np.sqrt(np.mean(tau ** 2))), MIN_SCALE)
+
+
+def _sigma(posterior: Posterior, keys: tuple[str, ...]) -> np.ndarray:
+    med = np.median(posterior.flat("sigma"), axis=0)
+    known = posterior.noise_keys
+    return np.asarray([med[known.index(k)] if k in known else med.max() for k in keys])
+
+
+def update_model(prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None) -> None:
+    """NumPyro model of the user's rows with the prior's per-GPU and per-cell normals."""
+    params = {}
+    for i, name in enumerate(PARAM_NAMES):
+        with numpyro.plate("gpu", len(prep.gpus)):
+            z = numpyro.sample(f"z_{name}", dist.Normal(0.0, 1.0))
+        params[name] = numpyro.deterministic(name, to_natural(name, loc_u[:, i] + scale_u[:, i] * z))
+    with numpyro.plate("cell", len(prep.cells)):
+        zc = numpyro.sample("z_cell", dist.Normal(0.0, 1.0))
+    offset = numpyro.deterministic("cell_offset", loc_c + scale_c * zc)
+    loc = predict_log(prep, params, offset)
+    with numpyro.plate("row", len(prep.log_value)):
+        numpyro.sample("log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed)
+
+
+@contextlib.contextmanager
+def user_hardware(hardware_csv: str | Path | None):
+    """Within the block, ``prepare`` looks GPUs up in ``hardware_csv`` first, then the catalog."""
+    if hardware_csv is None:
+        yield
+        return
+    original = _rows._hardware
+    user_ids = set(perfmodel.hardware_ids(hardware_csv))
+
+    def lookup(gpu: str):
+        return perfmodel.load_hardware(gpu, hardware_csv=hardware_csv) if gpu in user_ids else original(gpu)
+
+    _rows._hardware = lookup
+    try:
+        yield
+    finally:
+        _rows._hardware = original
+
+
+def update_posterior(prior: Posterior, table: pd.DataFrame, *, from_population: bool = False,
+                     draws: int = 500, warmup: int = 500, chains: int = 2, seed: int = 0,
+                     hardware_csv: str | Path | None = None) -> tuple[Posterior, object]:
+    """Condition ``prior`` on the measurements in ``table`` (a few rows of one or more GPUs).
+
+    Args:
+        prior: the fitted posterior to update (e.g. ``load_posterior()``).
+        table: tidy measurements (``load_measurements(...).table``); ``serving`` rows are skipped.
+        from_population: start every measured GPU from the population (mu, tau) even when the
+            prior fitted it (how a held-out GPU is scored); default uses its own posterior.
+        draws, warmup, chains, seed: NUTS settings.
+        hardware_csv: spec rows of GPUs the catalog lacks.
+
+    Returns:
+        (updated ``Posterior``, the ``Prepared`` rows it was fitted on).
+
+    Raises:
+        ValueError: no row of ``table`` is covered by a budget.
+    """
+    from numpyro.infer import MCMC, NUTS
+
+    with user_hardware(hardware_csv):
+        prep = prepare(table, serving=False)
+    if not len(prep.log_value):
+        raise ValueError("no measurement row is covered by a budget; see the skipped reasons")
+    gp = [gpu_prior(prior, g, from_population=from_population) for g in prep.gpus]
+    loc_u = jnp.asarray([[p[n][0] for n in PARAM_NAMES] for p in gp])
+    scale_u = jnp.asarray([[p[n][1] for n in PARAM_NAMES] for p in gp])
+    cp = [_cell_prior(prior, c) for c in prep.cells]
+    loc_c = jnp.asarray([c[0] for c in cp]).reshape(-1)
+    scale_c = jnp.asarray([c[1] for c in cp]).reshape(-1)
+    sigma = jnp.asarray(_sigma(prior, prep.noise_keys))
+    mcmc = MCMC(NUTS(update_model, target_accept_prob=0.9), num_warmup=warmup, num_samples=draws,
+                num_chains=chains, chain_method="sequential", progress_bar=False)
+    with jax.numpy_dtype_promotion("standard"):  # NumPyro's kernels rely on implicit promotion
+        mcmc.run(jax.random.PRNGKey(seed), prep, loc_u, scale_u, loc_c, scale_c, sigma,
+                 jnp.asarray(prep.log_value), extra_fields=("diverging",))
+    new = {k: np.asarray(jax.device_get(v)) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    diverging = np.asarray(jax.device_get(mcmc.get_extra_fields(group_by_chain=True)["diverging"]))
+    idata = _merge(prior, prep, new, diverging, chains, draws, seed)
+    idata.attrs.update({"method": "update", "prior": str(prior.path), "seed": seed,
+                        "update_rows": len(prep.log_value), "update_gpus": ",".join(prep.gpus),
+                        "from_population": int(from_population),
+                        "divergences": int(diverging.sum())})
+    return Posterior(idata), prep
+
+
+def _merge(prior: Posterior, prep, new: dict, diverging, chains: int, draws: int, seed: int):
+    """The prior's draws (resampled to chains x draws) with the updated GPUs and cells swapped in."""
+    import arviz as az
+
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(prior.num_draws, size=chains * draws, replace=chains * draws > prior.num_draws)
+
+    def shaped(a: np.ndarray) -> np.ndarray:
+        return a.reshape((chains, draws) + a.shape[1:])
+
+    gpus = list(prior.gpus) + [g for g in prep.gpus if g not in prior.gpus]
+    cells = list(prior.cells) + [c for c in prep.cells if c not in prior.cells]
+    keys = list(prior.noise_keys) + [k for k in prep.noise_keys if k not in prior.noise_keys]
+    post = {}
+    for var in prior.idata.posterior.data_vars:
+        if var not in (*PARAM_NAMES, "cell_offset", "sigma"):
+            post[var] = shaped(prior.flat(var)[idx])
+    for name in PARAM_NAMES:
+        old = prior.flat(name)[idx]
+        cols = np.empty((chains * draws, len(gpus)))
+        cols[:, :old.shape[1]] = old
+        for j, g in enumerate(prep.gpus):
+            cols[:, gpus.index(g)] = new[name][..., j].reshape(-1)
+        post[name] = shaped(cols)
+    off = np.empty((chains * draws, len(cells)))
+    old = prior.flat("cell_offset")[idx]
+    off[:, :old.shape[1]] = old
+    rng_tau = prior.flat("tau_source")[idx]
+    for j, c in enumerate(cells[old.shape[1]:], start=old.shape[1]):  # unseen by both: population
+        off[:, j] = rng_tau * rng.standard_normal(len(idx))
+    for j, c in enumerate(prep.cells):
+        off[:, cells.index(c)] = new["cell_offset"][..., j].reshape(-1)
+    post["cell_offset"] = shaped(off)
+    sig_old = prior.flat("sigma")[idx]
+    sig = np.concatenate([sig_old, np.tile(np.max(sig_old, axis=1, keepdims=True),
+                                           (1, len(keys) - sig_old.shape[1]))], axis=1)
+    fixed = _sigma(prior, prep.noise_keys)
+    for j, k in enumerate(prep.noise_keys):
+        if k not in prior.noise_keys:
+            sig[:, keys.index(k)] = fixed[j]
+    post["sigma"] = shaped(sig)
+    dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
+    coords = {"gpu": gpus, "cell": cells, "noise_key": keys}
+    return az.from_dict(posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims)
+
+
+def without_gpu(posterior: Posterior, gpu: str) -> Posterior:
+    """``posterior`` with ``gpu``'s own parameters removed: it is then predicted from its spec sheet
+    and the population (mu, tau), as a GPU the fit never saw (a leave-one-GPU-out baseline that
+    keeps the population it helped fit)."""
+    import arviz as az
+
+    post = posterior.idata.posterior
+    kept = post.sel(gpu=[g for g in posterior.gpus if g != gpu])
+    return Posterior(az.InferenceData(posterior=kept), posterior.path)

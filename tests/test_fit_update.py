@@ -1,0 +1,68 @@
+"""``fitting._update``: a few measurements of a held-out GPU beat its spec-sheet-only prediction;
+``servingmath fit --prior`` writes a loadable posterior, a GPU outside the catalog included."""
+
+import functools
+
+import jax
+import numpy as np
+import pandas as pd
+
+import fitting
+from fitting._posterior import predictive_log_draws
+from fitting._update import update_posterior, without_gpu
+from servingmath.cli import main
+
+GPU = "a40"
+
+
+@functools.lru_cache(maxsize=1)
+def _rows() -> pd.DataFrame:
+    """A seeded spread of a40 rows (vidur ops), stratified so every op kind appears."""
+    data = fitting.bundled_measurements()[0].parent / "vidur_ops.csv.gz"
+    table = fitting.load_measurements([str(data)]).table
+    return fitting.subsample(table[table["gpu"] == GPU], 6, 0)
+
+
+def _median_ape(posterior, table) -> float:
+    prep = fitting.prepare(table, gpus=posterior.gpus, cells=posterior.cells,
+                           noise_keys=posterior.noise_keys)
+    assert len(prep.log_value) == len(table)
+    draws = predictive_log_draws(posterior, prep, 100, seed=0)
+    return float(np.median(np.abs(np.exp(np.median(draws, axis=0) - prep.log_value) - 1.0)))
+
+
+def test_ten_rows_of_a_held_out_gpu_beat_its_spec_sheet_prediction():
+    jax.config.update("jax_enable_x64", True)
+    prior = without_gpu(fitting.load_posterior(), GPU)
+    assert GPU not in prior.gpus
+    rows = _rows()
+    fit_rows = rows.sample(10, random_state=1)
+    rest = rows.drop(fit_rows.index)
+    assert len(rest) >= 30
+    updated, prep = update_posterior(prior, fit_rows, draws=100, warmup=100, chains=1, seed=0)
+    assert len(prep.log_value) == 10 and GPU in updated.gpus
+    assert set(prior.gpus) < set(updated.gpus)
+    spec_only, after = _median_ape(prior, rest), _median_ape(updated, rest)
+    assert after < spec_only
+    eff = fitting.efficiency_draws(updated, GPU, 50)
+    assert eff.bandwidth_fraction.shape == (50,) and np.all(np.isfinite(eff.bandwidth_fraction))
+
+
+def test_cli_fit_prior_writes_a_loadable_posterior_for_a_gpu_outside_the_catalog(tmp_path, capsys):
+    jax.config.update("jax_enable_x64", True)
+    hw = pd.read_csv(fitting.bundled_measurements()[0].parent.parent / "hardware.csv", dtype=str,
+                     keep_default_na=False)
+    mine = hw[hw["id"] == GPU].assign(id="my-gpu", name="My GPU")
+    mine.to_csv(tmp_path / "mine.csv", index=False)
+    data = _rows().sample(10, random_state=2).assign(gpu="my-gpu")
+    data.to_csv(tmp_path / "new_gpu.csv", index=False)
+    out = tmp_path / "new.nc"
+    assert main(["fit", "--data", str(tmp_path / "new_gpu.csv"), "--prior", "--out", str(out),
+                 "--hardware-csv", str(tmp_path / "mine.csv"), "--draws", "50", "--warmup", "50",
+                 "--chains", "1"]) == 0
+    assert "10 rows of GPU my-gpu" in capsys.readouterr().out
+    post = fitting.load_posterior(out)
+    assert "my-gpu" in post.gpus and "h100-sxm" in post.gpus and post.num_draws == 50
+    frac = post.flat("compute_fraction_max")[:, post.gpus.index("my-gpu")]
+    assert np.all((frac > 0) & (frac <= 1))
+    assert fitting.efficiency_draws(post, "my-gpu", 20).compute_fraction_max.shape == (20,)
