@@ -241,6 +241,8 @@ def _simulate_disagg(args, model, hardware, deployment, trace: Trace, concurrenc
         "ttft_s": fin(s["ttft_s"]), "tpot_s": fin(s["tpot_s"]), "e2e_s": fin(s["e2e_s"]),
         "kv_transfer_s": float(hand_off.mean()), "output_tokens_per_s": s["output_tokens_per_s"],
         "preemptions": s["preemptions"],
+        **({"note": "the two pools run the plain engine: prefix cache and speculation are simulated colocated only"}
+           if args.prefix_reuse is not None or args.spec_draft else {}),
     }
 
 
