@@ -10,7 +10,6 @@ Evaluated in fixed-size chunks (one compilation) to stay well inside 4 GB.
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 
 import jax

@@ -15,7 +15,6 @@ import numpy as np
 
 import perfmodel as pm
 from perfmodel.dynamics import (
-    QUEUEING_CODE,
     Trace,
     Workload,
     load_trace,

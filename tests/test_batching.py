@@ -1,9 +1,7 @@
 """Token-budget batching: mixed iterations, seat capacity, and the budget trade-off."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

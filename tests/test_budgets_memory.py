@@ -3,7 +3,6 @@
 import math
 
 import equinox as eqx
-import jax
 from jax.test_util import check_grads
 import jax.numpy as jnp
 import pytest

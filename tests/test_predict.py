@@ -4,7 +4,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-import pytest
 
 import perfmodel
 from fitting._predict import SERVING_REASON, default_params, predict_log, prepare
