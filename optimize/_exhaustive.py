@@ -16,6 +16,7 @@ import numpy as np
 
 from ._evaluate import cost_per_hour, meets_confidence, slo_probability
 from ._problem import Problem
+from ._sharding import MeshLike, device_mesh, num_shards, replicate, shard_rows
 
 
 class GridOptimum(NamedTuple):
@@ -39,15 +40,22 @@ def _chunk_costs(problem: Problem, configs: jnp.ndarray) -> jnp.ndarray:
     return jax.vmap(one)(configs)
 
 
-def exhaustive_optimum(problem: Problem, *, chunk: int = 32) -> GridOptimum:
+def exhaustive_optimum(problem: Problem, *, chunk: int = 32, mesh: MeshLike = None) -> GridOptimum:
     """Enumerate ``problem.grid`` (all legal configs x replicas 1..max) in chunks of ``chunk``
-    configurations (static shape: the last chunk is padded with the first config)."""
+    configurations (static shape: the last chunk is padded with the first config).
+
+    With several devices (``mesh``: see ``optimize._sharding.device_mesh``) each chunk is split
+    over them (``chunk`` rounded up to a multiple of the device count); the answer is the same.
+    """
+    mesh = device_mesh(mesh)
+    chunk = -(-chunk // num_shards(mesh)) * num_shards(mesh)
+    problem = replicate(problem, mesh)
     configs = problem.grid.all_configs(problem.model)
     n = len(configs)
     pad = (-n) % chunk
     padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
     costs = np.concatenate([
-        np.asarray(_chunk_costs(problem, jnp.asarray(padded[i:i + chunk])))
+        np.asarray(_chunk_costs(problem, shard_rows(jnp.asarray(padded[i:i + chunk]), mesh)))
         for i in range(0, len(padded), chunk)
     ])[:n]
     flat = int(np.argmin(costs))

@@ -23,6 +23,7 @@ from ._evaluate import constraint_slacks, gpus_per_replica, holds
 from ._grid import deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import slo_metrics
 from ._problem import Problem
+from ._sharding import MeshLike, device_mesh, num_shards, shard_draws, shard_rows
 
 INTERVALS = {"p80": (0.10, 0.90), "p95": (0.025, 0.975)}
 """Central intervals reported besides the median."""
@@ -136,7 +137,8 @@ def summarize(samples: np.ndarray) -> dict:
 
 
 def forecast_gpus(
-    problem: Problem, configs: dict[str, np.ndarray], demand: list[DemandPeriod], *, seed: int = 0
+    problem: Problem, configs: dict[str, np.ndarray], demand: list[DemandPeriod], *, seed: int = 0,
+    mesh: MeshLike = None,
 ) -> list[dict]:
     """Per period: GPUs per type (p50 and intervals) and $/hour of the cheapest type at p50.
 
@@ -145,13 +147,21 @@ def forecast_gpus(
         configs: ``{gpu id: config index vector}`` (its GPU column selects the type).
         demand: periods from ``read_demand``.
         seed: demand-draw seed.
+        mesh: devices to split the posterior x demand draws over (``optimize._sharding``); the
+            default uses every local device when there are several and the draw count divides.
     """
+    mesh = device_mesh(mesh)
+    if mesh is not None and problem.num_draws % num_shards(mesh):
+        mesh = None
+    problem_on_devices = shard_draws(problem, mesh)
     out = []
     for k, period in enumerate(demand):
         rates = demand_draws(period, problem.num_draws, seed + k)
         gpus, costs = {}, {}
         for name, config in configs.items():
-            reps = np.asarray(replicas_per_draw(problem, jnp.asarray(config), jnp.asarray(rates)))
+            reps = np.asarray(replicas_per_draw(
+                problem_on_devices, jnp.asarray(config), shard_rows(jnp.asarray(rates), mesh)
+            ))
             per = float(gpus_per_replica(problem, jnp.asarray(config)))
             n = np.where(reps > problem.grid.max_replicas, np.inf, reps * per)
             price = float(problem.hardware.price_per_gpu_hour[int(config[0])])

@@ -28,6 +28,7 @@ from ._evaluate import (
     memory_slack,
 )
 from ._problem import Problem
+from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, replicate
 
 Array = jnp.ndarray
 
@@ -116,16 +117,22 @@ def _init(problem: Problem, key: Array, options: SearchOptions) -> Relaxed:
 
 
 @eqx.filter_jit
-def relaxed_descent(problem: Problem, options: SearchOptions, key: Array) -> tuple[Relaxed, Array]:
+def relaxed_descent(
+    problem: Problem, options: SearchOptions, key: Array, sharding=None
+) -> tuple[Relaxed, Array]:
     """Run Adam from ``num_starts`` random starts (drawn with ``key``) at once; returns the final
-    points and their losses.  ``options.seed`` is ignored here (the key is traced: no recompile)."""
+    points and their losses.  ``options.seed`` is ignored here (the key is traced: no recompile).
+    ``sharding`` (a ``NamedSharding`` over the starts axis, static) splits the starts over devices;
+    the starts are drawn before the split, so the answer does not depend on it."""
     with jax.numpy_dtype_promotion("standard"):  # optax's bias correction mixes int and float
-        return _descent(problem, options, key)
+        return _descent(problem, options, key, sharding)
 
 
-def _descent(problem: Problem, options: SearchOptions, key: Array) -> tuple[Relaxed, Array]:
+def _descent(problem: Problem, options: SearchOptions, key: Array, sharding=None) -> tuple[Relaxed, Array]:
     opt = optax.adam(options.learning_rate)
     x0 = _init(problem, key, options)
+    if sharding is not None:
+        x0 = jax.lax.with_sharding_constraint(x0, sharding)
     loss_grad = jax.vmap(jax.value_and_grad(lambda x: relaxed_loss(problem, x, options)))
     hi = jnp.log(float(problem.grid.max_replicas))
 
@@ -190,10 +197,26 @@ class SearchResult(NamedTuple):
     evaluated: int
 
 
-def search(problem: Problem, options: SearchOptions = SearchOptions()) -> SearchResult:
-    """Relaxed multi-start descent, rounding, then exact coordinate search from the best roundings."""
+def _starts_sharding(mesh, num_starts: int):
+    if mesh is None or num_starts % num_shards(mesh):
+        return None
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(mesh, PartitionSpec(mesh.axis_names[0] if mesh.axis_names else AXIS))
+
+
+def search(
+    problem: Problem, options: SearchOptions = SearchOptions(), *, mesh: MeshLike = None
+) -> SearchResult:
+    """Relaxed multi-start descent, rounding, then exact coordinate search from the best roundings.
+
+    With several devices (``mesh``: see ``optimize._sharding.device_mesh``) the starts (when their
+    number divides by the device count) and every batch of exact re-checks are split over them.
+    """
+    mesh = device_mesh(mesh)
     x, losses = relaxed_descent(
-        problem, options._replace(seed=0), jax.random.PRNGKey(options.seed)
+        replicate(problem, mesh), options._replace(seed=0), jax.random.PRNGKey(options.seed),
+        _starts_sharding(mesh, options.num_starts),
     )
     rounded = round_relaxed(problem, x)
     order = np.argsort(np.asarray(losses))
@@ -220,7 +243,10 @@ def search(problem: Problem, options: SearchOptions = SearchOptions()) -> Search
         lines = _line_neighbours(problem, centres)
         pairs = np.concatenate([_pair_neighbours(problem, c) for c in centres[: options.pair_seeds]])
         cand = np.concatenate([lines, pairs])
-        reps, cost = costs_at_min_replicas(problem, jnp.asarray(cand))
+        if mesh is None:
+            reps, cost = costs_at_min_replicas(problem, jnp.asarray(cand))
+        else:
+            reps, cost = map_rows(costs_at_min_replicas, cand, mesh, problem=problem)
         evaluated += len(cand)
         reps, cost = np.asarray(reps), np.asarray(cost)
         for c, r, k in zip(cand, reps, cost):
