@@ -19,6 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="score a seeded stratified subsample above this many rows (default 5000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", default=None, metavar="DIR",
+                        help="write PNGs: predicted vs measured (log-log, 90%% intervals), per-parameter "
+                             "posteriors, residuals by scenario")
 
 
 def load_inputs(posterior_path: str | None, data: list[str]):
@@ -50,4 +53,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"posterior {posterior.path} ({posterior.idata.attrs.get('method', '?')}, "
               f"{posterior.num_draws} draws) on {len(table)} rows")
         print(format_report(result))
+    if args.plot:
+        from fitting._plots import write_plots
+
+        paths = write_plots(posterior, args.plot, table=table, num_draws=args.draws, seed=args.seed,
+                            max_rows=args.max_rows)
+        if not args.json:
+            for path in paths:
+                print(f"wrote {path}")
     return 0
