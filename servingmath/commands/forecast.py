@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 
 from .._render import table
@@ -27,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)")
     add_problem_arguments(parser, workload=False)
     parser.add_argument("--workload", help="trace file or preset for the length distribution")
-    parser.add_argument("--png", "--plot", dest="png", help="write a fan chart PNG here")
+    parser.add_argument("--png", help="write the fan chart PNG to this file")
+    parser.add_argument("--plot", default=None, metavar="DIR",
+                        help="write PNGs into this directory (forecast_fan.png)")
     parser.add_argument("--csv", dest="csv_out", help="write the table as CSV here")
     parser.add_argument("--max-replicas", type=int, default=1024,
                         help="largest replica count per type and period (default 1024)")
@@ -89,8 +92,13 @@ def run(args: argparse.Namespace) -> int:
     result = _clean(result)
     if args.csv_out:
         _write_csv(args.csv_out, result)
+    figures = []
     if args.png:
-        _fan_chart(args.png, result)
+        figures.append(_fan_chart(args.png, result))
+    if args.plot:
+        from optimize._plots import NAMES
+
+        figures.append(_fan_chart(os.path.join(args.plot, NAMES["fan"]), result))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -106,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     print("GPUs per period: median [80% interval]\n" + table(rows))
     for g, c in result["configurations"].items():
         print(f"  {g}: {c}")
-    if args.png:
-        print(f"fan chart: {args.png}", file=sys.stderr)
+    for path in figures:
+        print(f"fan chart: {path}", file=sys.stderr)
     return 0
 
 
@@ -124,29 +132,7 @@ def _write_csv(path: str, result: dict) -> None:
                 w.writerow([p["period"], p["requests_per_s"], g, s["p50"], *s["p80"], *s["p95"]])
 
 
-def _fan_chart(path: str, result: dict) -> None:
-    import matplotlib
+def _fan_chart(path: str, result: dict):
+    from optimize._plots import fan_chart
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    periods = [p["period"] for p in result["periods"]]
-    x = range(len(periods))
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for g in result["periods"][0]["gpus"]:
-        s = [p["gpus"][g] for p in result["periods"]]
-
-        def col(f):
-            return [float("nan") if v is None else v for v in map(f, s)]
-
-        line, = ax.plot(x, col(lambda v: v["p50"]), marker="o", label=g)
-        for key, alpha in (("p95", 0.15), ("p80", 0.3)):
-            ax.fill_between(x, col(lambda v: v[key][0]), col(lambda v: v[key][1]),
-                            color=line.get_color(), alpha=alpha, linewidth=0)
-    ax.set_xticks(list(x), periods, rotation=45, ha="right")
-    ax.set_ylabel("GPUs needed")
-    ax.set_title("GPUs per period: median, 80% and 95% intervals")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fan_chart(result, path)

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import perfmodel as pm
@@ -182,6 +183,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the re-check with perfmodel.dynamics.serving_metrics")
     parser.add_argument("--simulate", type=int, default=0, metavar="N",
                         help="also run the recommendation through the simulator on N requests")
+    parser.add_argument("--plot", default=None, metavar="DIR",
+                        help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,6 +205,14 @@ def run(args: argparse.Namespace) -> int:
     rec = recommend(problem, gpus, model.name, verify=not args.no_verify,
                     simulate_requests=args.simulate)
     out = rec.to_json()
+    if getattr(args, "plot", None):
+        from optimize._plots import write_optimize_plots
+
+        paths = write_optimize_plots(problem, gpus, out, args.plot)
+        for path in paths:
+            print(f"figure: {path}", file=sys.stderr)
+        if not paths:
+            print("no figures: nothing feasible to plot", file=sys.stderr)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

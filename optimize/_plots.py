@@ -1,0 +1,152 @@
+"""Figures for ``--plot DIR``: the cost / SLO-probability trade-off, the posterior of p95 latency
+of the recommendation, and the procurement fan chart.  matplotlib with the Agg backend (no
+display needed); every function writes one PNG and returns its path.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._evaluate import cost_per_hour, draw_metrics, slo_probability
+from ._grid import KNOBS, one_hot_weights
+from ._problem import Problem
+
+NAMES = {
+    "tradeoff": "cost_vs_slo_probability.png",
+    "latency": "latency_posterior.png",
+    "fan": "forecast_fan.png",
+}
+"""File names written into the ``--plot`` directory."""
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray:
+    """Index vector (``KNOBS`` order) of a described configuration (``_recommend.describe``)."""
+    g = problem.grid
+    choices = {
+        "gpu": list(gpus), "tp": list(g.tp), "pp": list(g.pp), "kv_dtype": list(g.kv_dtypes),
+        "weight_dtype": list(g.weight_dtypes),
+        "max_num_batched_tokens": list(g.max_num_batched_tokens), "max_num_seqs": list(g.max_num_seqs),
+    }
+    return np.asarray([choices[k].index(d[k]) for k in KNOBS], dtype=np.int32)
+
+
+def replica_tradeoff(problem: Problem, config: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """($/hour, SLO probability) of ``config`` at every replica count 1..max_replicas."""
+    c = jnp.asarray(config)
+    reps = jnp.arange(1, problem.grid.max_replicas + 1, dtype=float)
+    prob = jax.vmap(lambda r: slo_probability(problem, c, r))(reps)
+    cost = jax.vmap(lambda r: cost_per_hour(problem, c, r))(reps)
+    return np.asarray(cost), np.asarray(prob)
+
+
+def latency_draws(problem: Problem, config: np.ndarray, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """p95 TTFT and p95 TPOT (seconds) of ``config`` in every posterior draw (search model)."""
+    m = draw_metrics(problem, one_hot_weights(jnp.asarray(config), problem.grid), float(replicas))
+    return np.asarray(m.ttft_p95_s), np.asarray(m.tpot_p95_s)
+
+
+def plot_tradeoff(problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path) -> Path:
+    """Cost against SLO probability: the recommendation and its runner-ups (points) and the
+    recommended configuration at every replica count (line); the confidence as a dashed line."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    best = config_index(problem, gpus, out)
+    cost, prob = replica_tradeoff(problem, best)
+    ax.plot(cost, prob, "-", color="0.6", lw=1, label=f"{out['gpu']} TP{out['tp']} PP{out['pp']}, 1..{len(cost)} replicas")
+    rows = [("recommended", out)] + [(f"alt {i + 1}", a) for i, a in enumerate(out["alternatives"])]
+    for i, (label, d) in enumerate(rows):
+        c = config_index(problem, gpus, d)
+        p = float(slo_probability(problem, jnp.asarray(c), float(d["replicas"])))
+        ax.scatter([d["cost_per_hour"]], [p], s=80 if i == 0 else 40, zorder=3,
+                   marker="*" if i == 0 else "o",
+                   label=f"{label}: {d['replicas']} x {d['gpu']} TP{d['tp']} PP{d['pp']} "
+                         f"{d['weight_dtype']}/{d['kv_dtype']}")
+    ax.axhline(float(problem.confidence), ls="--", color="k", lw=1, label="required confidence")
+    ax.set_xscale("log")
+    ax.set_xlabel("$ per hour")
+    ax.set_ylabel("P(SLO met) over the posterior (search model)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Cost against SLO probability")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_latency(problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path) -> Path:
+    """Histograms over the posterior draws of p95 TTFT and p95 TPOT of the recommendation, with
+    the SLO bounds (where given) as vertical lines."""
+    plt = _pyplot()
+    ttft, tpot = latency_draws(problem, config_index(problem, gpus, out), out["replicas"])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, values, bound, name in (
+        (axes[0], ttft, float(problem.slo_ttft_p95_s), "p95 TTFT"),
+        (axes[1], tpot, float(problem.slo_tpot_p95_s), "p95 TPOT"),
+    ):
+        finite = values[np.isfinite(values)]
+        if len(finite):
+            ax.hist(finite * 1e3, bins=min(30, max(5, len(finite) // 5)), color="tab:blue", alpha=0.8)
+        if math.isfinite(bound):
+            ax.axvline(bound * 1e3, color="tab:red", ls="--", label=f"SLO {bound * 1e3:g} ms")
+            ax.legend(fontsize=8)
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("posterior draws")
+    fig.suptitle(f"{out['replicas']} x {out['gpu']} TP{out['tp']} PP{out['pp']}: latency over the posterior")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def write_optimize_plots(problem: Problem, gpus: tuple[str, ...], out: dict, directory: str | Path) -> list[Path]:
+    """Both ``optimize`` figures into ``directory`` (created); none when ``out`` is infeasible."""
+    if not out.get("feasible", True):
+        return []
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_tradeoff(problem, gpus, out, directory / NAMES["tradeoff"]),
+        plot_latency(problem, gpus, out, directory / NAMES["latency"]),
+    ]
+
+
+def fan_chart(result: dict, path: str | Path) -> Path:
+    """GPUs per period and type from a forecast result: median line, 80 % and 95 % bands."""
+    plt = _pyplot()
+    periods = [p["period"] for p in result["periods"]]
+    x = range(len(periods))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for g in result["periods"][0]["gpus"]:
+        s = [p["gpus"][g] for p in result["periods"]]
+
+        def col(f, s=s):
+            return [float("nan") if v is None else v for v in map(f, s)]
+
+        line, = ax.plot(x, col(lambda v: v["p50"]), marker="o", label=g)
+        for key, alpha in (("p95", 0.15), ("p80", 0.3)):
+            ax.fill_between(x, col(lambda v, key=key: v[key][0]), col(lambda v, key=key: v[key][1]),
+                            color=line.get_color(), alpha=alpha, linewidth=0)
+    ax.set_xticks(list(x), periods, rotation=45, ha="right")
+    ax.set_ylabel("GPUs needed")
+    ax.set_title("GPUs per period: median, 80% and 95% intervals")
+    ax.legend()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)

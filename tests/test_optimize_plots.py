@@ -1,0 +1,65 @@
+"""``--plot DIR`` for ``optimize`` (cost vs SLO probability, latency posterior) and ``forecast``
+(fan chart): the PNGs are written, non-empty and real PNGs; ``--png FILE`` still works."""
+
+import json
+
+import numpy as np
+
+from optimize import Grid, Workload, make_problem
+from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
+from optimize._recommend import describe
+from perfmodel import load_model
+from servingmath.cli import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+BASE = ["--model", "meta-llama/Llama-3.1-8B", "--prior", "--draws", "8"]  # as test_cli_optimize
+
+
+def _is_png(path):
+    data = path.read_bytes()
+    return data.startswith(PNG) and len(data) > 5000
+
+
+def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
+    out = tmp_path / "figs"
+    argv = ["optimize", *BASE, "--gpus", "h100-sxm,l40s", "--rate", "10", "--no-verify", "--json",
+            "--max-replicas", "16", "--ttft-p95", "1.0", "--tpot-p95", "0.05", "--plot", str(out)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["feasible"]  # stdout stays one JSON object
+    for key in ("tradeoff", "latency"):
+        assert _is_png(out / NAMES[key])
+        assert NAMES[key] in captured.err
+
+
+def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
+    demand = tmp_path / "demand.csv"
+    demand.write_text("period,requests_per_s,requests_per_s_sd\n2026-01,5,1\n2026-02,10,3\n")
+    png = tmp_path / "fan.png"
+    argv = ["forecast", *BASE, "--kv-dtypes", "bf16", "--weight-dtypes", "bf16", "--gpus", "h100-sxm", "--demand", str(demand), "--ttft-p95", "1.0",
+            "--tpot-p95", "0.05", "--max-replicas", "32", "--json", "--plot", str(tmp_path / "figs"),
+            "--png", str(png)]
+    assert main(argv) == 0
+    assert "periods" in json.loads(capsys.readouterr().out)
+    assert _is_png(tmp_path / "figs" / NAMES["fan"])
+    assert _is_png(png)
+
+
+def test_plot_helpers_agree_with_the_model():
+    wl = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1024.0, output_tokens_mean=256.0,
+                  output_tokens_cv=1.0)
+    grid = Grid(num_gpus=1, tp=(1, 2), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
+                max_num_batched_tokens=(2048,), max_num_seqs=(256,), max_replicas=8)
+    gpus = ("h100-sxm",)
+    problem = make_problem(load_model("meta-llama/Llama-3.1-8B"), gpus, wl, slo_ttft_p95_s=1.0,
+                           slo_tpot_p95_s=0.05, grid=grid, num_draws=16)
+    config = np.asarray([0, 1, 0, 0, 0, 0, 0], dtype=np.int32)
+    assert np.array_equal(config_index(problem, gpus, describe(problem, gpus, config, 3)), config)
+    cost, prob = replica_tradeoff(problem, config)
+    price = float(problem.hardware.price_per_gpu_hour[0])
+    np.testing.assert_allclose(cost, np.arange(1, 9) * 2 * price)  # TP 2: two GPUs per replica
+    assert np.all(np.diff(prob) >= 0)  # more replicas never lower the SLO probability
+    ttft1, _ = latency_draws(problem, config, 1)
+    ttft8, _ = latency_draws(problem, config, 8)
+    assert ttft1.shape == (16,)
+    assert np.all(ttft8 <= ttft1 + 1e-12)  # less load per replica, shorter queues
