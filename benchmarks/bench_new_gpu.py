@@ -22,10 +22,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import fitting  # noqa: E402
-from fitting._update import update_posterior, without_gpu  # noqa: E402
-from fitting._validate import validate  # noqa: E402
-from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP  # noqa: E402
+import fitting
+from fitting._update import update_posterior, without_gpu
+from fitting._validate import validate
+from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP
 
 
 def _pick(rows, n: int, seed: int):

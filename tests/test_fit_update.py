@@ -59,8 +59,10 @@ def test_cli_fit_prior_writes_a_loadable_posterior_for_a_gpu_outside_the_catalog
     out = tmp_path / "new.nc"
     assert main(["fit", "--data", str(tmp_path / "new_gpu.csv"), "--prior", "--out", str(out),
                  "--hardware-csv", str(tmp_path / "mine.csv"), "--draws", "50", "--warmup", "50",
-                 "--chains", "1"]) == 0
+                 "--chains", "1", "--plot", str(tmp_path / "plots")]) == 0
     assert "10 rows of GPU my-gpu" in capsys.readouterr().out
+    for name in ("posteriors.png", "predicted_vs_measured.png", "residuals_by_scenario.png"):
+        assert (tmp_path / "plots" / name).read_bytes().startswith(b"\x89PNG")
     post = fitting.load_posterior(out)
     assert "my-gpu" in post.gpus and "h100-sxm" in post.gpus and post.num_draws == 50
     frac = post.flat("compute_fraction_max")[:, post.gpus.index("my-gpu")]

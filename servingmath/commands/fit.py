@@ -53,10 +53,13 @@ def run(args: argparse.Namespace) -> int:
     if args.prior is not None:
         return _update(args, result)
     t0 = time.perf_counter()
+    from fitting._update import user_hardware
+
     try:
-        fr = fitting.fit_table(result.table, per_stratum=args.per_stratum, seed=args.seed,
-                               draws=args.draws, warmup=args.warmup, chains=args.chains,
-                               svi=args.svi, svi_steps=args.svi_steps)
+        with user_hardware(args.hardware_csv):
+            fr = fitting.fit_table(result.table, per_stratum=args.per_stratum, seed=args.seed,
+                                   draws=args.draws, warmup=args.warmup, chains=args.chains,
+                                   svi=args.svi, svi_steps=args.svi_steps)
     except ValueError as exc:
         raise UsageError(f"{exc}") from None
     attrs = fr.posterior.idata.attrs
@@ -71,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("diagnostics: SVI draws are independent (no R-hat/ESS); check held-out coverage with "
               "servingmath validate")
+    if args.plot:
+        from fitting._plots import write_plots
+
+        for path in write_plots(fr.posterior, args.plot, table=result.table, hardware_csv=args.hardware_csv):
+            print(f"  wrote {path}")
     return 0
 
 
