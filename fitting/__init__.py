@@ -29,3 +29,9 @@ from .ingest import (
     load_measurements as load_measurements,
 )
 from ._validate import format_report as format_report, score_draws as score_draws, validate as validate
+from ._plots import write_plots as write_plots
+from ._update import (
+    update_posterior as update_posterior,
+    user_hardware as user_hardware,
+    without_gpu as without_gpu,
+)
