@@ -20,6 +20,7 @@ NAMES = {
     "tradeoff": "cost_vs_slo_probability.png",
     "latency": "latency_posterior.png",
     "fan": "forecast_fan.png",
+    "fleet": "fleet_mix.png",
 }
 """File names written into the ``--plot`` directory."""
 
@@ -145,6 +146,35 @@ def fan_chart(result: dict, path: str | Path) -> Path:
     ax.set_ylabel("GPUs needed")
     ax.set_title("GPUs per period: median, 80% and 95% intervals")
     ax.legend()
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def fleet_chart(result: dict, path: str | Path) -> Path:
+    """Replicas per GPU type stacked by request class, from a ``servingmath fleet --json`` result;
+    each bar is labelled with its GPU count, the title gives the cost and the gap to the milp."""
+    plt = _pyplot()
+    gpus = list(result["plan"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottom = np.zeros(len(gpus))
+    for c, cls in enumerate(result["classes"]):
+        counts = np.asarray([result["plan"][g]["replicas_by_class"].get(str(c), 0) for g in gpus], dtype=float)
+        ax.bar(gpus, counts, bottom=bottom,
+               label=f"class {c}: prompt {cls['prompt_tokens']:.0f}, output {cls['output_tokens']:.0f}, "
+                     f"{cls['requests_per_s']:.2f} req/s")
+        bottom += counts
+    for x, (g, top) in enumerate(zip(gpus, bottom)):
+        ax.annotate(f"{result['plan'][g]['gpus']} GPUs", (x, top), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("replicas")
+    cost, exact = result.get("cost_per_hour"), result.get("milp_cost_per_hour")
+    title = "infeasible" if cost is None else f"fleet ${cost:.2f}/hour"
+    if cost is not None and exact is not None:
+        title += f" (milp optimum ${exact:.2f}/hour)"
+    ax.set_title(title)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

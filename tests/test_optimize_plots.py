@@ -63,3 +63,17 @@ def test_plot_helpers_agree_with_the_model():
     ttft8, _ = latency_draws(problem, config, 8)
     assert ttft1.shape == (16,)
     assert np.all(ttft8 <= ttft1 + 1e-12)  # less load per replica, shorter queues
+
+
+def test_fleet_chart_from_a_fleet_result(tmp_path):
+    from optimize._plots import fleet_chart
+
+    result = {
+        "classes": [{"prompt_tokens": 256.0, "output_tokens": 128.0, "requests_per_s": 5.0},
+                    {"prompt_tokens": 12000.0, "output_tokens": 512.0, "requests_per_s": 1.0}],
+        "plan": {"h100-sxm": {"gpus": 2, "replicas_by_class": {"1": 2}},
+                 "l40s": {"gpus": 3, "replicas_by_class": {"0": 3}}},
+        "cost_per_hour": 10.0, "milp_cost_per_hour": 10.0,
+    }
+    path = fleet_chart(result, tmp_path / "figs" / NAMES["fleet"])
+    assert _is_png(path)

@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="classes binned from --workload by prompt length (default 3)")
     parser.add_argument("--max-gpus", default="", help="availability per type, e.g. h100-sxm=64,l40s=16")
     parser.add_argument("--max-replicas", type=int, default=64, help="largest replica count per class")
+    parser.add_argument("--plot", default=None, metavar="DIR",
+                        help="write PNGs into this directory (fleet_mix.png)")
 
 
 def read_classes(path: str):
@@ -97,6 +99,14 @@ def run(args: argparse.Namespace) -> int:
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
     result = _report(gpus, classes, fp, plan, exact)
+    if args.plot:
+        import os
+        import sys
+
+        from optimize._plots import NAMES, fleet_chart
+
+        path = fleet_chart(result, os.path.join(args.plot, NAMES["fleet"]))
+        print(f"figure: {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
