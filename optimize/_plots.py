@@ -67,7 +67,10 @@ def plot_tradeoff(problem: Problem, gpus: tuple[str, ...], out: dict, path: str 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     best = config_index(problem, gpus, out)
     cost, prob = replica_tradeoff(problem, best)
-    ax.plot(cost, prob, "-", color="0.6", lw=1, label=f"{out['gpu']} TP{out['tp']} PP{out['pp']}, 1..{len(cost)} replicas")
+    keep = cost <= 2.0 * max([out["cost_per_hour"]] + [a["cost_per_hour"] for a in out["alternatives"]])
+    keep[: out["replicas"] + 1] = True  # the line reaches one replica past the recommendation
+    cost, prob = cost[keep], prob[keep]
+    ax.plot(cost, prob, "-", color="0.6", lw=1, label=f"{out['gpu']} TP{out['tp']} PP{out['pp']} at 1..{len(cost)} replicas")
     rows = [("recommended", out)] + [(f"alt {i + 1}", a) for i, a in enumerate(out["alternatives"])]
     for i, (label, d) in enumerate(rows):
         c = config_index(problem, gpus, d)
@@ -99,9 +102,12 @@ def plot_latency(problem: Problem, gpus: tuple[str, ...], out: dict, path: str |
         (axes[0], ttft, float(problem.slo_ttft_p95_s), "p95 TTFT"),
         (axes[1], tpot, float(problem.slo_tpot_p95_s), "p95 TPOT"),
     ):
-        finite = values[np.isfinite(values)]
-        if len(finite):
-            ax.hist(finite * 1e3, bins=min(30, max(5, len(finite) // 5)), color="tab:blue", alpha=0.8)
+        finite = values[np.isfinite(values) & (values > 0)] * 1e3
+        if len(finite):  # log-spaced bins: a draw near saturation can sit decades out
+            lo, hi = finite.min(), max(finite.max(), finite.min() * 1.01)
+            bins = np.geomspace(lo, hi, min(30, max(5, len(finite) // 5)) + 1)
+            ax.hist(finite, bins=bins, color="tab:blue", alpha=0.8)
+            ax.set_xscale("log")
         if math.isfinite(bound):
             ax.axvline(bound * 1e3, color="tab:red", ls="--", label=f"SLO {bound * 1e3:g} ms")
             ax.legend(fontsize=8)
