@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
@@ -85,10 +86,8 @@ KERNEL_OFFSET_SCALE = 1.0
 kernel groups), kept apart so kernel misfits do not widen whole-model intervals."""
 
 
-def kernel_cells(cells) -> "np.ndarray":
+def kernel_cells(cells) -> np.ndarray:
     """Mask of cells that are single-kernel or collective groups (``"...|op:..."``)."""
-    import numpy as np
-
     return np.asarray([c.split("|")[1].startswith(("op:", "collective:")) for c in cells], dtype=bool)
 
 

@@ -28,3 +28,4 @@ from ._classes import (
     fleet_problem as fleet_problem,
     replica_capacity as replica_capacity,
 )
+from ._sharding import device_mesh as device_mesh, shard_draws as shard_draws

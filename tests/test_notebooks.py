@@ -21,3 +21,7 @@ def test_notebook_runs(path, monkeypatch):
     if path.name == "quickstart.ipynb":
         assert namespace["sheet"].kv_bytes_per_token == 327680 / 2
         assert 0 < float(namespace["closed"].ttft_s.p95) < float("inf")
+    if path.name == "plan_fleet.ipynb":
+        assert namespace["fleet_gap"] < 0.02  # gradient fleet plan vs the exact MILP
+        assert len(namespace["periods"]) == 2
+        assert namespace["fan"].read_bytes()[:4] == b"\x89PNG"
