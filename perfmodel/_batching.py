@@ -22,10 +22,6 @@ from ._step import forward_step
 
 Array = jnp.ndarray
 
-_MIN_SEQS = 1e-9
-"""Floor on decode sequences in ``iteration_s`` (keeps an empty batch out of 0/0)."""
-
-
 class EngineConfig(eqx.Module):
     """Scheduler knobs that are not ``Deployment`` fields.
 
@@ -43,25 +39,15 @@ def iteration_s(
     hardware: HardwareSpec,
     deployment: Deployment,
     efficiency: Efficiency,
-    *,
-    prefill_tokens: ArrayLike = 0.0,
-    prefill_seqs: ArrayLike = 0.0,
-    prefill_context: ArrayLike = 0.0,
-    decode_seqs: ArrayLike = 0.0,
-    decode_context: ArrayLike = 0.0,
-    temperature: float = 0.0,
+    **step: ArrayLike,
 ) -> Array:
-    """Wall time of one mixed iteration: ``forward_step(...).total_s`` (see ``perfmodel._step``).
+    """Wall time of one mixed iteration: ``forward_step(..., **step).total_s``.
 
-    ``decode_seqs`` is floored at ``_MIN_SEQS`` so an empty iteration (0 tokens, where the
-    compute fraction is 0/0) stays finite; the change in time is below 1e-9 relative.
+    ``step`` takes ``forward_step``'s keywords (prefill_tokens, prefill_seqs, prefill_context,
+    decode_seqs, decode_context, temperature); an empty iteration costs only the fixed overhead
+    (``forward_step`` guards its 0/0).
     """
-    decode_seqs = jnp.maximum(jnp.asarray(decode_seqs), _MIN_SEQS)
-    return forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=prefill_tokens, prefill_seqs=prefill_seqs, prefill_context=prefill_context,
-        decode_seqs=decode_seqs, decode_context=decode_context, temperature=temperature,
-    ).total_s
+    return forward_step(model, hardware, deployment, efficiency, **step).total_s
 
 
 def seat_capacity(

@@ -9,6 +9,8 @@ not asked for reports the plain engine: no reuse, one token per step, no transfe
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import argparse
 import math
 
@@ -231,13 +233,31 @@ def render_features(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
+class DisaggPools(NamedTuple):
+    """The two pools ``--disagg P:D [--prefill-gpu --decode-gpu --transfer-bw]`` describe."""
+
+    prefill_gpus: int
+    decode_gpus: int
+    prefill_hardware: pm.HardwareSpec
+    decode_hardware: pm.HardwareSpec
+    prefill: pm.Deployment
+    decode: pm.Deployment
+    transfer_bytes_per_s: float
+
+
+def disagg_pools(args, hardware, deployment) -> DisaggPools:
+    """Resolve the pools' GPU counts, hardware, deployments and KV hand-off bandwidth."""
     p_gpus, d_gpus = _pools(args.disagg)
     hw_p = _hardware(args.prefill_gpu, hardware, args)
     hw_d = _hardware(args.decode_gpu, hardware, args)
     pre = _pool(deployment, p_gpus, "--disagg prefill pool")
     dec = _pool(deployment, d_gpus, "--disagg decode pool")
     bw = args.transfer_bw if args.transfer_bw is not None else float(hw_p.internode_bytes_per_s)
+    return DisaggPools(p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw)
+
+
+def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
+    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
     block = {"prefill_gpus": p_gpus, "decode_gpus": d_gpus, "prefill_gpu": hw_p.name, "decode_gpu": hw_d.name}
     t_kv = float(ft.kv_transfer_s(model, pre, prompt, bw))
     if rate is not None:

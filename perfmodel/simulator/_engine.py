@@ -147,6 +147,19 @@ def run_engine(
         running.remove(r)
         waiting.appendleft(r)
 
+    def retire(done, at):
+        """Free finished requests' blocks; in closed loop each finish releases the next arrival."""
+        nonlocal free, finished, next_closed
+        for r in done:
+            R.finish[r] = at
+            free += int(R.blocks[r])
+            R.blocks[r] = 0
+            running.remove(r)
+            finished += 1
+            if concurrency > 0 and next_closed < n:
+                R.arrival[next_closed] = at
+                next_closed += 1
+
     while finished < n:
         while nxt < n and R.arrival[nxt] <= now:
             waiting.append(nxt)
@@ -164,15 +177,7 @@ def run_engine(
                 dec_sum += k * len(running)
                 dec_area += elapsed * len(running)
                 free -= grow
-                for r in done_now:
-                    R.finish[r] = now
-                    free += int(R.blocks[r])
-                    R.blocks[r] = 0
-                    running.remove(r)
-                    finished += 1
-                    if concurrency > 0 and next_closed < n:
-                        R.arrival[next_closed] = now
-                        next_closed += 1
+                retire(done_now, now)
                 continue
         chunks: list[tuple[int, int]] = []
         dec = np.empty(0, np.int64)
@@ -253,15 +258,7 @@ def run_engine(
             R.kv[dec] += emit
             R.gen[dec] += emit
             done_now.extend(dec[R.gen[dec] >= R.output[dec]].tolist())
-        for r in done_now:
-            R.finish[r] = now
-            free += int(R.blocks[r])
-            R.blocks[r] = 0
-            running.remove(r)
-            finished += 1
-            if concurrency > 0 and next_closed < n:
-                R.arrival[next_closed] = now
-                next_closed += 1
+        retire(done_now, now)
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
     return R, iters, busy, dec_sum, dec_area

@@ -26,7 +26,7 @@ from .._dynamics_cli import (
     resolve_workload,
     simulation_report,
 )
-from .._features_cli import _hardware, _pool, _pools, add_feature_arguments, feature_report, render_features
+from .._features_cli import add_feature_arguments, disagg_pools, feature_report, render_features
 from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
 from .._render import human_seconds, table
 from ..errors import UsageError
@@ -220,12 +220,7 @@ def _simulate_disagg(args, model, hardware, deployment, trace: Trace, concurrenc
     """Two pools (prefill, KV hand-off, decode) on the same requests; open loop only."""
     if concurrency or not trace.has_arrivals:
         raise UsageError("--disagg in simulate needs timed arrivals; pass --rate R instead of --concurrency")
-    p_gpus, d_gpus = _pools(args.disagg)
-    hw_p = _hardware(args.prefill_gpu, hardware, args)
-    hw_d = _hardware(args.decode_gpu, hardware, args)
-    pre = _pool(deployment, p_gpus, "--disagg prefill pool")
-    dec = _pool(deployment, d_gpus, "--disagg decode pool")
-    bw = args.transfer_bw if args.transfer_bw is not None else float(hw_p.internode_bytes_per_s)
+    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
     for hw, dep, flag in ((hw_p, pre, "--prefill-gpu"), (hw_d, dec, "--decode-gpu")):
         require_fit(model, hw, dep, float(min(int(trace.prompt_tokens.max() + trace.output_tokens.max()),
                                               args.max_model_len)))
