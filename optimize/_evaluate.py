@@ -16,9 +16,24 @@ import jax.numpy as jnp
 
 from perfmodel import kv_bytes_per_sequence, weight_bytes_per_gpu, workspace_bytes_per_gpu
 from perfmodel._memory import kv_shard_fraction
+from perfmodel.features import expected_tokens_per_step
 
-from ._grid import deployment_from_weights, grid_tables, one_hot_weights
-from ._metrics import SloMetrics, slo_metrics
+from ._grid import (
+    GPU,
+    KV,
+    POOL,
+    PP,
+    PREFILL_GPU,
+    SPEC,
+    TP,
+    WEIGHT,
+    chunk_from_weights,
+    deployment_from_weights,
+    grid_tables,
+    one_hot_weights,
+)
+from ._metrics import SloMetrics, SpecStep, slo_metrics
+from ._split import split_slo_metrics
 
 MetricsFn = Callable[..., SloMetrics]
 from ._problem import Problem
@@ -34,6 +49,91 @@ def mix_gpu(tree, weights: Array):
     return jax.tree_util.tree_map(lambda x: jnp.tensordot(weights, x, axes=1), tree)
 
 
+def spec_step(problem: Problem, weights: tuple[Array, ...]) -> SpecStep | None:
+    """k and tokens per step E(alpha_k, k) of the (relaxed) speculative choice; None when the grid
+    offers no speculation (static)."""
+    if not problem.grid.speculative:
+        return None
+    ks = grid_tables(problem.grid)["spec_k"]
+    e = expected_tokens_per_step(problem.spec_acceptance, ks)
+    return SpecStep(weights[SPEC] @ ks, weights[SPEC] @ e, problem.draft_model, problem.draft_is_mtp)
+
+
+def pool_units(problem: Problem, weights: tuple[Array, ...]) -> tuple[Array, Array]:
+    """(prefill, decode) engines per replica unit of the split choices, weight-averaged over the
+    split options only (the colocated weight is mixed in by the caller)."""
+    tables = grid_tables(problem.grid)
+    w = weights[POOL][1:]
+    total = jnp.sum(w)
+    some = total > 1e-12  # a colocated one-hot config: any split (1:1) keeps the unused branch finite
+    w = jnp.where(some, w / jnp.where(some, total, 1.0), 1.0 / w.shape[0])
+    return w @ tables["prefill_units"][1:], w @ tables["decode_units"][1:]
+
+
+def colocated_metrics(
+    problem: Problem,
+    weights: tuple[Array, ...],
+    replicas: Array,
+    temperature: float = 0.0,
+    metrics_fn: MetricsFn = slo_metrics,
+) -> SloMetrics:
+    """Colocated serving metrics in every posterior draw (leaves (draws,)).  ``metrics_fn``: the
+    search model by default, ``serving_slo_metrics`` for the verdict (which has no speculation: a
+    k > 0 choice keeps the search model; its chunk is the verdict's token budget)."""
+    tables = grid_tables(problem.grid)
+    deployment = deployment_from_weights(weights, tables, replicas)
+    chunk = chunk_from_weights(weights, tables)
+    spec = spec_step(problem, weights)
+    hardware = mix_gpu(problem.hardware, weights[GPU])
+
+    def one(eff):
+        m = slo_metrics(problem.model, hardware, deployment, eff, problem.workload, temperature,
+                        chunk_tokens=chunk, spec=spec)
+        if metrics_fn is slo_metrics:
+            return m
+        dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, deployment, chunk)
+        v = metrics_fn(problem.model, hardware, dep, eff, problem.workload, temperature)
+        if spec is None:
+            return v
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(spec.draft_tokens > 0, a, b), m, v)
+
+    return jax.vmap(one)(mix_gpu(problem.efficiency, weights[GPU]))
+
+
+def split_metrics(
+    problem: Problem, weights: tuple[Array, ...], replicas: Array, temperature: float = 0.0
+) -> SloMetrics:
+    """Metrics of the p:d split (``split_slo_metrics``) in every posterior draw; ``replicas``
+    counts replica units (p prefill + d decode engines each)."""
+    tables = grid_tables(problem.grid)
+    deployment = deployment_from_weights(weights, tables, replicas)
+    spec = spec_step(problem, weights)
+    p_units, d_units = pool_units(problem, weights)
+    dep_p = eqx.tree_at(lambda d: d.replicas, deployment, replicas * p_units)
+    dep_d = eqx.tree_at(lambda d: d.replicas, deployment, replicas * d_units)
+    hw_p = mix_gpu(problem.hardware, weights[PREFILL_GPU])
+    hw_d = mix_gpu(problem.hardware, weights[GPU])
+    return jax.vmap(lambda ep, ed: split_slo_metrics(
+        problem.model, (hw_p, dep_p, ep), (hw_d, dep_d, ed), problem.workload, temperature,
+        spec=spec, transfer_bytes_per_s=problem.transfer_bytes_per_s,
+        transfer_latency_s=problem.transfer_latency_s, orchestration_s=problem.orchestration_s,
+    ))(mix_gpu(problem.efficiency, weights[PREFILL_GPU]), mix_gpu(problem.efficiency, weights[GPU]))
+
+
+def pool_metrics(
+    problem: Problem,
+    weights: tuple[Array, ...],
+    replicas: Array,
+    temperature: float = 0.0,
+    metrics_fn: MetricsFn = slo_metrics,
+) -> tuple[SloMetrics, SloMetrics | None]:
+    """(colocated, split) metrics per draw; split is None when the grid has no pool split (static)."""
+    col = colocated_metrics(problem, weights, replicas, temperature, metrics_fn)
+    if not problem.grid.disaggregated:
+        return col, None
+    return col, split_metrics(problem, weights, replicas, temperature)
+
+
 def draw_metrics(
     problem: Problem,
     weights: tuple[Array, ...],
@@ -41,17 +141,13 @@ def draw_metrics(
     temperature: float = 0.0,
     metrics_fn: MetricsFn = slo_metrics,
 ) -> SloMetrics:
-    """Serving metrics in every posterior draw (leaves of shape (draws,)), by ``metrics_fn``
-    (the search model by default; ``serving_slo_metrics`` for the verdict)."""
-    tables = grid_tables(problem.grid)
-    deployment = deployment_from_weights(weights, tables, replicas)
-    hardware = mix_gpu(problem.hardware, weights[0])
-    efficiency = mix_gpu(problem.efficiency, weights[0])
-    return jax.vmap(
-        lambda eff: metrics_fn(
-            problem.model, hardware, deployment, eff, problem.workload, temperature
-        )
-    )(efficiency)
+    """Serving metrics in every posterior draw (leaves of shape (draws,)) of a discrete (one-hot)
+    configuration: the colocated or the split system, as its ``pool_split`` says."""
+    col, split = pool_metrics(problem, weights, replicas, temperature, metrics_fn)
+    if split is None:
+        return col
+    colocated = weights[POOL][0] >= 0.5
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(colocated, a, b), col, split)
 
 
 def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
@@ -67,13 +163,13 @@ def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
     ])
 
 
-def memory_slack(problem: Problem, weights: tuple[Array, ...]) -> Array:
+def memory_slack(problem: Problem, weights: tuple[Array, ...], gpu_weights: Array | None = None) -> Array:
     """log(HBM the engine may use / (weights + workspace + one sequence's KV)) on one device;
     >= 0 exactly when one sequence fits (up to block rounding).  Smooth in the relaxed knobs, so
     the search feels the memory wall even where the KV capacity is clipped at zero."""
     tables = grid_tables(problem.grid)
     dep = deployment_from_weights(weights, tables, 1.0)
-    hw = mix_gpu(problem.hardware, weights[0])
+    hw = mix_gpu(problem.hardware, weights[GPU] if gpu_weights is None else gpu_weights)
     wl = problem.workload
     seq = kv_bytes_per_sequence(
         problem.model, dep.kv_bytes_per_elem, wl.prompt_tokens_mean + wl.output_tokens_mean
@@ -108,16 +204,22 @@ def slo_probability(
 
 
 def gpus_per_replica(problem: Problem, config: Array) -> Array:
-    """tp * pp of a discrete config."""
-    g = problem.grid
-    return jnp.asarray(g.tp, dtype=float)[config[1]] * jnp.asarray(g.pp, dtype=float)[config[2]]
+    """tp * pp * engines per replica unit (1 colocated; p + d for a p:d pool split)."""
+    t = grid_tables(problem.grid)
+    units = t["prefill_units"][config[POOL]] + t["decode_units"][config[POOL]]
+    return t["tp"][config[TP]] * t["pp"][config[PP]] * units
 
 
 def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
-    """$/hour: replicas * tp * pp * price, times (1 + KV and weight dtype quality surcharges)."""
-    price = problem.hardware.price_per_gpu_hour[config[0]]
-    surcharge = 1.0 + problem.kv_penalty_fraction[config[3]] + problem.weight_penalty_fraction[config[4]]
-    return jnp.asarray(replicas, dtype=float) * gpus_per_replica(problem, config) * price * surcharge
+    """$/hour: replicas * tp * pp * (price, or p * prefill price + d * decode price for a p:d
+    split), times (1 + KV and weight dtype quality surcharges)."""
+    t = grid_tables(problem.grid)
+    prices = problem.hardware.price_per_gpu_hour
+    price = (t["decode_units"][config[POOL]] * prices[config[GPU]]
+             + t["prefill_units"][config[POOL]] * prices[config[PREFILL_GPU]])
+    surcharge = 1.0 + problem.kv_penalty_fraction[config[KV]] + problem.weight_penalty_fraction[config[WEIGHT]]
+    group = t["tp"][config[TP]] * t["pp"][config[PP]]
+    return jnp.asarray(replicas, dtype=float) * group * price * surcharge
 
 
 def _bisection_steps(max_replicas: int) -> int:

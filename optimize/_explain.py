@@ -15,8 +15,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import CONSTRAINTS, constraint_slacks, draw_metrics, holds
-from ._grid import one_hot_weights
+from ._evaluate import (
+    CONSTRAINTS,
+    colocated_metrics,
+    constraint_slacks,
+    draw_metrics,
+    holds,
+    split_metrics,
+)
+from ._grid import POOL, one_hot_weights
 from ._problem import Problem
 
 Array = jnp.ndarray
@@ -57,9 +64,22 @@ def _scaled(problem: Problem, log_scales: Array) -> Problem:
     )
 
 
+def _metrics(problem: Problem, config: Array, replicas: Array, temperature: float):
+    """``draw_metrics`` with the colocated/split choice made by ``lax.cond`` (a ``where`` would
+    send NaN gradients back from the branch not taken)."""
+    w = one_hot_weights(config, problem.grid)
+    if not problem.grid.disaggregated:
+        return draw_metrics(problem, w, replicas, temperature)
+    return jax.lax.cond(
+        config[POOL] == 0,
+        lambda: colocated_metrics(problem, w, replicas, temperature),
+        lambda: split_metrics(problem, w, replicas, temperature),
+    )
+
+
 def _smooth_probability(problem: Problem, config: Array, log_r: Array, log_scales: Array) -> Array:
     p = _scaled(problem, log_scales)
-    m = draw_metrics(p, one_hot_weights(config, p.grid), jnp.exp(log_r), temperature=0.02)
+    m = _metrics(p, config, jnp.exp(log_r), 0.02)
     slacks = constraint_slacks(p, m)
     slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
     return jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / _SIGMOID_WIDTH), axis=0))
@@ -129,13 +149,21 @@ def closest_achievable(problem: Problem) -> dict:
     """What can be met with the required confidence at ``max_replicas``: the smallest p95 TTFT
     and p95 TPOT bounds (each on its own), and the smallest common factor on the given bounds
     (``scale``; None where nothing fits and keeps up at all).  ``binding`` names the SLO that
-    needs the larger relaxation."""
-    configs = jnp.asarray(problem.grid.all_configs(problem.model))
-    q = np.asarray(_achievable(problem, configs))
+    needs the larger relaxation; ``configs`` maps each of the three to the index vector that
+    achieves it (chunks of 4096 configurations: one compiled shape for large grids)."""
+    configs = problem.grid.all_configs(problem.model)
+    chunk = 4096
+    pad = (-len(configs)) % chunk if len(configs) > chunk else 0
+    padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
+    q = np.concatenate([
+        np.asarray(_achievable(problem, jnp.asarray(padded[i:i + chunk])))
+        for i in range(0, len(padded), max(chunk, 1))
+    ])[: len(configs)]
     best = q.min(axis=0)
     if not np.isfinite(best[0]):
         return {"scale": None, "ttft_p95_s": None, "tpot_p95_s": None,
-                "binding": "memory_fit_or_stability"}
+                "binding": "memory_fit_or_stability", "configs": {}}
+    where = {k: configs[int(np.argmin(q[:, j]))] for j, k in enumerate(("scale", "ttft_p95_s", "tpot_p95_s"))}
     ratios = {}
     for name, bound, v in (("ttft_p95", problem.slo_ttft_p95_s, best[1]),
                            ("tpot_p95", problem.slo_tpot_p95_s, best[2])):
@@ -145,4 +173,5 @@ def closest_achievable(problem: Problem) -> dict:
         "ttft_p95_s": float(best[1]),
         "tpot_p95_s": float(best[2]),
         "binding": max(ratios, key=ratios.get),
+        "configs": where,
     }

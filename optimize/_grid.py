@@ -3,6 +3,11 @@
 A configuration is a vector of integer indices into ``Grid``'s choice tuples plus a replica count;
 the grid is static (Python tuples), so every array built from it has a static shape and the search
 and the exhaustive referee compile once.
+
+Pool split (disaggregation): index 0 of ``pool_split`` is the colocated engine; index i >= 1 is a
+prefill:decode split with ``pool_ratios[i - 1] = (p, d)`` engine instances per replica unit, the
+prefill pool on GPU ``prefill_gpu`` and the decode pool on GPU ``gpu`` (both pools share TP, PP and
+dtypes).  A colocated configuration carries ``prefill_gpu = 0`` (its canonical form).
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from perfmodel import DTYPE_BYTES, Deployment, ModelSpec
 from perfmodel._constants import COMPUTE_DTYPES, WEIGHT_DTYPE_COMPUTE
 
 KNOBS: tuple[str, ...] = (
-    "gpu", "tp", "pp", "kv_dtype", "weight_dtype", "max_num_batched_tokens", "max_num_seqs"
+    "gpu", "tp", "pp", "kv_dtype", "weight_dtype", "max_num_batched_tokens", "max_num_seqs",
+    "chunk_size", "spec_k", "pool_split", "prefill_gpu",
 )
 """Index columns of a configuration array, in order; the replica count is kept beside them."""
+
+GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, SPEC, POOL, PREFILL_GPU = range(len(KNOBS))
 
 
 class Grid(NamedTuple):
@@ -34,9 +42,14 @@ class Grid(NamedTuple):
         pp: pipeline-parallel degrees.
         kv_dtypes: KV-cache storage dtypes (``DTYPE_BYTES`` names).
         weight_dtypes: weight storage dtypes.
-        max_num_batched_tokens: iteration token budgets (= the prefill chunk size, as in vLLM).
+        max_num_batched_tokens: iteration token budgets B.
         max_num_seqs: caps on sequences in one iteration.
-        max_replicas: the largest replica count searched.
+        chunk_sizes: prefill chunk c per request per iteration, legal when c <= B; 0 means
+            "c = B" (one merged knob, as vLLM's default chunked prefill).
+        spec_k: speculative draft lengths (0 = off).
+        pool_ratios: prefill:decode instances per replica unit of a disaggregated deployment
+            (empty: colocated only).
+        max_replicas: the largest replica count (replica units when disaggregated) searched.
     """
 
     num_gpus: int
@@ -46,6 +59,9 @@ class Grid(NamedTuple):
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8", "int4")
     max_num_batched_tokens: tuple[int, ...] = (1024, 2048, 4096, 8192)
     max_num_seqs: tuple[int, ...] = (64, 128, 256, 512)
+    chunk_sizes: tuple[int, ...] = (0,)
+    spec_k: tuple[int, ...] = (0,)
+    pool_ratios: tuple[tuple[int, int], ...] = ()
     max_replicas: int = 64
 
     def sizes(self) -> tuple[int, ...]:
@@ -58,18 +74,52 @@ class Grid(NamedTuple):
             len(self.weight_dtypes),
             len(self.max_num_batched_tokens),
             len(self.max_num_seqs),
+            len(self.chunk_sizes),
+            len(self.spec_k),
+            1 + len(self.pool_ratios),
+            self.num_gpus,
         )
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether split pools are among the choices (static: skips their model otherwise)."""
+        return bool(self.pool_ratios)
+
+    @property
+    def speculative(self) -> bool:
+        return max(self.spec_k) > 0
 
     def legal_tp(self, model: ModelSpec) -> np.ndarray:
         """Boolean mask over ``tp``: TP must divide the attention heads (vLLM's requirement)."""
         heads = int(model.num_heads)
         return np.asarray([heads % t == 0 for t in self.tp])
 
+    def legal_chunk(self) -> np.ndarray:
+        """Boolean (len(max_num_batched_tokens), len(chunk_sizes)): chunk c <= budget B."""
+        return np.asarray([[c <= b for c in self.chunk_sizes] for b in self.max_num_batched_tokens])
+
+    def canonical(self, configs: np.ndarray, model: ModelSpec) -> np.ndarray:
+        """Nearest legal form of index rows: an illegal TP moves to the nearest legal one, a chunk
+        above the budget to the largest legal chunk, a colocated row gets ``prefill_gpu = 0``."""
+        out = np.array(configs, dtype=np.int32, copy=True)
+        legal = np.flatnonzero(self.legal_tp(model))
+        bad = ~self.legal_tp(model)[out[..., TP]]
+        if bad.any():
+            near = legal[np.abs(legal[None, :] - out[..., TP][bad][:, None]).argmin(axis=1)]
+            out[..., TP][bad] = near
+        ok = self.legal_chunk()
+        largest = np.asarray([np.flatnonzero(r)[-1] if r.any() else 0 for r in ok])
+        over = ~ok[out[..., MNBT], out[..., CHUNK]]
+        out[..., CHUNK] = np.where(over, largest[out[..., MNBT]], out[..., CHUNK])
+        out[..., PREFILL_GPU] = np.where(out[..., POOL] == 0, 0, out[..., PREFILL_GPU])
+        return out
+
     def all_configs(self, model: ModelSpec) -> np.ndarray:
-        """Every legal index vector, shape (n, len(KNOBS)), int32."""
-        legal = self.legal_tp(model)
+        """Every legal index vector (canonical, each once), shape (n, len(KNOBS)), int32."""
+        legal, chunk_ok = self.legal_tp(model), self.legal_chunk()
         rows = [
-            c for c in itertools.product(*(range(n) for n in self.sizes())) if legal[c[1]]
+            c for c in itertools.product(*(range(n) for n in self.sizes()))
+            if legal[c[TP]] and chunk_ok[c[MNBT], c[CHUNK]] and (c[POOL] > 0 or c[PREFILL_GPU] == 0)
         ]
         return np.asarray(rows, dtype=np.int32)
 
@@ -80,6 +130,7 @@ def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
         [1.0 if c == WEIGHT_DTYPE_COMPUTE[w] else 0.0 for c in COMPUTE_DTYPES]
         for w in grid.weight_dtypes
     ]
+    ratios = ((0, 1),) + tuple(grid.pool_ratios)  # index 0 (colocated): no prefill pool
     return {
         "tp": jnp.asarray(grid.tp, dtype=float),
         "pp": jnp.asarray(grid.pp, dtype=float),
@@ -88,6 +139,10 @@ def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
         "compute_mix": jnp.asarray(compute_mix),
         "mnbt": jnp.asarray(grid.max_num_batched_tokens, dtype=float),
         "mnseq": jnp.asarray(grid.max_num_seqs, dtype=float),
+        "chunk": jnp.asarray(grid.chunk_sizes, dtype=float),
+        "spec_k": jnp.asarray(grid.spec_k, dtype=float),
+        "prefill_units": jnp.asarray([r[0] for r in ratios], dtype=float),
+        "decode_units": jnp.asarray([r[1] for r in ratios], dtype=float),
     }
 
 
@@ -98,26 +153,36 @@ def one_hot_weights(config: jnp.ndarray, grid: Grid) -> tuple[jnp.ndarray, ...]:
     )
 
 
+def _log_mix(w: jnp.ndarray, values: jnp.ndarray) -> jnp.ndarray:
+    return jnp.exp2(w @ jnp.log2(values))
+
+
+def chunk_from_weights(weights: tuple[jnp.ndarray, ...], tables: dict[str, jnp.ndarray]) -> jnp.ndarray:
+    """Prefill chunk c (tokens), log-mixed; a 0 choice stands for the token budget B."""
+    budget = _log_mix(weights[MNBT], tables["mnbt"])
+    per_choice = jnp.where(tables["chunk"] > 0, tables["chunk"], budget)
+    return jnp.minimum(_log_mix(weights[CHUNK], per_choice), budget)
+
+
 def deployment_from_weights(
     weights: tuple[jnp.ndarray, ...], tables: dict[str, jnp.ndarray], replicas: jnp.ndarray
 ) -> Deployment:
     """A (relaxed) ``Deployment``: each numeric knob is the weight-average of its choices.
 
-    TP and PP mix in log2 (so a 50/50 mix of 2 and 8 is 4); at one-hot weights this is exact.
+    TP, PP and the token budgets mix in log2 (so a 50/50 mix of 2 and 8 is 4); at one-hot weights
+    this is exact.  ``max_num_batched_tokens`` is the iteration budget B (the chunk is separate:
+    ``chunk_from_weights``).
     """
-    _, w_tp, w_pp, w_kv, w_w, w_mnbt, w_seq = weights
-    tp = jnp.exp2(w_tp @ jnp.log2(tables["tp"]))
-    pp = jnp.exp2(w_pp @ jnp.log2(tables["pp"]))
-    mnbt = jnp.exp2(w_mnbt @ jnp.log2(tables["mnbt"]))
-    mnseq = jnp.exp2(w_seq @ jnp.log2(tables["mnseq"]))
+    tp = _log_mix(weights[TP], tables["tp"])
+    pp = _log_mix(weights[PP], tables["pp"])
     return Deployment(
         tp=tp,
         pp=pp,
         replicas=replicas,
-        weight_bytes_per_param=w_w @ tables["weight_bytes"],
-        kv_bytes_per_elem=w_kv @ tables["kv_bytes"],
-        compute_dtype_mix=w_w @ tables["compute_mix"],
-        max_num_batched_tokens=mnbt,
-        max_num_seqs=mnseq,
+        weight_bytes_per_param=weights[WEIGHT] @ tables["weight_bytes"],
+        kv_bytes_per_elem=weights[KV] @ tables["kv_bytes"],
+        compute_dtype_mix=weights[WEIGHT] @ tables["compute_mix"],
+        max_num_batched_tokens=_log_mix(weights[MNBT], tables["mnbt"]),
+        max_num_seqs=_log_mix(weights[SEQS], tables["mnseq"]),
         microbatches=pp,
     )

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from perfmodel import Efficiency, HardwareSpec, ModelSpec, load_hardware
+from perfmodel.features import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY_S
 
 from ._draws import efficiency_draws_for
 from ._grid import Grid
@@ -36,6 +37,13 @@ class Problem(eqx.Module):
         confidence: required probability, over draws, that every constraint holds.
         kv_penalty_fraction: relative cost surcharge per KV dtype (quality penalty), >= 0.
         weight_penalty_fraction: relative cost surcharge per weight dtype, >= 0.
+        spec_acceptance: per-token draft acceptance alpha for each ``grid.spec_k`` choice.
+        draft_model: speculative draft (the target itself when drafting with MTP heads).
+        draft_is_mtp: whether the draft is MTP heads.
+        transfer_bytes_per_s: KV hand-off bandwidth per device between pools (<= 0: the
+            prefill GPU's inter-node network).
+        transfer_latency_s, orchestration_s: fixed costs of a hand-off and of the two-scheduler
+            hop (``perfmodel.features`` defaults).
         grid: the discrete choices (static; GPU names live with the caller, in ``gpus`` order).
     """
 
@@ -48,6 +56,12 @@ class Problem(eqx.Module):
     confidence: jnp.ndarray = eqx.field(converter=jnp.asarray)
     kv_penalty_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray)
     weight_penalty_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray)
+    spec_acceptance: jnp.ndarray = eqx.field(converter=jnp.asarray)
+    draft_model: ModelSpec
+    draft_is_mtp: jnp.ndarray = eqx.field(converter=jnp.asarray)
+    transfer_bytes_per_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
+    transfer_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
+    orchestration_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
     grid: Grid = eqx.field(static=True)
 
     @property
@@ -88,6 +102,9 @@ def make_problem(
     hardware: list[HardwareSpec] | None = None,
     prices_csv: str | None = None,
     hardware_csv: str | None = None,
+    spec_draft: ModelSpec | str | None = None,
+    spec_acceptance: float | None = None,
+    transfer_bytes_per_s: float | None = None,
 ) -> Problem:
     """Assemble a ``Problem``; raises ``ValueError`` naming the fix for bad input.
 
@@ -104,6 +121,10 @@ def make_problem(
         quality_penalty: ``{dtype: fraction}`` cost surcharge when the KV or weight dtype is used.
         hardware: already-loaded specs (skips the catalog).
         prices_csv, hardware_csv: user catalogs for ``load_hardware``.
+        spec_draft: a draft ``ModelSpec`` or ``"mtp"``; required when ``grid.spec_k`` offers k > 0.
+        spec_acceptance: per-token acceptance alpha in [0, 1]; default the prior (mean alpha of
+            the measured acceptance lengths at each k, ``perfmodel.features.acceptance_prior``).
+        transfer_bytes_per_s: KV hand-off bandwidth between pools (default: inter-node network).
     """
     gpus = tuple(gpus)
     if not gpus:
@@ -128,6 +149,9 @@ def make_problem(
     if efficiency is None:
         efficiency = efficiency_draws_for(gpus, num_draws, posterior=posterior, seed=seed)
     penalty = dict(quality_penalty or {})
+    draft, mtp, alphas = _speculation(model, grid, spec_draft, spec_acceptance)
+    if transfer_bytes_per_s is not None and not transfer_bytes_per_s > 0:
+        raise ValueError(f"KV transfer bandwidth {transfer_bytes_per_s} must be a positive number of bytes/s")
     return Problem(
         model=anonymous_model(model),
         hardware=stack_hardware(specs),
@@ -138,5 +162,38 @@ def make_problem(
         confidence=confidence,
         kv_penalty_fraction=[penalty.get(d, 0.0) for d in grid.kv_dtypes],
         weight_penalty_fraction=[penalty.get(d, 0.0) for d in grid.weight_dtypes],
+        spec_acceptance=alphas,
+        draft_model=anonymous_model(draft),
+        draft_is_mtp=mtp,
+        transfer_bytes_per_s=0.0 if transfer_bytes_per_s is None else transfer_bytes_per_s,
+        transfer_latency_s=DEFAULT_TRANSFER_LATENCY_S,
+        orchestration_s=DEFAULT_ORCHESTRATION_S,
         grid=grid,
     )
+
+
+def _speculation(model: ModelSpec, grid: Grid, spec_draft, acceptance: float | None):
+    """(draft spec, is-MTP flag, alpha per ``grid.spec_k`` choice); ``ValueError`` naming the fix."""
+    if spec_draft is None:
+        if grid.speculative:
+            raise ValueError("speculative k > 0 needs a draft: pass spec_draft (a model or 'mtp')")
+        return model, True, [0.0] * len(grid.spec_k)
+    mtp = isinstance(spec_draft, str)
+    if mtp and spec_draft.lower() != "mtp":
+        raise ValueError(f"spec_draft {spec_draft!r}: pass a draft ModelSpec or 'mtp'")
+    draft = model if mtp else spec_draft
+    if not mtp and float(draft.total_params) >= float(model.total_params):
+        raise ValueError(f"draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp")
+    if acceptance is not None:
+        if not (math.isfinite(acceptance) and 0.0 <= acceptance <= 1.0):
+            raise ValueError(f"speculative acceptance {acceptance} must be in [0, 1], e.g. 0.7")
+        return draft, mtp, [float(acceptance)] * len(grid.spec_k)
+    from perfmodel.features import acceptance_prior, load_acceptance
+
+    records = load_acceptance()
+    method = "mtp" if mtp else None
+    alphas = []
+    for k in grid.spec_k:
+        ks = k if any(r.draft_tokens == k for r in records) else None
+        alphas.append(acceptance_prior(records, method, ks)[0] if k > 0 else 0.0)
+    return draft, mtp, alphas

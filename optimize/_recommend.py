@@ -19,17 +19,25 @@ import numpy as np
 
 from perfmodel import BINDING_BUDGETS, Efficiency, budget_sheet
 
+from ._describe import _select, describe
 from ._engine_args import engine_args
 from ._evaluate import (
     constraint_slacks,
-    holds,
     cost_per_hour,
     costs_at_min_replicas,
     draw_metrics,
+    holds,
     meets_confidence,
 )
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
-from ._grid import KNOBS, deployment_from_weights, grid_tables, one_hot_weights
+from ._grid import (
+    POOL,
+    PREFILL_GPU,
+    SPEC,
+    deployment_from_weights,
+    grid_tables,
+    one_hot_weights,
+)
 from ._metrics import serving_slo_metrics
 from ._problem import Problem
 from ._search import SearchOptions, search
@@ -62,9 +70,9 @@ class Recommendation(NamedTuple):
         return {
             "feasible": self.feasible,
             **{k: c.get(k) for k in ("gpu", "num_gpus", "tp", "pp", "replicas",
-                                     "max_num_batched_tokens", "max_num_seqs",
-                                     "kv_dtype", "weight_dtype")},
-            "disaggregation": None,
+                                     "max_num_batched_tokens", "chunk_size", "max_num_seqs",
+                                     "kv_dtype", "weight_dtype", "speculative")},
+            "disaggregation": c.get("disaggregation"),
             "cost_per_hour": _num(self.cost_per_hour),
             "cost_per_million_output_tokens": _num(self.cost_per_million_output_tokens),
             "slo_probability": self.slo_probability,
@@ -85,24 +93,6 @@ def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replicas: int) -> dict:
-    """Knob values of an index vector, plus GPU counts."""
-    g = problem.grid
-    idx = dict(zip(KNOBS, (int(v) for v in config)))
-    tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
-    return {
-        "gpu": gpus[idx["gpu"]],
-        "tp": tp,
-        "pp": pp,
-        "replicas": int(replicas),
-        "num_gpus": int(replicas) * tp * pp,
-        "kv_dtype": g.kv_dtypes[idx["kv_dtype"]],
-        "weight_dtype": g.weight_dtypes[idx["weight_dtype"]],
-        "max_num_batched_tokens": g.max_num_batched_tokens[idx["max_num_batched_tokens"]],
-        "max_num_seqs": g.max_num_seqs[idx["max_num_seqs"]],
-    }
-
-
 def _per_million(problem: Problem, cost: float) -> float:
     w = problem.workload
     tokens_per_hour = float(w.arrival_rate_per_s * w.output_tokens_mean) * SECONDS_PER_HOUR
@@ -110,10 +100,11 @@ def _per_million(problem: Problem, cost: float) -> float:
 
 
 def _candidates(problem: Problem, found, count: int) -> np.ndarray:
-    """The cheapest search results, at most one per (GPU, TP, PP), ``count`` rows (padded)."""
+    """The cheapest search results, at most one per (GPU, TP, PP, pool split, prefill GPU),
+    ``count`` rows (padded)."""
     picked, seen = [], set()
     for c, k in zip(found.configs, found.cost_per_hour):
-        key = (c[0], c[1], c[2])
+        key = (c[0], c[1], c[2], c[POOL], c[PREFILL_GPU])
         if np.isfinite(k) and key not in seen:
             seen.add(key)
             picked.append(c)
@@ -150,7 +141,7 @@ def recommend(
     found = search(problem, options)
     feasible_any = bool(len(found.cost_per_hour)) and np.isfinite(found.cost_per_hour[0])
     if not feasible_any:
-        return _infeasible(problem, time.perf_counter() - t0)
+        return _infeasible(problem, gpus, time.perf_counter() - t0)
     cands = _candidates(problem, found, num_verified)
     reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands))
     reps, costs = np.asarray(reps), np.asarray(costs)
@@ -164,7 +155,7 @@ def recommend(
             uniq.append(i)
     best = uniq[0]
     if not np.isfinite(costs[best]):
-        return _infeasible(problem, time.perf_counter() - t0)
+        return _infeasible(problem, gpus, time.perf_counter() - t0)
     config, r = cands[best], int(reps[best])
     metrics = None if verdict is None else jax.tree_util.tree_map(lambda x: x[best], verdict)
     out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics)
@@ -174,7 +165,12 @@ def recommend(
             d = describe(problem, gpus, cands[i], int(reps[i]))
             alternatives.append({**d, "cost_per_hour": float(costs[i]),
                                  "cost_per_million_output_tokens": _per_million(problem, float(costs[i]))})
-    sim = simulate_check(problem, config, r, simulate_requests) if simulate_requests > 0 else None
+    sim = None
+    if simulate_requests > 0:
+        plain = int(config[POOL]) == 0 and problem.grid.spec_k[int(config[SPEC])] == 0
+        sim = (simulate_check(problem, config, r, simulate_requests) if plain else
+               {"requests": 0, "skipped": "the simulator check covers colocated engines without "
+                "speculation; run `servingmath simulate --disagg/--spec-draft` on this answer"})
     return out._replace(alternatives=alternatives, search_seconds=time.perf_counter() - t0, simulator=sim)
 
 
@@ -292,12 +288,10 @@ def _search_metrics(problem: Problem, config: jnp.ndarray, replicas: float):
     return draw_metrics(problem, one_hot_weights(config, problem.grid), replicas)
 
 
-def _select(tree, i: int):
-    return jax.tree_util.tree_map(lambda x: x[i], tree)
-
-
-def _infeasible(problem: Problem, seconds: float) -> Recommendation:
+def _infeasible(problem: Problem, gpus: tuple[str, ...], seconds: float) -> Recommendation:
     near = closest_achievable(problem)
+    r = problem.grid.max_replicas
+    near["configs"] = {k: describe(problem, gpus, c, r) for k, c in near.get("configs", {}).items()}
     return Recommendation(
         feasible=False, config=None, cost_per_hour=math.inf,
         cost_per_million_output_tokens=math.inf, slo_probability=0.0,

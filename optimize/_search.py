@@ -1,7 +1,8 @@
 """Gradient search over the relaxed knobs, then rounding and exact re-check of neighbours.
 
 Each knob is a softmax over its legal choices (GPU type, TP, PP, KV dtype, weight dtype, token
-budget, sequence cap) plus a real log-replica count.  The relaxed loss is
+budget, sequence cap, prefill chunk, speculative k, pool split and prefill-pool GPU) plus a real
+log-replica count.  The relaxed loss is
 log($/hour) + ``penalty`` * softplus((confidence - P_smooth) / w) * w + far-field hinge, with
 P_smooth the posterior mean of a product of logistic indicators of each constraint's log-slack
 (the chance constraint, sigmoid-smoothed).  ``num_starts`` random starts run at once under
@@ -24,9 +25,11 @@ import optax
 from ._evaluate import (
     constraint_slacks,
     costs_at_min_replicas,
-    draw_metrics,
     memory_slack,
+    pool_metrics,
+    pool_units,
 )
+from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
 from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, replicate
 
@@ -74,32 +77,51 @@ def _masks(problem: Problem) -> tuple[Array, ...]:
     sizes = problem.grid.sizes()
     masks = [jnp.zeros(n) for n in sizes]
     legal = jnp.mod(problem.model.num_heads, jnp.asarray(problem.grid.tp, dtype=float)) == 0
-    masks[1] = jnp.where(legal, 0.0, _NEG)
+    masks[TP] = jnp.where(legal, 0.0, _NEG)
     return tuple(masks)
 
 
+def _smooth_feasibility(problem: Problem, m, mem: Array, w: float) -> tuple[Array, Array]:
+    """(P_smooth, far-field hinge) of per-draw metrics ``m`` with memory log-slack ``mem``."""
+    slacks = constraint_slacks(problem, m).at[3].set(mem)
+    slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
+    p_smooth = jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / w), axis=0))
+    far = jnp.mean(jnp.sum(jax.nn.relu(-slacks + w) ** 2, axis=0))
+    return p_smooth, far
+
+
 def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
-    """Smooth surrogate of log(cost) + chance-constraint penalty at one relaxed point."""
+    """Smooth surrogate of log(cost) + chance-constraint penalty at one relaxed point.
+
+    With a pool split among the choices, the colocated weight w0 mixes the two systems:
+    P_smooth = w0 P_colocated + (1 - w0) P_split, cost likewise (the split's p:d engines per unit
+    and both pools' GPU prices weight-averaged over their softmaxes)."""
     weights = tuple(jax.nn.softmax(l + m) for l, m in zip(x.logits, _masks(problem)))
     replicas = jnp.exp(x.log_replicas)
     g = problem.grid
-    tp = jnp.exp2(weights[1] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
-    pp = jnp.exp2(weights[2] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
-    price = weights[0] @ problem.hardware.price_per_gpu_hour
-    surcharge = 1.0 + weights[3] @ problem.kv_penalty_fraction + weights[4] @ problem.weight_penalty_fraction
-    log_cost = jnp.log(replicas * tp * pp * price * surcharge)
+    tp = jnp.exp2(weights[TP] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
+    pp = jnp.exp2(weights[PP] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
+    prices = problem.hardware.price_per_gpu_hour
+    surcharge = 1.0 + weights[KV] @ problem.kv_penalty_fraction + weights[WEIGHT] @ problem.weight_penalty_fraction
+    group = replicas * tp * pp * surcharge
+    cost = group * (weights[GPU] @ prices)
 
     sub = jax.tree_util.tree_map(lambda e: e[:, : options.relaxed_draws], problem.efficiency)
     small = eqx.tree_at(lambda p: p.efficiency, problem, sub)
-    metrics = draw_metrics(small, weights, replicas, temperature=0.05)
-    slacks = constraint_slacks(small, metrics)
-    slacks = slacks.at[3].set(memory_slack(small, weights))
-    slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
+    col, split = pool_metrics(small, weights, replicas, temperature=0.05)
     w = options.sigmoid_width
-    p_smooth = jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / w), axis=0))
+    p_smooth, far = _smooth_feasibility(small, col, memory_slack(small, weights), w)
+    if split is not None:
+        p_units, d_units = pool_units(small, weights)
+        cost_split = group * (p_units * (weights[PREFILL_GPU] @ prices) + d_units * (weights[GPU] @ prices))
+        mem = jnp.minimum(memory_slack(small, weights), memory_slack(small, weights, weights[PREFILL_GPU]))
+        p_split, far_split = _smooth_feasibility(small, split, mem, w)
+        w0 = weights[POOL][0]
+        p_smooth = w0 * p_smooth + (1.0 - w0) * p_split
+        far = w0 * far + (1.0 - w0) * far_split
+        cost = w0 * cost + (1.0 - w0) * cost_split
     shortfall = jax.nn.softplus((problem.confidence - p_smooth) / 0.02) * 0.02
-    far = jnp.mean(jnp.sum(jax.nn.relu(-slacks + w) ** 2, axis=0))
-    return log_cost + options.penalty * shortfall + far
+    return jnp.log(cost) + options.penalty * shortfall + far
 
 
 def _init(problem: Problem, key: Array, options: SearchOptions) -> Relaxed:
@@ -150,30 +172,28 @@ def _descent(problem: Problem, options: SearchOptions, key: Array, sharding=None
 
 
 def round_relaxed(problem: Problem, x: Relaxed) -> np.ndarray:
-    """Argmax of every knob's (masked) logits: shape (starts, len(KNOBS))."""
+    """Argmax of every knob's (masked) logits, made legal (``Grid.canonical``): (starts, len(KNOBS))."""
     cols = [np.asarray(jnp.argmax(l + m, axis=-1)) for l, m in zip(x.logits, _masks(problem))]
-    return np.stack(cols, axis=-1).astype(np.int32)
+    return problem.grid.canonical(np.stack(cols, axis=-1).astype(np.int32), problem.model)
 
 
 def _line_neighbours(problem: Problem, centres: np.ndarray) -> np.ndarray:
-    """Every config that differs from a centre in one knob (each knob at every legal value)."""
-    legal_tp = problem.grid.legal_tp(problem.model)
+    """Every config that differs from a centre in one knob (each knob at every value), made legal
+    (``Grid.canonical``: an illegal TP moves to the nearest legal one, a chunk above the budget
+    to the largest legal chunk)."""
     out = []
     for c in centres:
         for k, n in enumerate(problem.grid.sizes()):
             for v in range(n):
-                if k == 1 and not legal_tp[v]:
-                    v = int(c[1])
                 row = c.copy()
                 row[k] = v
                 out.append(row)
-    return np.asarray(out, dtype=np.int32)
+    return problem.grid.canonical(np.asarray(out, dtype=np.int32), problem.model)
 
 
 def _pair_neighbours(problem: Problem, centre: np.ndarray) -> np.ndarray:
     """Every config that differs from ``centre`` in exactly two knobs (trades such as TP x2 with
-    replicas /2 need two moves at once); illegal TP values stay at the centre's."""
-    legal_tp = problem.grid.legal_tp(problem.model)
+    replicas /2, or colocated -> split with a prefill GPU, need two moves at once), made legal."""
     sizes = problem.grid.sizes()
     out = []
     for a in range(len(sizes)):
@@ -182,10 +202,8 @@ def _pair_neighbours(problem: Problem, centre: np.ndarray) -> np.ndarray:
                 for vb in range(sizes[b]):
                     row = centre.copy()
                     row[a], row[b] = va, vb
-                    if not legal_tp[row[1]]:
-                        row[1] = centre[1]
                     out.append(row)
-    return np.asarray(out, dtype=np.int32)
+    return problem.grid.canonical(np.asarray(out, dtype=np.int32), problem.model)
 
 
 class SearchResult(NamedTuple):

@@ -1,0 +1,71 @@
+"""A configuration index vector in words: knob values, GPU counts, speculation and pools."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from perfmodel.features import expected_tokens_per_step, kv_transfer_s
+
+from ._grid import KNOBS, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
+from ._problem import Problem
+
+
+def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replicas: int) -> dict:
+    """Knob values of an index vector, plus GPU counts.  A p:d pool split reports ``replicas`` as
+    engines in both pools and ``disaggregation`` as {"prefill": {"gpu", "num_gpus", "tp",
+    "replicas"}, "decode": {...}, "kv_transfer_s"}; ``gpu`` is then the decode pool's."""
+    g = problem.grid
+    idx = dict(zip(KNOBS, (int(v) for v in config)))
+    tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
+    chunk = g.chunk_sizes[idx["chunk_size"]] or g.max_num_batched_tokens[idx["max_num_batched_tokens"]]
+    out = {
+        "gpu": gpus[idx["gpu"]],
+        "tp": tp,
+        "pp": pp,
+        "replicas": int(replicas),
+        "num_gpus": int(replicas) * tp * pp,
+        "kv_dtype": g.kv_dtypes[idx["kv_dtype"]],
+        "weight_dtype": g.weight_dtypes[idx["weight_dtype"]],
+        "max_num_batched_tokens": g.max_num_batched_tokens[idx["max_num_batched_tokens"]],
+        "chunk_size": int(chunk),
+        "max_num_seqs": g.max_num_seqs[idx["max_num_seqs"]],
+        "speculative": None,
+        "disaggregation": None,
+    }
+    k = g.spec_k[idx["spec_k"]]
+    if k > 0:
+        alpha = float(problem.spec_acceptance[idx["spec_k"]])
+        out["speculative"] = {
+            "draft": "mtp" if bool(problem.draft_is_mtp) else "draft model", "k": int(k),
+            "acceptance": alpha,
+            "tokens_per_step": float(expected_tokens_per_step(alpha, float(k))),
+        }
+    if idx["pool_split"] > 0:
+        p, d = g.pool_ratios[idx["pool_split"] - 1]
+        r = int(replicas)
+        out["replicas"] = r * (p + d)
+        out["num_gpus"] = r * (p + d) * tp * pp
+        out["disaggregation"] = {
+            "prefill": {"gpu": gpus[idx["prefill_gpu"]], "num_gpus": r * p * tp * pp, "tp": tp, "pp": pp, "replicas": r * p},
+            "decode": {"gpu": gpus[idx["gpu"]], "num_gpus": r * d * tp * pp, "tp": tp, "pp": pp, "replicas": r * d},
+            "prefill_fraction": p / (p + d),
+            "kv_transfer_s": _kv_transfer(problem, config),
+        }
+    return out
+
+
+def _kv_transfer(problem: Problem, config: np.ndarray) -> float:
+    """KV hand-off of a mean prompt from the prefill pool (``perfmodel.features.kv_transfer_s``)."""
+    weights = one_hot_weights(jnp.asarray(config), problem.grid)
+    dep = deployment_from_weights(weights, grid_tables(problem.grid), 1.0)
+    hw = _select(problem.hardware, int(config[PREFILL_GPU]))
+    bw = float(problem.transfer_bytes_per_s)
+    bw = bw if bw > 0 else float(hw.internode_bytes_per_s)
+    return float(kv_transfer_s(problem.model, dep, problem.workload.prompt_tokens_mean, bw,
+                               problem.transfer_latency_s))
+
+
+def _select(tree, i: int):
+    return jax.tree_util.tree_map(lambda x: x[i], tree)
