@@ -51,6 +51,9 @@ class KernelEfficiency(eqx.Module):
             relative to the bf16 fraction (power and clock limits bite harder at 2x the rate).
         internode_bandwidth_fraction: share of ``HardwareSpec.internode_bytes_per_s`` (a nominal
             one-NIC-per-GPU rate) a cross-node collective's fabric actually delivers.
+        attention_overhead_s: fixed cost of a fused attention call beyond ``launch_overhead_s``
+            (scheduler metadata, split-KV combine kernels: aiconfigurator's tiniest attention calls
+            take 10-15 us where a GEMM launch takes 3-5 us).  Default 0.
     """
 
     launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
@@ -60,6 +63,7 @@ class KernelEfficiency(eqx.Module):
     gemm_half_width: Array = eqx.field(converter=jnp.asarray, default=64.0)
     low_precision_compute_ratio: Array = eqx.field(converter=jnp.asarray, default=0.6)
     internode_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.5)
+    attention_overhead_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
 
 
 def gemm_time_s(
@@ -78,7 +82,8 @@ def gemm_time_s(
 
     Bytes = (m k + n k) * input width + m n * ``OUTPUT_BYTES``.  Compute fraction
     eta_c(m) * n/(n + w) * k/(k + w), times ``low_precision_compute_ratio`` where ``low_precision``
-    is 1 (FP8/FP4 rates).  E.g. 4096^3 bf16 on H100 SXM at eta = 0.75: 2 * 4096^3 / (0.75 * 989e12)
+    is 1 (FP8/FP4 rates, which also pay a second launch for the activation-quantisation kernel).
+    E.g. 4096^3 bf16 on H100 SXM at eta = 0.75: 2 * 4096^3 / (0.75 * 989e12)
     = 185 us (aiconfigurator measures 166 us).
     """
     m, n, k = jnp.asarray(m), jnp.asarray(n), jnp.asarray(k)
@@ -88,7 +93,9 @@ def gemm_time_s(
     compute_s = FLOPS_PER_MAC * m * n * k / (peak_flops_per_s * eta)
     moved = (m * k + n * k) * input_bytes_per_elem + m * n * OUTPUT_BYTES
     memory_s = moved / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
-    return smooth_max(compute_s, memory_s, temperature) + kernel.launch_overhead_s
+    # FP8/FP4 GEMMs first quantise the activations in their own kernel (vLLM scaled_fp8_quant)
+    launches = 1.0 + jnp.asarray(low_precision)
+    return smooth_max(compute_s, memory_s, temperature) + launches * kernel.launch_overhead_s
 
 
 def elementwise_time_s(
@@ -112,12 +119,14 @@ def attention_time_s(
 ) -> Array:
     """One fused attention call: roofline of its FLOPs at eta_a(s) = eta_a,max s / (s + s_half),
     s = ``tokens_per_sequence``, and the bytes it moves (Q, K, V, output; the KV cache for decode)
-    at eta_b, plus launch (FlashAttention tiling: Dao 2023; Shah et al. 2024)."""
+    at eta_b, plus launch and ``attention_overhead_s`` (FlashAttention tiling: Dao 2023; Shah et al.
+    2024)."""
     q = jnp.asarray(tokens_per_sequence)
     eta = kernel.attention_compute_fraction_max * q / (q + kernel.attention_half_tokens)
     compute_s = jnp.asarray(flops) / (peak_flops_per_s * eta)
     memory_s = jnp.asarray(bytes_moved) / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
-    return smooth_max(compute_s, memory_s, temperature) + kernel.launch_overhead_s
+    fixed_s = kernel.launch_overhead_s + kernel.attention_overhead_s
+    return smooth_max(compute_s, memory_s, temperature) + fixed_s
 
 
 def prefill_attention_flops(
@@ -141,11 +150,13 @@ def one_pass_collective_s(
     efficiency: Efficiency,
 ) -> Array:
     """All-gather, reduce-scatter or all-to-all (ring / pairwise): (p-1)/p * n / (bw * eta)
-    + (p-1) * alpha; zero for one device (``message_bytes`` is the whole buffer, nccl-tests size)."""
+    + (p-1) * alpha + alpha_0; zero for one device (``message_bytes`` is the whole buffer,
+    nccl-tests size)."""
     p = jnp.asarray(num_devices)
     volume = (p - 1.0) / p * message_bytes
     bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
-    return jnp.where(p > 1.0, volume / bw + (p - 1.0) * efficiency.collective_latency_s, 0.0)
+    latency = (p - 1.0) * efficiency.collective_latency_s + efficiency.collective_base_latency_s
+    return jnp.where(p > 1.0, volume / bw + latency, 0.0)
 
 
 def collective_time_s(

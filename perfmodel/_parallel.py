@@ -32,20 +32,23 @@ def ring_all_reduce_s(
     link_bytes_per_s: ArrayLike,
     efficiency: Efficiency,
 ) -> Array:
-    """Ring all-reduce time: 2(p-1)/p * n / (bw * eta) + 2(p-1) * alpha; zero for one device."""
+    """Ring all-reduce time: 2(p-1)/p * n / (bw * eta) + 2(p-1) * alpha + alpha_0; zero for one
+    device (alpha_0 = ``collective_base_latency_s``, the per-call cost)."""
     p = jnp.asarray(num_devices)
     hops = 2.0 * (p - 1.0)
     volume = hops / p * message_bytes
     bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
-    return jnp.where(p > 1.0, _safe_div(volume, bw) + hops * efficiency.collective_latency_s, 0.0)
+    latency = hops * efficiency.collective_latency_s + efficiency.collective_base_latency_s
+    return jnp.where(p > 1.0, _safe_div(volume, bw) + latency, 0.0)
 
 
 def point_to_point_s(
     message_bytes: ArrayLike, link_bytes_per_s: ArrayLike, efficiency: Efficiency
 ) -> Array:
-    """One send/recv: n / (bw * eta) + alpha."""
+    """One send/recv: n / (bw * eta) + alpha + alpha_0."""
     bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
-    return _safe_div(message_bytes, bw) + efficiency.collective_latency_s
+    latency = efficiency.collective_latency_s + efficiency.collective_base_latency_s
+    return _safe_div(message_bytes, bw) + latency
 
 
 def group_link_bytes_per_s(

@@ -106,6 +106,11 @@ class Efficiency(eqx.Module):
         step_overhead_s: fixed per-iteration cost (scheduling, sampling, kernel launches).
         collective_latency_s: per-hop latency alpha of a ring collective.
         collective_bandwidth_fraction: achievable fraction of link bandwidth in collectives.
+        collective_base_latency_s: fixed cost of one collective call, alpha_0, paid once whatever
+            the ring length (launch, protocol handshake): t = alpha_0 + hops * alpha + bytes / bw.
+            nccl-tests small-message times grow far less than linearly in the hop count (~5 us at
+            2 GPUs, ~15 us at 8 on NVSwitch), which one per-hop alpha cannot fit.  Default 0 (pure
+            per-hop latency).
     """
 
     compute_fraction_max: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.75)
@@ -114,6 +119,7 @@ class Efficiency(eqx.Module):
     step_overhead_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0e-3)
     collective_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=5.0e-6)
     collective_bandwidth_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.8)
+    collective_base_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
 
 
 def compute_dtype_weights(weight_dtype: str) -> jnp.ndarray:
