@@ -96,7 +96,8 @@ def load_posterior(path: str | Path | None = None) -> Posterior:
         idata = az.from_netcdf(str(p))
     except Exception as exc:  # h5py/xarray raise many types for a bad file
         raise PosteriorError(f"cannot read posterior {p} ({type(exc).__name__}); is it a netCDF from `servingmath fit`?") from None
-    missing = [v for v in (*PARAM_NAMES, "sigma", "cell_offset") if v not in idata.posterior]
+    needed = [n for n in PARAM_NAMES if n not in OPTIONAL_PARAMS]
+    missing = [v for v in (*needed, "sigma", "cell_offset") if v not in idata.posterior]
     if missing:
         raise PosteriorError(f"{p} lacks posterior variables {missing[:3]}; refit with `servingmath fit`")
     return Posterior(idata, str(p))
@@ -111,6 +112,16 @@ def save_posterior(posterior: Posterior | object, path: str | Path) -> Path:
     return path
 
 
+OPTIONAL_PARAMS = ("collective_base_latency_s", "attention_overhead_s")
+"""Parameters added after the first posteriors were written: a file without one uses the
+field's default (``Efficiency`` / ``KernelEfficiency``), so older posteriors keep loading."""
+
+
+def _default_value(name: str) -> float:
+    obj = Efficiency() if name in EFFICIENCY_FIELDS else KernelEfficiency()
+    return float(getattr(obj, name))
+
+
 def _draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator) -> np.ndarray:
     total = posterior.num_draws
     return rng.choice(total, size=num_draws, replace=num_draws > total)
@@ -123,12 +134,19 @@ def parameter_draws(posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray
     known = {g: i for i, g in enumerate(posterior.gpus)}
     out = {}
     for name in PARAM_NAMES:
+        if name not in posterior.idata.posterior:  # an older file: the field's default
+            out[name] = np.full((len(idx), len(gpus)), _default_value(name))
+            continue
         per_gpu = posterior.flat(name)[idx]
-        mu, tau = posterior.flat(f"mu_{name}")[idx], posterior.flat(f"tau_{name}")[idx]
+        pooled = f"mu_{name}" in posterior.idata.posterior
+        if pooled:
+            mu, tau = posterior.flat(f"mu_{name}")[idx], posterior.flat(f"tau_{name}")[idx]
         cols = []
         for g in gpus:
             if g in known:
                 cols.append(per_gpu[:, known[g]])
+            elif not pooled:  # an update of an older file: no population for this field
+                cols.append(np.full(len(idx), _default_value(name)))
             else:
                 z = rng.standard_normal(len(idx))
                 cols.append(np.asarray(to_natural(name, jnp.asarray(mu + tau * z))))
@@ -175,7 +193,7 @@ def efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *, seed: in
     fields = {f: p[f] for f in EFFICIENCY_FIELDS}
     for f in ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidth_fraction"):
         fields[f] = fields[f] / scale
-    for f in ("step_overhead_s", "collective_latency_s"):
+    for f in ("step_overhead_s", "collective_latency_s", "collective_base_latency_s"):
         fields[f] = fields[f] * scale
     if weight_dtype in _LOW_PRECISION:
         fields["compute_fraction_max"] = fields["compute_fraction_max"] * p["low_precision_compute_ratio"]

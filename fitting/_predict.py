@@ -113,7 +113,7 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
         params: each ``Efficiency`` and ``KernelEfficiency`` field as an array of shape
             ``(len(prep.gpus),)`` in natural units.
         cell_offset: log offsets of ``prep.cells`` (None: zero).  A collective cell's offset
-            scales its latency alpha (``latency_cells``); any other adds to log time.
+            scales its latencies alpha and alpha_0 (``latency_cells``); any other adds to log time.
     """
     n = len(prep.log_value)
     lat_cell = np.concatenate([latency_cells(prep.cells), [False]])[prep.cell_idx]
@@ -135,9 +135,10 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
-            alpha = eff.collective_latency_s * jnp.exp(jnp.where(lat_cell, row_off, 0.0)[b["pos"]])
+            lat = jnp.exp(jnp.where(lat_cell, row_off, 0.0)[b["pos"]])
             y = collective_time_s(b["kind"], b["msg"], b["p"], link,
-                                  eqx_replace(eff, collective_latency_s=alpha))
+                                  eqx_replace(eff, collective_latency_s=eff.collective_latency_s * lat,
+                                              collective_base_latency_s=eff.collective_base_latency_s * lat))
         else:
             y = _step_block(b, eff, ker)
         out = out.at[b["pos"]].add(jnp.log(y))

@@ -24,14 +24,22 @@ from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec
 from perfmodel._constants import DTYPE_BYTES
 from perfmodel._ops import COLLECTIVE_KINDS, KernelEfficiency, prefill_attention_flops
 
+from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _groups)
+    ELEMENTWISE_CLASS,
+    ELEMENTWISE_OPS,
+    GEMM_OPS,
+    LATENCY_ANCHOR_SOURCES,
+    OFFSET_OP_GROUPS,
+    has_offset,
+    latency_cells,
+    noise_key,
+    notes_dict,
+    source_key,
+)
+
 EFFICIENCY_FIELDS = tuple(Efficiency.__dataclass_fields__)
 KERNEL_FIELDS = tuple(KernelEfficiency.__dataclass_fields__)
 ACT_BYTES = 2.0  # fp16/bf16 activations in every profiled kernel (vidur fp16, aic bf16)
-GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "gemm")
-ELEMENTWISE_OPS = ("emb", "input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
-ELEMENTWISE_CLASS = {"emb": "embedding", "input_layernorm": "norm", "post_attention_layernorm": "norm",
-                     "attn_rope": "rope", "mlp_act": "activation", "add": "residual_add"}
-"""Noise/discrepancy group of each elementwise op (their kernels differ in passes and fusion)."""
 _UNGATED = {"phi", "gpt2", "gptj", "gpt_neox", "bloom", "falcon", "opt"}
 _LOW_PRECISION = {"fp8", "fp8_block", "fp4", "int8"}
 STEP_METRICS = {("prefill", "time"): 0, ("decode_step", "time"): 1, ("static_batch", "ttft"): 0,
@@ -40,71 +48,6 @@ STEP_METRICS = {("prefill", "time"): 0, ("decode_step", "time"): 1, ("static_bat
 SERVING_REASON = "serving rows are scored by validate, not fitted (closed-loop solve too costly inside NUTS)"
 SERVING_METRICS = {"ttft": 0, "tpot": 1, "itl": 1, "e2e_latency": 2, "output_throughput": 3}
 SERVING_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p95": 2, "p99": 3}
-
-
-def notes_dict(notes: object) -> dict[str, str]:
-    """``key=value;...`` notes into a dict (non-pairs ignored)."""
-    out = {}
-    if isinstance(notes, str):
-        for part in notes.split(";"):
-            if "=" in part:
-                k, v = part.split("=", 1)
-                out[k.strip()] = v.strip()
-    return out
-
-
-def noise_key(row: pd.Series) -> str:
-    """Noise group of a row: scenario plus operator class (or metric)."""
-    op = row.get("op")
-    if row["scenario"] == "op":
-        if op in GEMM_OPS:
-            dt = notes_dict(row.get("notes")).get("gemm_dtype", "")
-            return "op:gemm" if dt in ("", "bfloat16", "float16") else f"op:gemm_{dt}"
-        if op in ELEMENTWISE_OPS:
-            return f"op:{ELEMENTWISE_CLASS[op]}"
-        return f"op:{op}"
-    if row["scenario"] == "collective":
-        return f"collective:{op}"
-    return f"{row['scenario']}:{row['metric']}"
-
-
-OFFSET_OP_GROUPS = ("op:embedding", "op:residual_add", "op:rope", "op:activation",
-                    "op:gemm_fp8_block", "op:attn_decode")
-"""Kernel groups with a discrepancy offset: elementwise kernels whose pass count the bytes formula
-does not know (``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``), block-scaled
-FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anchors
-``low_precision_compute_ratio``) and paged decode attention (split-KV reductions and page-table
-walks; its bandwidth is anchored by the GEMMs' weight reads)."""
-
-
-LATENCY_ANCHOR_SOURCES = ("aiconfigurator:nccl",)
-"""Collective sources whose latency defines ``collective_latency_s`` (nccl-tests, the reference
-NCCL benchmark); other sources' collective cells get a latency offset (eager launches timed by a
-profiler, vLLM's one-shot custom all-reduce)."""
-
-
-def has_offset(key: str, source: str = "") -> bool:
-    """Whether rows of noise group ``key`` (from ``source``) carry a (source, group) offset.
-
-    Whole-model scenarios do (engine and lab effects); single kernels are anchored by their own
-    efficiency parameters, except ``OFFSET_OP_GROUPS``; collectives get a *latency* offset except
-    from ``LATENCY_ANCHOR_SOURCES``.  Offsetting every group would make each efficiency collinear
-    with the offsets of the groups it governs.
-    """
-    if key.startswith("collective:"):
-        return source not in LATENCY_ANCHOR_SOURCES
-    return not key.startswith("op:") or key in OFFSET_OP_GROUPS
-
-
-def latency_cells(cells) -> np.ndarray:
-    """Mask of cells whose offset scales the collective latency alpha, not the whole time."""
-    return np.asarray([c.split("|")[1].startswith("collective:") for c in cells], dtype=bool)
-
-
-def source_key(row: pd.Series) -> str:
-    """Source-level effect key: the lab/source plus its engine (``vidur:sarathi``)."""
-    eng = row.get("engine")
-    return f"{row['source']}:{eng}" if isinstance(eng, str) and eng else str(row["source"])
 
 
 @lru_cache(maxsize=64)
@@ -152,8 +95,8 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
         dt = notes["gemm_dtype"]
         low = dt in _LOW_PRECISION
         peak = float(hw.dense_flops_per_s[1]) if low else peak_bf16
-        return "gemm", dict(m=_f(row["num_tokens"]), n=_f(notes["n"]), k=_f(notes["k"]),
-                            in_bytes=1.0 if low else ACT_BYTES, peak=peak, bw=bw, low=float(low))
+        return "gemm", {"m": _f(row["num_tokens"]), "n": _f(notes["n"]), "k": _f(notes["k"]),
+                            "in_bytes": 1.0 if low else ACT_BYTES, "peak": peak, "bw": bw, "low": float(low)}
     if op in ("attn_prefill", "attn_decode"):
         h, hkv, d = (_f(notes[k]) for k in ("num_heads", "num_kv_heads", "head_dim"))
         b = _f(row["batch_size"])
@@ -165,10 +108,12 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             q = s
         else:
             c = _f(row["context_len"]) + 1.0
+            w = _f(notes.get("window_size", 0))
+            c = min(c, w) if w > 0 else c  # a sliding-window layer reads only the last W keys
             flops = b * c * 2.0 * 2.0 * h * d
             moved = b * c * 2 * hkv * d * kv_b + b * 2 * h * d * ACT_BYTES
             q = c
-        return "attention", dict(flops=flops, bytes=moved, q=q, peak=peak_bf16, bw=bw)
+        return "attention", {"flops": flops, "bytes": moved, "q": q, "peak": peak_bf16, "bw": bw}
     # vidur per-layer ops of a model's TP shard
     spec = _model(row["model"])
     tp, m = _f(row["tp"]), _f(row["num_tokens"])
@@ -181,11 +126,11 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
              "mlp_up_proj": (up, hidden), "mlp_down_proj": (hidden, inter / tp)}
     if op in gemms:
         n, k = gemms[op]
-        return "gemm", dict(m=m, n=n, k=k, in_bytes=ACT_BYTES, peak=peak_bf16, bw=bw, low=0.0)
+        return "gemm", {"m": m, "n": n, "k": k, "in_bytes": ACT_BYTES, "peak": peak_bf16, "bw": bw, "low": 0.0}
     widths = {"emb": 2 * hidden, "input_layernorm": 2 * hidden,
               "post_attention_layernorm": 2 * hidden, "add": 3 * hidden,
               "attn_rope": 2 * (heads + kv) * hd / tp, "mlp_act": (up + inter / tp)}
-    return "elementwise", dict(bytes=m * widths[op] * ACT_BYTES, bw=bw)
+    return "elementwise", {"bytes": m * widths[op] * ACT_BYTES, "bw": bw}
 
 
 def _collective_features(row: pd.Series, hw: HardwareSpec) -> dict[str, float]:
@@ -193,8 +138,8 @@ def _collective_features(row: pd.Series, hw: HardwareSpec) -> dict[str, float]:
     link = float(hw.internode_bytes_per_s) if cross else float(hw.link_bytes_per_s)
     if not math.isfinite(link):
         raise ValueError("hardware row has no link bandwidth")
-    return dict(kind=float(COLLECTIVE_KINDS[row["op"]]), msg=_f(row["message_bytes"]),
-                p=_f(row["num_gpus"]), link=link, cross=float(cross))
+    return {"kind": float(COLLECTIVE_KINDS[row["op"]]), "msg": _f(row["message_bytes"]),
+                "p": _f(row["num_gpus"]), "link": link, "cross": float(cross)}
 
 
 @lru_cache(maxsize=256)
@@ -222,8 +167,8 @@ def _step_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
         raise ValueError("step rows need input_len and batch_size")
     ctx = _f(row["context_len"])
     ctx = inp + out / 2.0 if not ctx >= 0 else ctx
-    return specs, dict(inp=inp, out=out, batch=b, ctx=ctx, metric=float(STEP_METRICS[key]),
-                       low=float(wdt in _LOW_PRECISION))
+    return specs, {"inp": inp, "out": out, "batch": b, "ctx": ctx, "metric": float(STEP_METRICS[key]),
+                       "low": float(wdt in _LOW_PRECISION)}
 
 
 @dataclass
@@ -264,9 +209,9 @@ def _serving_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     conc, rate = _f(row["concurrency"]), _f(row["request_rate"])
     if not (conc > 0 or (rate > 0 and math.isfinite(rate))):
         raise ValueError("serving rows need a concurrency or a finite request_rate")
-    return specs, dict(inp=feats["inp"], out=_f(row["output_len"]), low=feats["low"],
-                       conc=conc if conc > 0 else 0.0, rate=rate if rate > 0 else 1.0,
-                       metric=float(SERVING_METRICS[metric]), stat=float(SERVING_STATS[stat]))
+    return specs, {"inp": feats["inp"], "out": _f(row["output_len"]), "low": feats["low"],
+                       "conc": conc if conc > 0 else 0.0, "rate": rate if rate > 0 else 1.0,
+                       "metric": float(SERVING_METRICS[metric]), "stat": float(SERVING_STATS[stat])}
 
 
 def _skip_reason(row: pd.Series, serving: bool) -> str | None:

@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
 
+    import numpyro
+
+    numpyro.set_host_device_count(args.chains)  # chains on separate cores (before JAX starts)
     import jax
 
     jax.config.update("jax_enable_x64", True)

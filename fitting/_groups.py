@@ -1,0 +1,92 @@
+"""Noise groups and offset cells of measurement rows (what ``_model`` pools and offsets).
+
+A row's noise group is its scenario plus operator class (``op:gemm``, ``collective:all_reduce``,
+``decode_step:time``); its offset cell is ``"<source>:<engine>|<group>"`` where a discrepancy
+offset is identifiable (``has_offset``): a Kennedy & O'Hagan (2001) term per lab/engine and group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "gemm")
+ELEMENTWISE_OPS = ("emb", "input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+ELEMENTWISE_CLASS = {"emb": "embedding", "input_layernorm": "norm", "post_attention_layernorm": "norm",
+                     "attn_rope": "rope", "mlp_act": "activation", "add": "residual_add"}
+"""Noise/discrepancy group of each elementwise op (their kernels differ in passes and fusion)."""
+
+
+def notes_dict(notes: object) -> dict[str, str]:
+    """``key=value;...`` notes into a dict (non-pairs ignored)."""
+    out = {}
+    if isinstance(notes, str):
+        for part in notes.split(";"):
+            if "=" in part:
+                k, v = part.split("=", 1)
+                out[k.strip()] = v.strip()
+    return out
+
+
+def noise_key(row: pd.Series) -> str:
+    """Noise group of a row: scenario plus operator class (or metric)."""
+    op = row.get("op")
+    if row["scenario"] == "op":
+        if op in GEMM_OPS:
+            notes = notes_dict(row.get("notes"))
+            dt = notes.get("gemm_dtype", "")
+            if dt == "fp8_block":  # DeepGEMM, CUTLASS and FlashInfer block-scaled kernels differ 10x
+                return f"op:gemm_fp8_block:{notes.get('kernel', '')}"
+            return "op:gemm" if dt in ("", "bfloat16", "float16") else f"op:gemm_{dt}"
+        if op in ELEMENTWISE_OPS:
+            return f"op:{ELEMENTWISE_CLASS[op]}"
+        return f"op:{op}"
+    if row["scenario"] == "collective":
+        return f"collective:{op}"
+    return f"{row['scenario']}:{row['metric']}"
+
+
+OFFSET_OP_GROUPS = ("op:embedding", "op:residual_add", "op:rope", "op:activation",
+                    "op:gemm_fp8_block", "op:attn_decode")
+"""Kernel groups with a discrepancy offset: elementwise kernels whose pass count the bytes formula
+does not know (``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``), block-scaled
+FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anchors
+``low_precision_compute_ratio``) and paged decode attention (split-KV reductions and page-table
+walks; its bandwidth is anchored by the GEMMs' weight reads)."""
+
+
+LATENCY_ANCHOR_SOURCES = ("aiconfigurator:nccl",)
+"""Collective sources whose latency defines ``collective_latency_s`` (nccl-tests, the reference
+NCCL benchmark); other sources' collective cells get a latency offset (eager launches timed by a
+profiler, vLLM's one-shot custom all-reduce)."""
+
+
+def has_offset(key: str, source: str = "") -> bool:
+    """Whether rows of noise group ``key`` (from ``source``) carry a (source, group) offset.
+
+    Whole-model scenarios do (engine and lab effects); single kernels are anchored by their own
+    efficiency parameters, except ``OFFSET_OP_GROUPS``; collectives get a *latency* offset except
+    from ``LATENCY_ANCHOR_SOURCES``.  Offsetting every group would make each efficiency collinear
+    with the offsets of the groups it governs.
+    """
+    if key.startswith("collective:"):
+        return source not in LATENCY_ANCHOR_SOURCES
+    return not key.startswith("op:") or key.startswith(OFFSET_OP_GROUPS)
+
+
+def latency_cells(cells) -> np.ndarray:
+    """Mask of cells whose offset scales the collective latency alpha, not the whole time."""
+    return np.asarray([c.split("|")[1].startswith("collective:") for c in cells], dtype=bool)
+
+
+def source_key(row: pd.Series) -> str:
+    """Source-level effect key: the lab/source plus its engine (``vidur:sarathi``); a collective's
+    ``backend`` note joins it (``aiconfigurator:vllm_graph``: a CUDA-graph-captured custom
+    all-reduce costs ~5 us where the same kernel launched eagerly costs ~45 us)."""
+    eng = row.get("engine")
+    key = f"{row['source']}:{eng}" if isinstance(eng, str) and eng else str(row["source"])
+    if row.get("scenario") == "collective":
+        backend = notes_dict(row.get("notes")).get("backend")
+        if backend and backend != eng:
+            key = f"{row['source']}:{backend}"
+    return key
