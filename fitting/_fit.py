@@ -17,6 +17,7 @@ from ._diagnostics import Diagnostics, diagnose
 from ._model import run_nuts, run_svi, sample_prior
 from ._posterior import Posterior
 from ._rows import Prepared, prepare
+from ._serving_stage import add_serving_stage
 
 STRATA = ["source", "scenario", "op", "gpu", "metric"]
 """Cells of the stratified subsample."""
@@ -47,7 +48,7 @@ class FitResult:
 
 def fit_table(table: pd.DataFrame, *, per_stratum: int = 40, seed: int = 0, draws: int = 500,
               warmup: int = 500, chains: int = 2, svi: bool = False, svi_steps: int = 3000,
-              prior_only: bool = False, progress: bool = False) -> FitResult:
+              prior_only: bool = False, progress: bool = False, serving: bool = True) -> FitResult:
     """Calibrate on (a stratified subsample of) ``table``.
 
     Args:
@@ -57,6 +58,8 @@ def fit_table(table: pd.DataFrame, *, per_stratum: int = 40, seed: int = 0, draw
         draws, warmup, chains: NUTS settings (``draws`` is also the SVI/prior draw count).
         svi: use SVI (``AutoLowRankMultivariateNormal``) instead of NUTS.
         prior_only: skip the data; draws from the spec-sheet priors.
+        serving: after the sampler, fit serving rows' engine offsets and noise in a second
+            (cut) stage (``_serving_stage``); NUTS itself never solves the queueing model.
     """
     fit_rows = subsample(table, per_stratum, seed) if per_stratum > 0 else table
     prep = prepare(fit_rows, serving=False)
@@ -74,11 +77,14 @@ def fit_table(table: pd.DataFrame, *, per_stratum: int = 40, seed: int = 0, draw
                          progress=progress)
         diag = diagnose(idata)
         method = "nuts"
+    n_serving = 0
+    if serving and not prior_only:
+        idata, n_serving = add_serving_stage(idata, table, seed=seed)
     idata.attrs.update({
         "method": method, "seed": seed, "per_stratum": per_stratum,
         "fit_rows": len(prep.log_value), "table_rows": len(table),
         "subsample": f"seeded stratified: <= {per_stratum} rows per {'/'.join(STRATA)} cell",
-        "skipped_rows": len(prep.skipped),
+        "skipped_rows": len(prep.skipped), "serving_rows": n_serving,
     })
     return FitResult(Posterior(idata), prep, diag)
 

@@ -45,7 +45,7 @@ _LOW_PRECISION = {"fp8", "fp8_block", "fp4", "int8"}
 STEP_METRICS = {("prefill", "time"): 0, ("decode_step", "time"): 1, ("static_batch", "ttft"): 0,
                 ("static_batch", "tpot"): 1, ("static_batch", "latency"): 2,
                 ("static_batch", "output_throughput"): 3}
-SERVING_REASON = "serving rows are scored by validate, not fitted (closed-loop solve too costly inside NUTS)"
+SERVING_REASON = "serving rows are fitted in the second (cut) stage, not by NUTS (closed-loop solve too costly)"
 SERVING_METRICS = {"ttft": 0, "tpot": 1, "itl": 1, "e2e_latency": 2, "output_throughput": 3}
 SERVING_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p95": 2, "p99": 3}
 

@@ -135,8 +135,10 @@ def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error():
     bundled = fitting.load_posterior()
     table = fitting.load_measurements(fitting.bundled_measurements()).table
     short = fitting.fit_table(table, per_stratum=fit_bundled.PER_STRATUM, seed=fit_bundled.SEED,
-                              draws=150, warmup=150, chains=1)
-    assert short.prepared.gpus == bundled.gpus and short.prepared.cells == bundled.cells
+                              draws=150, warmup=150, chains=1, serving=False)
+    # the bundled file appends the serving stage's cells after the NUTS cells
+    assert short.prepared.gpus == bundled.gpus
+    assert bundled.cells[:len(short.prepared.cells)] == short.prepared.cells
     checked = 0
     for name in ("compute_fraction_max", "bandwidth_fraction", "elementwise_bandwidth_fraction"):
         for gpu in ("a100-sxm-80gb", "h100-sxm", "a40"):
@@ -146,3 +148,26 @@ def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error():
             assert abs(float(a.mean()) - float(b.mean())) <= 4.0 * mcse + 1e-3, (name, gpu)
             checked += 1
     assert checked == 9
+
+
+def test_serving_stage_recovers_a_known_engine_offset_and_spread():
+    """Serving rows simulated as f(theta_median) * e^(0.7 +/- 0.05): the cut stage's cell offset is
+    0.7 and its sigma about the MAD scale 1.4826 * 0.05."""
+    from fitting._predict import predict_log
+    from fitting._serving_stage import add_serving_stage
+
+    post = _toy_posterior()
+    rows = [_row(source="lab", engine="vllm", gpu="h100-sxm", model="meta-llama/Llama-3.1-8B", scenario="serving",
+                 metric="ttft", stat="mean", concurrency=c, input_len=1024, output_len=128, tp=1)
+            for c in (1, 2, 4, 8, 16, 32)]
+    table = pd.DataFrame(rows)
+    prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
+    params = {n: jnp.asarray(np.median(post.flat(n), axis=0)) for n in PARAM_NAMES}
+    noise = np.array([0.05, -0.05] * 3)
+    table["value"] = np.exp(np.asarray(predict_log(prep, params)) + 0.7 + noise)
+    idata, n = add_serving_stage(post.idata, table, seed=0)
+    new = fitting.Posterior(idata)
+    assert n == 6 and new.cells[-1] == "lab:vllm|serving:ttft" and new.noise_keys[-1] == "serving:ttft"
+    off = new.flat("cell_offset")[:, -1]
+    assert abs(np.median(off) - 0.7) < 0.03
+    assert 0.03 < np.median(new.flat("sigma")[:, -1]) < 0.2

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+import pytest
 
 import perfmodel
 from fitting._predict import SERVING_REASON, default_params, predict_log, prepare
@@ -114,3 +115,37 @@ def test_prediction_is_differentiable_in_the_parameters():
     assert all(bool(jnp.all(jnp.isfinite(v))) for v in g.values())
     assert float(g["compute_fraction_max"][0]) < 0.0  # more efficient -> faster
     assert float(g["bandwidth_fraction"][0]) < 0.0
+
+
+def test_collective_latency_is_per_call_plus_per_hop():
+    """t = alpha_0 + hops * alpha + volume / (eta * link), by hand: ring all-reduce 2(p-1) hops,
+    all-gather p-1, send/recv one."""
+    eff = perfmodel.Efficiency(collective_latency_s=1e-6, collective_base_latency_s=5e-6,
+                               collective_bandwidth_fraction=0.5)
+    n, link = 2.0**20, 450e9
+    assert float(collective_time_s(0, n, 8, link, eff)) == pytest.approx(5e-6 + 14e-6 + 2 * 7 / 8 * n / (0.5 * link))
+    assert float(collective_time_s(1, n, 8, link, eff)) == pytest.approx(5e-6 + 7e-6 + 7 / 8 * n / (0.5 * link))
+    assert float(collective_time_s(2, n, 2, link, eff)) == pytest.approx(5e-6 + 1e-6 + n / (0.5 * link))
+    assert float(collective_time_s(0, n, 1, link, eff)) == 0.0
+
+
+def test_sliding_window_decode_reads_only_the_window():
+    notes = "num_heads=8;num_kv_heads=1;head_dim=128;window_size=128"
+    rows = [row(source="aiconfigurator", engine="vllm", gpu="h100-sxm", scenario="op", op="attn_decode",
+                batch_size=4, context_len=c, kv_dtype="bf16", notes=notes) for c in (127, 65535)]
+    prep, _ = predicted(rows)
+    b = prep.blocks["attention"]
+    kv_bytes, q_bytes = 4 * 128 * 2 * 1 * 128 * 2, 4 * 2 * 8 * 128 * 2
+    np.testing.assert_allclose(b["bytes"], [kv_bytes + q_bytes] * 2)
+    np.testing.assert_allclose(b["flops"], [4 * 128 * 2 * 2 * 8 * 128] * 2)
+
+
+def test_vllm_graph_and_eager_all_reduce_get_their_own_latency_cells():
+    rows = [row(source="aiconfigurator", engine="vllm", gpu="h100-sxm", scenario="collective", op="all_reduce",
+                num_gpus=4, message_bytes=4096, notes=f"backend={b};kernel=vLLM_custom") for b in ("vllm_graph", "vllm_eager")]
+    rows.append(row(source="aiconfigurator", engine="nccl", gpu="h100-sxm", scenario="collective", op="all_reduce",
+                    num_gpus=4, message_bytes=4096, notes="nccl-tests"))
+    prep, _ = predicted(rows)
+    assert prep.cells == ("aiconfigurator:vllm_eager|collective:all_reduce",
+                          "aiconfigurator:vllm_graph|collective:all_reduce")
+    assert list(prep.cell_idx) == [1, 0, -1]  # nccl-tests anchor the latency: no offset
