@@ -6,6 +6,9 @@ Formats (``../shared/data/README.md``, "traces/"):
   wall-clock arrivals ``YYYY-MM-DD HH:MM:SS.fffffff``.
 * Length files (ShareGPT via sarathi-serve, arXiv via vidur): ``num_prefill_tokens,
   num_decode_tokens`` (other columns ignored), no arrival times.
+* Mooncake (Qin et al., FAST 2025), JSON lines: ``timestamp`` (ms), ``input_length``,
+  ``output_length``, ``hash_ids`` (chained prompt-block identities, 512 tokens each; equal ids
+  are a reusable KV prefix).  Kept as ``Trace.block_hashes`` for the simulator's prefix cache.
 
 A user's CSV with either set of columns goes through the same code.  Malformed input raises
 ``CatalogError`` naming the file, line and column.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import json
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +31,14 @@ PRESETS: dict[str, str] = {
     "azure-conv": "azure_llm_2023_conv.csv",
     "sharegpt": "sharegpt_llama2_lengths.csv",
     "arxiv": "arxiv_summarization_llama2_lengths.csv",
+    "mooncake": "mooncake_conversation.jsonl",
 }
 """Bundled traces by name (``data/traces/``, byte-identical to ``../shared/data/traces``)."""
 
+MOONCAKE_HASH_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` entry in the Mooncake trace (its README, FAST'25 release)."""
+
+_MOONCAKE = ("timestamp", "input_length", "output_length", "hash_ids")
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _LENGTHS = ("num_prefill_tokens", "num_decode_tokens")
 
@@ -42,13 +51,36 @@ class Trace:
         prompt_tokens: prompt lengths (int64).
         output_tokens: generated tokens (int64).
         name: where it came from.
+        block_hashes: per request, its prompt's chained block identities (Mooncake), or None.
+        hash_block_tokens: tokens per block identity (512 for Mooncake), or None.
     """
 
-    def __init__(self, arrival_s, prompt_tokens, output_tokens, name: str = "trace"):
+    def __init__(
+        self,
+        arrival_s,
+        prompt_tokens,
+        output_tokens,
+        name: str = "trace",
+        block_hashes=None,
+        hash_block_tokens: int | None = None,
+    ):
         self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
         self.prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
         self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
         self.name = name
+        self.block_hashes = None if block_hashes is None else [tuple(h) for h in block_hashes]
+        self.hash_block_tokens = hash_block_tokens
+
+    def head(self, n: int) -> Trace:
+        """The first ``n`` requests (block hashes kept)."""
+        return Trace(
+            self.arrival_s[:n],
+            self.prompt_tokens[:n],
+            self.output_tokens[:n],
+            self.name,
+            None if self.block_hashes is None else self.block_hashes[:n],
+            self.hash_block_tokens,
+        )
 
     def __len__(self) -> int:
         return int(self.prompt_tokens.shape[0])
@@ -61,7 +93,7 @@ class Trace:
 def _timestamp_s(text: str) -> float:
     date, _, clock = text.strip().partition(" ")
     whole, _, frac = clock.partition(".")
-    base = _dt.datetime.fromisoformat(f"{date} {whole}").replace(tzinfo=_dt.timezone.utc)
+    base = _dt.datetime.fromisoformat(f"{date} {whole}").replace(tzinfo=_dt.UTC)
     return base.timestamp() + (float(f"0.{frac}") if frac else 0.0)
 
 
@@ -72,7 +104,8 @@ def trace_path(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if not path.exists():
         raise CatalogError(
-            f"no trace {str(name_or_path)!r}; give a CSV path or a preset: {', '.join(PRESETS)}"
+            f"no trace {str(name_or_path)!r}; give a CSV or Mooncake .jsonl path or a preset: "
+            f"{', '.join(PRESETS)}"
         )
     return path
 
@@ -85,6 +118,8 @@ def load_trace(name_or_path: str | Path) -> Trace:
             backwards — the message names the file, line and column.
     """
     path = trace_path(name_or_path)
+    if path.suffix == ".jsonl":
+        return _load_mooncake(path, str(name_or_path))
     try:
         fh = open(path, newline="")
     except OSError as exc:
@@ -135,6 +170,56 @@ def load_trace(name_or_path: str | Path) -> Trace:
         raise CatalogError(f"{path}: no requests; the trace is empty")
     arrival = np.asarray(arrivals) - arrivals[0] if timed else np.full(len(prompts), np.nan)
     return Trace(arrival, prompts, outputs, name=str(name_or_path))
+
+
+def _load_mooncake(path: Path, name: str) -> Trace:
+    """Mooncake JSON lines (``_MOONCAKE`` keys); errors name the file, line and key."""
+    arrivals, prompts, outputs, hashes = [], [], [], []
+    try:
+        fh = open(path)
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
+    with fh:
+        for line, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                raise CatalogError(
+                    f"{path}:{line}: not a JSON object; a Mooncake trace has one per line"
+                ) from None
+            missing = [k for k in _MOONCAKE if not isinstance(row, dict) or k not in row]
+            if missing:
+                raise CatalogError(
+                    f"{path}:{line}: missing key {missing[0]!r}; need {', '.join(_MOONCAKE)}"
+                )
+            t, p, o, h = (row[k] for k in _MOONCAKE)
+            for key, v in (("timestamp", t), ("input_length", p), ("output_length", o)):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                    raise CatalogError(
+                        f"{path}:{line}: key {key}: {v!r} is not a non-negative number"
+                    )
+            if not isinstance(h, list):
+                raise CatalogError(f"{path}:{line}: key hash_ids: expected a list of block ids")
+            if arrivals and t * 1e-3 < arrivals[-1]:
+                raise CatalogError(
+                    f"{path}:{line}: key timestamp: timestamps go backwards; sort the file"
+                )
+            arrivals.append(t * 1e-3)
+            prompts.append(max(int(p), 1))
+            outputs.append(max(int(o), 1))
+            hashes.append(tuple(h))
+    if not prompts:
+        raise CatalogError(f"{path}: no requests; the trace is empty")
+    return Trace(
+        np.asarray(arrivals) - arrivals[0],
+        prompts,
+        outputs,
+        name,
+        hashes,
+        MOONCAKE_HASH_BLOCK_TOKENS,
+    )
 
 
 def _cv(x: np.ndarray) -> float:

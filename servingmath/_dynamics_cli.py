@@ -35,17 +35,29 @@ def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = F
     load = g.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="open-loop arrivals, requests/s (all replicas)")
     load.add_argument("--concurrency", type=int, help="closed loop: requests kept in flight")
-    g.add_argument("--workload", help="trace CSV or preset: azure-code, azure-conv, sharegpt, arxiv")
+    g.add_argument(
+        "--workload", help="trace CSV or preset: azure-code, azure-conv, sharegpt, arxiv"
+    )
     if lengths:
         g.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
         g.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
-    g.add_argument("--input-cv", type=float, default=0.0, help="prompt-length CV, lognormal (default 0)")
-    g.add_argument("--output-cv", type=float, default=0.0, help="output-length CV, lognormal (default 0)")
+    g.add_argument(
+        "--input-cv", type=float, default=0.0, help="prompt-length CV, lognormal (default 0)"
+    )
+    g.add_argument(
+        "--output-cv", type=float, default=0.0, help="output-length CV, lognormal (default 0)"
+    )
     g.add_argument("--interarrival-cv", type=float, default=1.0, help="gap CV (1 = Poisson)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=8192, help="token budget per iteration")
+    g.add_argument(
+        "--max-num-batched-tokens", type=int, default=8192, help="token budget per iteration"
+    )
     g.add_argument("--max-num-seqs", type=int, default=256, help="sequences per iteration")
-    g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
-                   help="chunked prefill (default on)")
+    g.add_argument(
+        "--chunked-prefill",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="chunked prefill (default on)",
+    )
     g.add_argument("--chunk-tokens", type=int, help="largest prefill chunk per sequence")
 
 
@@ -80,26 +92,35 @@ def resolve_workload(args: argparse.Namespace) -> tuple[Workload, Trace | None]:
             raise UsageError(
                 f"{args.workload} has lengths but no arrival times; add --rate R or --concurrency N"
             )
-        w = workload_from_trace(trace, args.rate if args.rate is not None else (
-            None if trace.has_arrivals else 1.0))
+        w = workload_from_trace(
+            trace, args.rate if args.rate is not None else (None if trace.has_arrivals else 1.0)
+        )
     else:
         if args.rate is None and args.concurrency is None:
             raise UsageError("give a load: --rate R (requests/s) or --concurrency N")
         positive("--input-len", args.input_len)
         positive("--output-len", args.output_len)
         w = Workload(
-            arrival_rate_per_s=args.rate or 0.0, interarrival_cv=args.interarrival_cv,
-            prompt_tokens_mean=float(args.input_len), prompt_tokens_cv=args.input_cv,
-            output_tokens_mean=float(args.output_len), output_tokens_cv=args.output_cv,
+            arrival_rate_per_s=args.rate or 0.0,
+            interarrival_cv=args.interarrival_cv,
+            prompt_tokens_mean=float(args.input_len),
+            prompt_tokens_cv=args.input_cv,
+            output_tokens_mean=float(args.output_len),
+            output_tokens_cv=args.output_cv,
         )
     if args.concurrency is not None:
         w = Workload(
-            arrival_rate_per_s=0.0, concurrency=float(args.concurrency),
-            interarrival_cv=w.interarrival_cv, prompt_tokens_mean=w.prompt_tokens_mean,
-            prompt_tokens_cv=w.prompt_tokens_cv, output_tokens_mean=w.output_tokens_mean,
+            arrival_rate_per_s=0.0,
+            concurrency=float(args.concurrency),
+            interarrival_cv=w.interarrival_cv,
+            prompt_tokens_mean=w.prompt_tokens_mean,
+            prompt_tokens_cv=w.prompt_tokens_cv,
+            output_tokens_mean=w.output_tokens_mean,
             output_tokens_cv=w.output_tokens_cv,
         )
-    longest = int(trace.prompt_tokens.max()) if trace is not None else int(float(w.prompt_tokens_mean))
+    longest = (
+        int(trace.prompt_tokens.max()) if trace is not None else int(float(w.prompt_tokens_mean))
+    )
     if not args.chunked_prefill and args.max_num_batched_tokens < longest:
         raise UsageError(
             f"--max-num-batched-tokens {args.max_num_batched_tokens} cannot hold a {longest}-token "
@@ -113,14 +134,22 @@ def _finite(x: float) -> float | None:
 
 
 def _pct(p) -> dict:
-    return {k: _finite(getattr(p, k) if not isinstance(p, dict) else p[k]) for k in ("mean", "p50", "p95", "p99")}
+    return {
+        k: _finite(getattr(p, k) if not isinstance(p, dict) else p[k])
+        for k in ("mean", "p50", "p95", "p99")
+    }
 
 
 def dynamics_report(args, model, hardware, deployment, efficiency, workload: Workload) -> dict:
     """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded)."""
     m = serving_metrics(
-        model, hardware, deployment, efficiency, workload,
-        chunked_prefill=args.chunked_prefill, chunk_tokens=args.chunk_tokens,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        workload,
+        chunked_prefill=args.chunked_prefill,
+        chunk_tokens=args.chunk_tokens,
     )
     return {
         "ttft_s": _pct(m.ttft_s),
@@ -136,8 +165,10 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
 
 def progress_printer(total: int):
     """A ``progress(finished, total)`` callback writing one updating line to stderr."""
+
     def show(done: int, n: int) -> None:
         print(f"\rsimulated {done:,}/{n:,} requests", end="", file=sys.stderr, flush=True)
+
     return show if total >= 2000 else None
 
 
@@ -145,7 +176,14 @@ def rescale_arrivals(trace: Trace, rate: float) -> Trace:
     """Time-scale a timed trace to ``rate`` requests/s (keeps its burstiness)."""
     span = float(trace.arrival_s[-1] - trace.arrival_s[0])
     scale = (len(trace) - 1) / (rate * span) if span > 0 else 1.0
-    return Trace(trace.arrival_s * scale, trace.prompt_tokens, trace.output_tokens, trace.name)
+    return Trace(
+        trace.arrival_s * scale,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        trace.name,
+        trace.block_hashes,
+        trace.hash_block_tokens,
+    )
 
 
 def simulation_report(result, summary: dict) -> dict:
@@ -185,13 +223,18 @@ def render_dynamics(report: dict) -> str:
     from ._render import human_seconds, table
 
     def pct(p):
-        return "  ".join(f"{k} {human_seconds(v) if v is not None else 'inf'}" for k, v in p.items())
+        return "  ".join(
+            f"{k} {human_seconds(v) if v is not None else 'inf'}" for k, v in p.items()
+        )
 
     rows = [
         ("TTFT", pct(report["ttft_s"])),
         ("TPOT", pct(report["tpot_s"])),
         ("E2E", pct(report["e2e_s"])),
-        ("utilization", f"{report['utilization']:.2f}" + ("" if report["stable"] else "  OVERLOADED")),
+        (
+            "utilization",
+            f"{report['utilization']:.2f}" + ("" if report["stable"] else "  OVERLOADED"),
+        ),
         ("output tokens/s", f"{report['output_tokens_per_s']:,.0f}"),
         ("mean decode batch", f"{report['decode_batch']:.1f}"),
     ]

@@ -9,10 +9,9 @@ not asked for reports the plain engine: no reuse, one token per step, no transfe
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import argparse
 import math
+from typing import NamedTuple
 
 import equinox as eqx
 
@@ -29,21 +28,46 @@ DEFAULT_HOST_KV_BYTES_PER_S = 63e9
 def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     """Feature options (the paged-KV ``--block-size`` is a deployment option)."""
     g = parser.add_argument_group("serving features")
-    g.add_argument("--prefix-reuse", type=float, metavar="FRACTION",
-                   help="share of requests that open with a shared prefix (0..1)")
+    g.add_argument(
+        "--prefix-reuse",
+        type=float,
+        metavar="FRACTION",
+        help="share of requests that open with a shared prefix (0..1)",
+    )
     g.add_argument("--prefix-len", type=int, metavar="N", help="shared prefix length (tokens)")
-    g.add_argument("--spec-draft", metavar="MODEL|mtp", help="speculative decoding: draft model or mtp")
-    g.add_argument("--spec-k", type=int, default=4, metavar="K", help="draft tokens per step (default 4)")
-    g.add_argument("--spec-acceptance", type=float, metavar="A",
-                   help="per-token acceptance in [0, 1] (default: prior from measured acceptance lengths)")
-    g.add_argument("--disagg", metavar="PREFILL_GPUS:DECODE_GPUS", help="split prefill and decode pools")
+    g.add_argument(
+        "--spec-draft", metavar="MODEL|mtp", help="speculative decoding: draft model or mtp"
+    )
+    g.add_argument(
+        "--spec-k", type=int, default=4, metavar="K", help="draft tokens per step (default 4)"
+    )
+    g.add_argument(
+        "--spec-acceptance",
+        type=float,
+        metavar="A",
+        help="per-token acceptance in [0, 1] (default: prior from measured acceptance lengths)",
+    )
+    g.add_argument(
+        "--disagg", metavar="PREFILL_GPUS:DECODE_GPUS", help="split prefill and decode pools"
+    )
     g.add_argument("--prefill-gpu", metavar="G", help="prefill pool hardware id (default --gpu)")
     g.add_argument("--decode-gpu", metavar="G", help="decode pool hardware id (default --gpu)")
-    g.add_argument("--transfer-bw", type=float, metavar="BYTES_PER_S",
-                   help="KV hand-off bandwidth per GPU (default: the inter-node network)")
-    g.add_argument("--host-kv-bytes", type=float, metavar="BYTES", help="host-memory KV tier per GPU")
-    g.add_argument("--host-kv-bw", type=float, default=DEFAULT_HOST_KV_BYTES_PER_S, metavar="BYTES_PER_S",
-                   help="host <-> GPU bandwidth (default PCIe 5.0 x16, 63e9)")
+    g.add_argument(
+        "--transfer-bw",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="KV hand-off bandwidth per GPU (default: the inter-node network)",
+    )
+    g.add_argument(
+        "--host-kv-bytes", type=float, metavar="BYTES", help="host-memory KV tier per GPU"
+    )
+    g.add_argument(
+        "--host-kv-bw",
+        type=float,
+        default=DEFAULT_HOST_KV_BYTES_PER_S,
+        metavar="BYTES_PER_S",
+        help="host <-> GPU bandwidth (default PCIe 5.0 x16, 63e9)",
+    )
 
 
 def _fraction(name: str, value: float) -> None:
@@ -55,9 +79,13 @@ def _pools(text: str) -> tuple[int, int]:
     try:
         p, d = (int(x) for x in text.split(":"))
     except ValueError:
-        raise UsageError(f"--disagg {text!r} is not PREFILL_GPUS:DECODE_GPUS; pass e.g. --disagg 4:4") from None
+        raise UsageError(
+            f"--disagg {text!r} is not PREFILL_GPUS:DECODE_GPUS; pass e.g. --disagg 4:4"
+        ) from None
     if p < 1 or d < 1:
-        raise UsageError(f"--disagg {text}: each pool needs at least one GPU; pass e.g. --disagg 4:4")
+        raise UsageError(
+            f"--disagg {text}: each pool needs at least one GPU; pass e.g. --disagg 4:4"
+        )
     return p, d
 
 
@@ -73,13 +101,17 @@ def _hardware(name: str | None, default: HardwareSpec, args: argparse.Namespace)
 def _pool(deployment: Deployment, gpus: int, flag: str) -> Deployment:
     group = int(deployment.tp) * int(deployment.pp)
     if gpus % group:
-        raise UsageError(f"{flag}: {gpus} GPUs is not a multiple of TP x PP = {group}; pass a multiple")
+        raise UsageError(
+            f"{flag}: {gpus} GPUs is not a multiple of TP x PP = {group}; pass a multiple"
+        )
     return eqx.tree_at(lambda d: d.replicas, deployment, float(gpus // group))
 
 
 def _lengths(args, workload) -> tuple[float, float, float | None]:
     if workload is not None:
-        rate = float(workload.arrival_rate_per_s) if getattr(args, "rate", None) is not None else None
+        rate = (
+            float(workload.arrival_rate_per_s) if getattr(args, "rate", None) is not None else None
+        )
         return float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), rate
     return float(args.input_len), float(args.output_len), getattr(args, "rate", None)
 
@@ -88,10 +120,14 @@ def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -
     """Every check that needs no budget, so bad input fails fast (``UsageError``, one line)."""
     if args.prefix_reuse is not None or args.prefix_len is not None:
         if args.prefix_reuse is None or args.prefix_len is None:
-            raise UsageError("--prefix-reuse and --prefix-len go together; pass both, e.g. 0.8 and 1024")
+            raise UsageError(
+                "--prefix-reuse and --prefix-len go together; pass both, e.g. 0.8 and 1024"
+            )
         _fraction("--prefix-reuse", args.prefix_reuse)
         if args.prefix_len < 0:
-            raise UsageError(f"--prefix-len must be >= 0 tokens, got {args.prefix_len}; pass e.g. --prefix-len 1024")
+            raise UsageError(
+                f"--prefix-len must be >= 0 tokens, got {args.prefix_len}; pass e.g. --prefix-len 1024"
+            )
         if args.prefix_len > prompt_tokens:
             raise UsageError(
                 f"--prefix-len {args.prefix_len} is longer than the {prompt_tokens:.0f}-token prompt; "
@@ -99,17 +135,25 @@ def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -
             )
     if args.spec_draft:
         if args.spec_k < 1:
-            raise UsageError(f"--spec-k must be a positive integer, got {args.spec_k}; pass e.g. --spec-k 4")
+            raise UsageError(
+                f"--spec-k must be a positive integer, got {args.spec_k}; pass e.g. --spec-k 4"
+            )
         if args.spec_acceptance is not None:
             _fraction("--spec-acceptance", args.spec_acceptance)
     if args.disagg:
         _pools(args.disagg)
-        if args.transfer_bw is not None and not (math.isfinite(args.transfer_bw) and args.transfer_bw > 0):
-            raise UsageError(f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}")
+        if args.transfer_bw is not None and not (
+            math.isfinite(args.transfer_bw) and args.transfer_bw > 0
+        ):
+            raise UsageError(
+                f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}"
+            )
     if args.host_kv_bytes is not None and not (
         math.isfinite(args.host_kv_bytes) and args.host_kv_bytes >= 0 and args.host_kv_bw > 0
     ):
-        raise UsageError("--host-kv-bytes must be >= 0 and --host-kv-bw > 0; pass e.g. --host-kv-bytes 256e9")
+        raise UsageError(
+            "--host-kv-bytes must be >= 0 and --host-kv-bw > 0; pass e.g. --host-kv-bytes 256e9"
+        )
 
 
 def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) -> dict:
@@ -132,13 +176,26 @@ def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) 
     else:
         alpha, source = args.spec_acceptance, "--spec-acceptance"
     s = ft.speculative_decode(
-        model, hardware, deployment, efficiency, batch_size=batch, context_tokens=prompt + output / 2.0,
-        draft_tokens=float(args.spec_k), acceptance=alpha, draft_model=draft,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        batch_size=batch,
+        context_tokens=prompt + output / 2.0,
+        draft_tokens=float(args.spec_k),
+        acceptance=alpha,
+        draft_model=draft,
     )
     return {
-        "draft": "mtp" if mtp else draft.name, "k": args.spec_k, "acceptance": float(alpha),
-        "acceptance_source": source, "batch": float(batch), "tokens_per_step": float(s.tokens_per_step),
-        "speedup": float(s.speedup), "tpot_s": float(s.tpot_s), "net_gain_s": float(s.net_gain_s),
+        "draft": "mtp" if mtp else draft.name,
+        "k": args.spec_k,
+        "acceptance": float(alpha),
+        "acceptance_source": source,
+        "batch": float(batch),
+        "tokens_per_step": float(s.tokens_per_step),
+        "speedup": float(s.speedup),
+        "tpot_s": float(s.tpot_s),
+        "net_gain_s": float(s.net_gain_s),
         "breakeven_acceptance": float(s.breakeven_acceptance),
     }
 
@@ -150,26 +207,48 @@ def feature_report(
     deployment: Deployment,
     efficiency: Efficiency,
     workload=None,
+    trace_reuse: dict | None = None,
 ) -> dict:
-    """Closed-form feature numbers and verdicts for the parsed options (``UsageError`` on bad input)."""
+    """Closed-form feature numbers and verdicts for the parsed options (``UsageError`` on bad input).
+
+    ``trace_reuse`` (a hashed trace's measured ``shared_fraction`` and mean reused
+    ``prefix_tokens``) stands in for --prefix-reuse/--prefix-len when those are not given.
+    """
     prompt, output, rate = _lengths(args, workload)
     validate_feature_arguments(args, prompt)
     share, prefix = 0.0, 0.0
     if args.prefix_reuse is not None:
         share, prefix = float(args.prefix_reuse), float(args.prefix_len)
+    elif trace_reuse is not None:
+        share, prefix = trace_reuse["shared_fraction"], min(trace_reuse["prefix_tokens"], prompt)
     out: dict = {}
-    out["prefix_hit_rate"], out["effective_prefill_tokens"], out["prefix_prefill_speedup"] = 0.0, prompt, 1.0
+    out["prefix_hit_rate"], out["effective_prefill_tokens"], out["prefix_prefill_speedup"] = (
+        0.0,
+        prompt,
+        1.0,
+    )
     if share > 0:
         reuse = ft.prefix_reuse(
-            model, hardware, deployment, efficiency, prompt_tokens=prompt, output_tokens=output,
-            shared_fraction=share, prefix_tokens=prefix, arrival_rate_per_s=rate or 1.0,
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            shared_fraction=share,
+            prefix_tokens=prefix,
+            arrival_rate_per_s=rate or 1.0,
         )
         out["prefix_hit_rate"] = float(reuse.hit_rate)
         out["effective_prefill_tokens"] = float(reuse.effective_prefill_tokens)
         out["prefix_prefill_speedup"] = float(reuse.prefill_speedup)
 
     batch = _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
-    spec = _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) if args.spec_draft else None
+    spec = (
+        _spec(args, model, hardware, deployment, efficiency, prompt, output, batch)
+        if args.spec_draft
+        else None
+    )
     out["spec_tokens_per_step"] = spec["tokens_per_step"] if spec else 1.0
     out["spec_speedup"] = spec["speedup"] if spec else 1.0
     if spec:
@@ -180,14 +259,24 @@ def feature_report(
         out.update(_disagg(args, model, hardware, deployment, efficiency, prompt, output, rate))
 
     if args.host_kv_bytes is not None:
-        tier_dep = eqx.tree_at(lambda d: (d.host_kv_bytes, d.host_kv_bytes_per_s), deployment,
-                               (args.host_kv_bytes, args.host_kv_bw))
+        tier_dep = eqx.tree_at(
+            lambda d: (d.host_kv_bytes, d.host_kv_bytes_per_s),
+            deployment,
+            (args.host_kv_bytes, args.host_kv_bw),
+        )
         h = ft.host_tier(model, hardware, tier_dep, efficiency, sequence_tokens=prompt + output)
         out["host_tier"] = {k: float(v) for k, v in h.__dict__.items()}
 
     out["verdicts"] = ft.verdicts(
-        model, hardware, deployment, efficiency, prompt_tokens=prompt, output_tokens=output,
-        arrival_rate_per_s=rate, shared_fraction=share, prefix_tokens=prefix,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        arrival_rate_per_s=rate,
+        shared_fraction=share,
+        prefix_tokens=prefix,
     )
     return out
 
@@ -195,18 +284,28 @@ def feature_report(
 def _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate) -> float:
     """Sequences decoding together per replica: 1 without a rate, else Little's law on the
     colocated TPOT (the KV/sequence cap when overloaded)."""
-    seats = min(float(pm.max_concurrent_requests(model, hardware, deployment, prompt + output)),
-                float(deployment.max_num_seqs))
+    seats = min(
+        float(pm.max_concurrent_requests(model, hardware, deployment, prompt + output)),
+        float(deployment.max_num_seqs),
+    )
     if rate is None:
         return 1.0
     r = ft.disaggregation(
-        model, efficiency, colocated=(hardware, deployment), prefill=(hardware, deployment),
-        decode=(hardware, deployment), prompt_tokens=prompt, output_tokens=output, arrival_rate_per_s=rate,
+        model,
+        efficiency,
+        colocated=(hardware, deployment),
+        prefill=(hardware, deployment),
+        decode=(hardware, deployment),
+        prompt_tokens=prompt,
+        output_tokens=output,
+        arrival_rate_per_s=rate,
     )
     tpot = float(r.colocated_tpot_s)
     if not math.isfinite(tpot):
         return max(seats, 1.0)
-    return min(max(rate / float(deployment.replicas) * max(output - 1.0, 0.0) * tpot, 1.0), max(seats, 1.0))
+    return min(
+        max(rate / float(deployment.replicas) * max(output - 1.0, 0.0) * tpot, 1.0), max(seats, 1.0)
+    )
 
 
 def render_features(report: dict) -> str:
@@ -227,8 +326,10 @@ def render_features(report: dict) -> str:
         )
     if "host_tier" in report:
         h = report["host_tier"]
-        lines.append(f"host KV tier: {h['host_sequences_used']:.0f} more sequences, "
-                     f"throughput {100 * h['gain_fraction']:+.0f}%")
+        lines.append(
+            f"host KV tier: {h['host_sequences_used']:.0f} more sequences, "
+            f"throughput {100 * h['gain_fraction']:+.0f}%"
+        )
     lines += [f"{k}: {v}" for k, v in report["verdicts"].items()]
     return "\n".join(lines)
 
@@ -258,15 +359,29 @@ def disagg_pools(args, hardware, deployment) -> DisaggPools:
 
 def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
     p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
-    block = {"prefill_gpus": p_gpus, "decode_gpus": d_gpus, "prefill_gpu": hw_p.name, "decode_gpu": hw_d.name}
+    block = {
+        "prefill_gpus": p_gpus,
+        "decode_gpus": d_gpus,
+        "prefill_gpu": hw_p.name,
+        "decode_gpu": hw_d.name,
+    }
     t_kv = float(ft.kv_transfer_s(model, pre, prompt, bw))
     if rate is not None:
         co = _pool(deployment, p_gpus + d_gpus, "--disagg colocated comparison")
         r = ft.disaggregation(
-            model, efficiency, colocated=(hardware, co), prefill=(hw_p, pre), decode=(hw_d, dec),
-            prompt_tokens=prompt, output_tokens=output, arrival_rate_per_s=rate, transfer_bytes_per_s=bw,
+            model,
+            efficiency,
+            colocated=(hardware, co),
+            prefill=(hw_p, pre),
+            decode=(hw_d, dec),
+            prompt_tokens=prompt,
+            output_tokens=output,
+            arrival_rate_per_s=rate,
+            transfer_bytes_per_s=bw,
         )
-        block.update({k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()})
+        block.update(
+            {k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()}
+        )
     else:
         block["note"] = "pass --rate to compare TTFT/TPOT/E2E against the colocated system"
     return {"kv_transfer_s": t_kv, "disaggregation": block}

@@ -16,8 +16,22 @@ def _json(capsys, argv):
 
 
 def test_simulate_json_has_the_issue_keys(capsys):
-    out = _json(capsys, ["simulate", *BASE, "--rate", "5", "--input-len", "500", "--output-len", "50",
-                         "--requests", "200", "--json"])
+    out = _json(
+        capsys,
+        [
+            "simulate",
+            *BASE,
+            "--rate",
+            "5",
+            "--input-len",
+            "500",
+            "--output-len",
+            "50",
+            "--requests",
+            "200",
+            "--json",
+        ],
+    )
     assert KEYS <= set(out)
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         p = out[key]
@@ -29,21 +43,53 @@ def test_simulate_json_has_the_issue_keys(capsys):
 
 
 def test_simulate_is_deterministic_for_a_seed(capsys):
-    argv = ["simulate", *BASE, "--rate", "8", "--input-len", "300", "--input-cv", "1",
-            "--output-len", "40", "--requests", "150", "--seed", "3", "--json"]
+    argv = [
+        "simulate",
+        *BASE,
+        "--rate",
+        "8",
+        "--input-len",
+        "300",
+        "--input-cv",
+        "1",
+        "--output-len",
+        "40",
+        "--requests",
+        "150",
+        "--seed",
+        "3",
+        "--json",
+    ]
     assert _json(capsys, argv) == _json(capsys, argv)
 
 
 def test_simulate_trace_preset_and_closed_loop(capsys):
-    out = _json(capsys, ["simulate", *BASE, "--workload", "azure-code", "--requests", "150", "--json"])
+    out = _json(
+        capsys, ["simulate", *BASE, "--workload", "azure-code", "--requests", "150", "--json"]
+    )
     assert out["requests"] == 150
-    out = _json(capsys, ["simulate", *BASE, "--workload", "sharegpt", "--concurrency", "8",
-                         "--requests", "100", "--json"])
+    out = _json(
+        capsys,
+        [
+            "simulate",
+            *BASE,
+            "--workload",
+            "sharegpt",
+            "--concurrency",
+            "8",
+            "--requests",
+            "100",
+            "--json",
+        ],
+    )
     assert out["stable"] is True
 
 
 def test_explain_gains_the_load_keys(capsys):
-    out = _json(capsys, ["explain", *BASE, "--rate", "4", "--input-len", "1000", "--output-len", "100", "--json"])
+    out = _json(
+        capsys,
+        ["explain", *BASE, "--rate", "4", "--input-len", "1000", "--output-len", "100", "--json"],
+    )
     assert KEYS <= set(out) and out["stable"] is True
     over = _json(capsys, ["explain", *BASE, "--rate", "500", "--json"])
     assert over["stable"] is False and over["ttft_s"]["p95"] is None  # infinite -> null, never NaN
@@ -74,6 +120,92 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
 
 def test_malformed_trace_file_names_line(tmp_path, capsys):
     p = tmp_path / "bad.csv"
-    p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,10,2\n2023-11-16 18:00:00,10,2\n")
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,10,2\n2023-11-16 18:00:00,10,2\n"
+    )
     assert main(["simulate", *BASE, "--workload", str(p)]) == 2
     assert "bad.csv:3: column TIMESTAMP" in capsys.readouterr().err
+
+
+def test_simulate_runs_at_the_posterior_median_like_explain(capsys):
+    import jax
+    import jax.numpy as jnp
+
+    import fitting
+    from perfmodel import Deployment, forward_step, load_hardware, load_model
+
+    solo = [
+        "simulate",
+        *BASE,
+        "--concurrency",
+        "1",
+        "--input-len",
+        "512",
+        "--output-len",
+        "1",
+        "--requests",
+        "3",
+        "--json",
+    ]
+    out = _json(capsys, solo)
+    assert out["efficiency_source"].startswith("posterior") and out["efficiency_source"].endswith(
+        "median"
+    )
+    # alone in the engine, TTFT is one 512-token prefill at the median of the 200 draws (seed 0)
+    draws = fitting.efficiency_draws(fitting.load_posterior(), "h100-sxm", 200, seed=0)
+    median = jax.tree.map(lambda x: jnp.median(x, axis=0), draws)
+    model, gpu = load_model("meta-llama/Llama-3.1-8B"), load_hardware("h100-sxm")
+    prefill = float(
+        forward_step(
+            model, gpu, Deployment.create(), median, prefill_tokens=512.0, prefill_seqs=1.0
+        ).total_s
+    )
+    assert out["ttft_s"]["p50"] == pytest.approx(prefill, rel=1e-6)
+    prior = _json(capsys, [*solo, "--prior"])
+    assert prior["efficiency_source"].startswith("spec-sheet")
+    assert prior["ttft_s"]["p50"] != pytest.approx(prefill, rel=1e-3)
+    one = _json(capsys, [*solo, "--draw", "7"])
+    draw7 = jax.tree.map(lambda x: x[7], draws)
+    assert "draw 7" in one["efficiency_source"]
+    assert one["ttft_s"]["p50"] == pytest.approx(
+        float(
+            forward_step(
+                model, gpu, Deployment.create(), draw7, prefill_tokens=512.0, prefill_seqs=1.0
+            ).total_s
+        ),
+        rel=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--prior", "--draw", "1"], "drop --prior or --draw"),
+        (["--draw", "200"], "--draw must be in [0, 199]"),
+        (["--posterior", "nope.nc"], "cannot use posterior nope.nc"),
+    ],
+)
+def test_bad_calibration_is_one_line_exit_2(capsys, argv, fragment):
+    assert main(["simulate", *BASE, "--rate", "1", "--requests", "10", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and "Traceback" not in err
+
+
+def test_max_model_len_rejects_long_prompts_and_caps_outputs(tmp_path, capsys):
+    p = tmp_path / "mixed.csv"
+    p.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:00:00,100,50\n2023-11-16 18:00:01,5000,50\n2023-11-16 18:00:02,300,900\n"
+        "2023-11-16 18:00:03,200,20\n"
+    )
+    out = _json(
+        capsys,
+        ["simulate", *BASE, "--prior", "--workload", str(p), "--max-model-len", "1024", "--json"],
+    )
+    # vLLM: the 5000-token prompt is refused; the 300 + 900 request stops at 1024 tokens (724 out)
+    assert out["rejected"] == 1 and out["length_capped"] == 1
+    assert "rejected" in out["note"] and "--max-model-len" in out["note"]
+    text = main(["simulate", *BASE, "--prior", "--workload", str(p), "--max-model-len", "1024"])
+    assert (
+        text == 0 and "note: 1 prompts longer than --max-model-len 1024" in capsys.readouterr().out
+    )

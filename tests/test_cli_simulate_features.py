@@ -7,9 +7,33 @@ import pytest
 
 from servingmath.cli import main
 
-BASE = ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm"]
-OPEN = [*BASE, "--rate", "4", "--input-len", "3000", "--output-len", "50", "--requests", "150", "--json"]
-SOLO = [*BASE, "--concurrency", "1", "--input-len", "500", "--output-len", "100", "--requests", "30", "--json"]
+# --prior: these check the engine's feature mechanics at the spec-sheet efficiencies (the posterior
+# path is covered in test_cli_simulate.py)
+BASE = ["simulate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--prior"]
+OPEN = [
+    *BASE,
+    "--rate",
+    "4",
+    "--input-len",
+    "3000",
+    "--output-len",
+    "50",
+    "--requests",
+    "150",
+    "--json",
+]
+SOLO = [
+    *BASE,
+    "--concurrency",
+    "1",
+    "--input-len",
+    "500",
+    "--output-len",
+    "100",
+    "--requests",
+    "30",
+    "--json",
+]
 
 
 _PLAIN: dict = {}
@@ -62,7 +86,9 @@ def test_unique_prompts_hit_nothing_and_match_the_plain_engine(capsys):
 @pytest.mark.parametrize("draft", ["mtp", "meta-llama/Llama-3.2-3B"])
 def test_speculation_with_high_acceptance_at_batch_one_lowers_tpot(capsys, draft):
     plain = _plain(capsys, SOLO)
-    spec = _json(capsys, [*SOLO, "--spec-draft", draft, "--spec-k", "4", "--spec-acceptance", "0.9"])
+    spec = _json(
+        capsys, [*SOLO, "--spec-draft", draft, "--spec-k", "4", "--spec-acceptance", "0.9"]
+    )
     sim = spec["simulated"]
     # sampled acceptance: E[tokens/step] = (1 - 0.9^5) / 0.1 = 4.095; the sample mean is close
     assert abs(sim["spec_tokens_per_step"] - 4.095) < 0.3
@@ -72,14 +98,31 @@ def test_speculation_with_high_acceptance_at_batch_one_lowers_tpot(capsys, draft
 
 
 def test_speculation_with_low_acceptance_emits_about_one_token(capsys):
-    spec = _json(capsys, [*SOLO, "--spec-draft", "mtp", "--spec-k", "4", "--spec-acceptance", "0.05"])
+    spec = _json(
+        capsys, [*SOLO, "--spec-draft", "mtp", "--spec-k", "4", "--spec-acceptance", "0.05"]
+    )
     tokens_per_step = spec["simulated"]["spec_tokens_per_step"]
     assert tokens_per_step >= 1.0 and tokens_per_step < 1.15
 
 
 def test_disaggregation_runs_two_pools_with_a_kv_hand_off(capsys):
-    out = _json(capsys, [*BASE, "--rate", "2", "--input-len", "4000", "--output-len", "100",
-                         "--requests", "60", "--disagg", "1:1", "--json"])
+    out = _json(
+        capsys,
+        [
+            *BASE,
+            "--rate",
+            "2",
+            "--input-len",
+            "4000",
+            "--output-len",
+            "100",
+            "--requests",
+            "60",
+            "--disagg",
+            "1:1",
+            "--json",
+        ],
+    )
     d = out["simulated"]["disaggregation"]
     assert out["kv_transfer_s"] > 0 and d["kv_transfer_s"] > 0
     # every request has the same 4000-token prompt: the simulated hand-off is the closed form's
@@ -95,8 +138,14 @@ def test_disaggregation_runs_two_pools_with_a_kv_hand_off(capsys):
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["--spec-draft", "mtp", "--spec-acceptance", "1.5"], "--spec-acceptance must be in [0, 1]"),
-        (["--spec-draft", "mtp", "--spec-acceptance", "-0.1"], "--spec-acceptance must be in [0, 1]"),
+        (
+            ["--spec-draft", "mtp", "--spec-acceptance", "1.5"],
+            "--spec-acceptance must be in [0, 1]",
+        ),
+        (
+            ["--spec-draft", "mtp", "--spec-acceptance", "-0.1"],
+            "--spec-acceptance must be in [0, 1]",
+        ),
         (["--spec-draft", "meta-llama/Llama-3.1-70B"], "is not smaller than"),
         (["--spec-draft", "mtp", "--spec-k", "0"], "--spec-k must be a positive integer"),
         (["--prefix-reuse", "0.5", "--prefix-len", "5000"], "longer than the 1000-token prompt"),
@@ -119,7 +168,122 @@ def test_bad_feature_input_is_one_line_exit_2(capsys, argv, fragment):
 
 
 def test_disaggregation_in_a_closed_loop_is_refused(capsys):
-    argv = [*BASE, "--concurrency", "4", "--input-len", "1000", "--requests", "10", "--disagg", "1:1"]
+    argv = [
+        *BASE,
+        "--concurrency",
+        "4",
+        "--input-len",
+        "1000",
+        "--requests",
+        "10",
+        "--disagg",
+        "1:1",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "--disagg in simulate needs timed arrivals" in err and "\n" not in err
+
+
+def test_every_feature_composes_with_disagg(capsys):
+    argv = [
+        *BASE,
+        "--rate",
+        "2",
+        "--input-len",
+        "3000",
+        "--output-len",
+        "60",
+        "--requests",
+        "40",
+        "--disagg",
+        "1:1",
+        "--json",
+    ]
+    plain = _json(capsys, argv)["simulated"]["disaggregation"]
+    both = _json(
+        capsys,
+        [
+            *argv,
+            "--prefix-reuse",
+            "0.9",
+            "--prefix-len",
+            "2048",
+            "--spec-draft",
+            "mtp",
+            "--spec-acceptance",
+            "0.9",
+        ],
+    )["simulated"]["disaggregation"]
+    # the prefill pool reuses the shared 2048-token prefix (~0.9 * 2048 / 3000 of prompt tokens)
+    assert 0.5 < both["prefix_reused_token_fraction"] < 0.65
+    assert both["ttft_s"]["p50"] < 0.8 * plain["ttft_s"]["p50"]
+    # the decode pool speculates: E = (1 - 0.9^5) / 0.1 = 4.095 tokens per verification step
+    assert abs(both["spec_tokens_per_step"] - 4.095) < 0.3
+    assert both["tpot_s"]["p50"] < 0.6 * plain["tpot_s"]["p50"]
+    assert "prefix_reused_token_fraction" not in plain and "spec_tokens_per_step" not in plain
+
+
+def test_mooncake_hash_ids_drive_the_prefix_cache(tmp_path, capsys):
+    # three requests of 1024 tokens (two 512-token hash blocks): the second repeats the first's
+    # blocks and reuses all but the recomputed last token; the third shares nothing
+    p = tmp_path / "tiny_mooncake.jsonl"
+    rows = [(0, [1, 2]), (1000, [1, 2]), (2000, [3, 4])]
+    p.write_text(
+        "".join(
+            json.dumps({"timestamp": t, "input_length": 1024, "output_length": 20, "hash_ids": h})
+            + "\n"
+            for t, h in rows
+        )
+    )
+    out = _json(capsys, [*BASE, "--workload", str(p), "--json"])
+    sim = out["simulated"]
+    assert sim["prefix_reused_token_fraction"] == pytest.approx(1023 / 3072)
+    assert sim["effective_prefill_tokens"] == pytest.approx((1024 + 1 + 1024) / 3)
+    assert sim["prefix_hit_rate"] == pytest.approx(1 / 3) and sim["cache_block_tokens"] == 512
+    # the closed form gets the measured reuse: a third of requests reuse 1023 tokens
+    assert sim["trace_reuse_replay"]["shared_fraction"] == pytest.approx(1 / 3)
+    assert out["effective_prefill_tokens"] == pytest.approx(1024 - 1023 / 3, rel=0.02)
+
+
+def test_bundled_mooncake_preset_runs_with_reuse(capsys):
+    out = _json(
+        capsys,
+        [
+            *BASE,
+            "--workload",
+            "mooncake",
+            "--rate",
+            "0.5",
+            "--requests",
+            "40",
+            "--max-model-len",
+            "131072",
+            "--json",
+        ],
+    )
+    sim = out["simulated"]
+    # 40 requests at 0.5 req/s barely overlap: the engine reuses what a serial LRU replay does
+    replay = sim["trace_reuse_replay"]["reused_token_fraction"]
+    assert out["rejected"] == 0 and replay > 0.02
+    assert sim["prefix_reused_token_fraction"] == pytest.approx(replay, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ('{"timestamp": 0, "input_length": 10}', "missing key 'output_length'"),
+        (
+            '{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}',
+            "key input_length",
+        ),
+        ("not json", "not a JSON object"),
+    ],
+)
+def test_bad_mooncake_lines_are_one_line_exit_2(tmp_path, capsys, line, fragment):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n' + line + "\n"
+    )
+    assert _exit_code([*BASE, "--workload", str(p), "--requests", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.jsonl:2" in err and fragment in err and "\n" not in err

@@ -5,7 +5,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from perfmodel import Deployment, Efficiency, kv_bytes_per_token, load_hardware, load_model, prefill_step
+from perfmodel import (
+    Deployment,
+    Efficiency,
+    kv_bytes_per_token,
+    load_hardware,
+    load_model,
+    prefill_step,
+)
 from perfmodel._disagg import DEFAULT_TRANSFER_LATENCY_S, disaggregation, kv_transfer_s
 
 H100 = load_hardware("h100-sxm")
@@ -18,11 +25,15 @@ def _compare(prompt, output, load, prefill_gpus=4, decode_gpus=4, **kw):
     colocated = Deployment.create(replicas=8)
     rate = load * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, prompt).total_s)
     return disaggregation(
-        LLAMA8B, EFF,
+        LLAMA8B,
+        EFF,
         colocated=(H100, colocated),
         prefill=(H100, Deployment.create(replicas=prefill_gpus)),
         decode=(H100, Deployment.create(replicas=decode_gpus)),
-        prompt_tokens=prompt, output_tokens=output, arrival_rate_per_s=rate, **kw,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        arrival_rate_per_s=rate,
+        **kw,
     )
 
 
@@ -81,12 +92,15 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
     from perfmodel.simulator import simulate
     from perfmodel.simulator._disagg import simulate_disaggregated
 
-    colocated = Deployment.create(replicas=8)
+    colocated = Deployment.create(replicas=8, max_model_len=16384.0)  # 8000 + 256 tokens fit
     rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, prompt).total_s)
     n = 800
     arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
     trace = Trace(arrival, np.full(n, int(prompt)), np.full(n, 256))
-    pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
+    pools = dict(
+        prefill=(H100, Deployment.create(replicas=4, max_model_len=16384.0)),
+        decode=(H100, Deployment.create(replicas=4, max_model_len=16384.0)),
+    )
     split = simulate_disaggregated(LLAMA8B, EFF, trace, **pools)
     coloc = simulate(LLAMA8B, H100, colocated, EFF, trace)
     keep = slice(n // 10, int(0.9 * n))
@@ -110,14 +124,21 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
 
     colocated = Deployment.create(replicas=8)
     rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, 2000.0).total_s)
-    pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
+    pools = dict(
+        prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4))
+    )
     closed = disaggregation_percentiles(
-        LLAMA8B, EFF, Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=256.0),
-        colocated=(H100, colocated), **pools,
+        LLAMA8B,
+        EFF,
+        Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=256.0),
+        colocated=(H100, colocated),
+        **pools,
     )
     n = 800
     arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
-    sim = simulate_disaggregated(LLAMA8B, EFF, Trace(arrival, np.full(n, 2000), np.full(n, 256)), **pools)
+    sim = simulate_disaggregated(
+        LLAMA8B, EFF, Trace(arrival, np.full(n, 2000), np.full(n, 256)), **pools
+    )
     keep = slice(n // 10, int(0.9 * n))
     for i, q in ((0, None), (2, 95)):
         ttft = np.mean(sim.ttft_s[keep]) if q is None else np.percentile(sim.ttft_s[keep], q)

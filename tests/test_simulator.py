@@ -15,8 +15,13 @@ EFF = Efficiency()
 
 
 def _workload(rate, prompt_cv=1.0):
-    return Workload(arrival_rate_per_s=rate, prompt_tokens_mean=1000.0, prompt_tokens_cv=prompt_cv,
-                    output_tokens_mean=200.0, output_tokens_cv=0.5)
+    return Workload(
+        arrival_rate_per_s=rate,
+        prompt_tokens_mean=1000.0,
+        prompt_tokens_cv=prompt_cv,
+        output_tokens_mean=200.0,
+        output_tokens_cv=0.5,
+    )
 
 
 def test_deterministic_for_a_seed_and_different_across_seeds():
@@ -29,7 +34,9 @@ def test_deterministic_for_a_seed_and_different_across_seeds():
 
 @pytest.mark.parametrize("chunked", [True, False])
 def test_records_are_causal_and_complete(chunked):
-    r = simulate(MODEL, GPU, DEP, EFF, _workload(15.0), num_requests=400, seed=1, chunked_prefill=chunked)
+    r = simulate(
+        MODEL, GPU, DEP, EFF, _workload(15.0), num_requests=400, seed=1, chunked_prefill=chunked
+    )
     assert np.isfinite(r.finish_s).all()
     assert (r.first_token_s >= r.arrival_s).all() and (r.finish_s >= r.first_token_s).all()
     # one-token outputs finish with their first token
@@ -40,9 +47,13 @@ def test_records_are_causal_and_complete(chunked):
 def test_littles_law_for_the_decode_batch():
     # chunked, no preemption: a request decodes in every iteration between its first token and
     # its finish, so sum(decode batch x iteration time) = sum over requests of (finish - first)
+    # (a prompt over max_model_len is rejected at arrival and never decodes)
     r = simulate(MODEL, GPU, DEP, EFF, _workload(20.0), num_requests=500, seed=2)
     assert r.preemptions.sum() == 0
-    assert r.decode_area_s == pytest.approx(float(np.sum(r.finish_s - r.first_token_s)), rel=1e-9)
+    served = ~r.rejected
+    assert r.decode_area_s == pytest.approx(
+        float(np.sum((r.finish_s - r.first_token_s)[served])), rel=1e-9
+    )
 
 
 def test_single_request_matches_step_times():
@@ -51,8 +62,11 @@ def test_single_request_matches_step_times():
 
     trace = Trace([0.0], [512], [4])
     r = simulate(MODEL, GPU, DEP, EFF, trace)
-    prefill = float(forward_step(MODEL, GPU, DEP, EFF, prefill_tokens=512.0, prefill_seqs=1.0,
-                                 decode_seqs=1e-9).total_s)
+    prefill = float(
+        forward_step(
+            MODEL, GPU, DEP, EFF, prefill_tokens=512.0, prefill_seqs=1.0, decode_seqs=1e-9
+        ).total_s
+    )
     decodes = sum(
         float(forward_step(MODEL, GPU, DEP, EFF, decode_seqs=1.0, decode_context=512.0 + k).total_s)
         for k in range(3)
@@ -65,8 +79,11 @@ def test_scarce_kv_preempts_and_still_finishes():
     # leave room for ~5000 KV tokens (~4 sequences): decodes run out of blocks and recompute
     from perfmodel import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu, workspace_bytes_per_gpu
 
-    need = float(weight_bytes_per_gpu(MODEL, DEP) + workspace_bytes_per_gpu(MODEL, DEP)
-                 + 5000 * kv_bytes_per_token_per_gpu(MODEL, DEP))
+    need = float(
+        weight_bytes_per_gpu(MODEL, DEP)
+        + workspace_bytes_per_gpu(MODEL, DEP)
+        + 5000 * kv_bytes_per_token_per_gpu(MODEL, DEP)
+    )
     tight = Deployment.create(tp=1, gpu_memory_utilization=need / float(GPU.hbm_bytes))
     cap = float(kv_capacity_tokens(MODEL, GPU, tight))
     assert cap == pytest.approx(5000.0, rel=1e-6)
@@ -77,8 +94,15 @@ def test_scarce_kv_preempts_and_still_finishes():
 
 def test_closed_loop_keeps_n_in_flight():
     n = 16
-    r = simulate(MODEL, GPU, DEP, EFF, Workload(concurrency=float(n), prompt_tokens_mean=500.0,
-                 output_tokens_mean=100.0), num_requests=300, seed=4)
+    r = simulate(
+        MODEL,
+        GPU,
+        DEP,
+        EFF,
+        Workload(concurrency=float(n), prompt_tokens_mean=500.0, output_tokens_mean=100.0),
+        num_requests=300,
+        seed=4,
+    )
     # Little's law over the run: time-average in flight = sum of sojourns / makespan = N
     # (exact up to the ramp-down once fewer than N remain)
     in_flight = float(np.sum(r.e2e_s)) / r.makespan_s
@@ -88,8 +112,9 @@ def test_closed_loop_keeps_n_in_flight():
 def test_prefix_hook_skips_prefill_work():
     trace = Trace([0.0], [2048], [2])
     plain = simulate(MODEL, GPU, DEP, EFF, trace)
-    cached = simulate(MODEL, GPU, DEP, EFF, trace,
-                      hooks=EngineHooks(cached_prefix_tokens=lambda rid, p: 2000))
+    cached = simulate(
+        MODEL, GPU, DEP, EFF, trace, hooks=EngineHooks(cached_prefix_tokens=lambda rid, p: 2000)
+    )
     assert cached.ttft_s[0] < 0.5 * plain.ttft_s[0]
 
 
@@ -104,8 +129,15 @@ def test_chunked_prefill_protects_short_requests_behind_long_ones():
     short = prompts == 100
     ttft, tpot = {}, {}
     for chunked in (True, False):
-        r = simulate(MODEL, GPU, dep, EFF, trace, chunked_prefill=chunked,
-                     chunk_tokens=512 if chunked else None)
+        r = simulate(
+            MODEL,
+            GPU,
+            dep,
+            EFF,
+            trace,
+            chunked_prefill=chunked,
+            chunk_tokens=512 if chunked else None,
+        )
         ttft[chunked] = np.percentile(r.ttft_s[short], 95)
         tpot[chunked] = np.percentile(r.tpot_s[short], 95)
     assert ttft[True] < ttft[False]
@@ -113,12 +145,38 @@ def test_chunked_prefill_protects_short_requests_behind_long_ones():
 
 
 # small grid: closed form vs simulator (the full grid is benchmarks/bench_queueing_vs_sim.py)
-@pytest.mark.parametrize("rate, cv, chunked", [(5.0, 1.0, True), (12.0, 0.5, True), (8.0, 1.0, False)])
+@pytest.mark.parametrize(
+    "rate, cv, chunked", [(5.0, 1.0, True), (12.0, 0.5, True), (8.0, 1.0, False)]
+)
 def test_closed_form_agrees_with_simulator_small_grid(rate, cv, chunked):
     w = _workload(rate, cv)
-    sim = summarize(simulate(MODEL, GPU, DEP, EFF, w, num_requests=2500, seed=11, chunked_prefill=chunked))
+    sim = summarize(
+        simulate(MODEL, GPU, DEP, EFF, w, num_requests=2500, seed=11, chunked_prefill=chunked)
+    )
     cf = serving_metrics(MODEL, GPU, DEP, EFF, w, chunked_prefill=chunked)
     assert bool(cf.stable)
     for key, got in (("ttft_s", cf.ttft_s), ("tpot_s", cf.tpot_s)):
         for q in ("p50", "p95"):
             assert float(getattr(got, q)) == pytest.approx(sim[key][q], rel=0.2), (key, q)
+
+
+def test_max_model_len_rejects_and_caps_like_vllm():
+    from perfmodel.simulator import length_limits
+
+    served, rejected = length_limits([100, 5000, 300, 1024, 1023], [50, 50, 900, 10, 10], 1024)
+    # 5000 > 1024 rejected; 300 + 900 stops at 1024 (724 out); a full-length prompt still gets
+    # the one token its prefill samples
+    np.testing.assert_array_equal(rejected, [False, True, False, False, False])
+    np.testing.assert_array_equal(served, [50, 0, 724, 1, 1])
+    dep = Deployment.create(tp=1, max_model_len=1024.0)
+    r = simulate(MODEL, GPU, dep, EFF, Trace([0.0, 0.1, 0.2], [100, 5000, 300], [50, 50, 900]))
+    np.testing.assert_array_equal(r.rejected, [False, True, False])
+    assert np.isnan(r.finish_s[1]) and np.isfinite(r.finish_s[[0, 2]]).all()
+    np.testing.assert_array_equal(r.output_tokens, [50, 0, 724])
+    s = summarize(r)
+    assert s["rejected"] == 1 and np.isfinite(s["ttft_s"]["p95"])
+    # closed loop: a rejected request frees its slot at once, the rest still run
+    c = simulate(
+        MODEL, GPU, dep, EFF, Trace([0.0] * 4, [5000, 100, 5000, 100], [5, 5, 5, 5]), concurrency=1
+    )
+    assert c.num_rejected == 2 and np.isfinite(c.finish_s[[1, 3]]).all()

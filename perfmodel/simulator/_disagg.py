@@ -15,6 +15,7 @@ from .._disagg import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY_S, kv_tr
 from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from .._traces import Trace
 from ._engine import EngineHooks
+from ._features import PrefixCaching, Speculation
 from ._records import SimResult
 from ._simulate import simulate
 
@@ -35,39 +36,72 @@ def simulate_disaggregated(
     transfer_latency_s: float = DEFAULT_TRANSFER_LATENCY_S,
     orchestration_s: float = DEFAULT_ORCHESTRATION_S,
     seed: int = 0,
+    prefix: PrefixCaching | None = None,
+    speculation: Speculation | None = None,
+    decode_efficiency: Efficiency | None = None,
 ) -> SimResult:
-    """Simulate the split system on a timed trace; per-request records as seen by the user."""
+    """Simulate the split system on a timed trace; per-request records as seen by the user.
+
+    ``prefix`` runs the block-level prefix cache in the prefill pool (where prompts are
+    computed), ``speculation`` the draft + verification steps in the decode pool;
+    ``decode_efficiency`` defaults to ``efficiency`` (pools of different GPUs differ).
+    Prompts longer than ``max_model_len`` are rejected by the prefill pool and never handed off.
+    """
     hw_p, dep_p = prefill
     hw_d, dep_d = decode
     ones = np.ones_like(trace.output_tokens)
     first = simulate(
-        model, hw_p, dep_p, efficiency, Trace(trace.arrival_s, trace.prompt_tokens, ones, "prefill"),
+        model,
+        hw_p,
+        dep_p,
+        efficiency,
+        Trace(trace.arrival_s, trace.prompt_tokens, ones, "prefill"),
         seed=seed,
+        prefix=prefix,
     )
     bw = float(hw_p.internode_bytes_per_s) if transfer_bytes_per_s is None else transfer_bytes_per_s
     hand_off = np.asarray(
         kv_transfer_s(model, dep_p, trace.prompt_tokens.astype(float), bw, transfer_latency_s)
     )
     ready = first.finish_s + hand_off + orchestration_s
-    order = np.argsort(ready, kind="stable")
+    passed = np.flatnonzero(~first.rejected)
+    order = passed[np.argsort(ready[passed], kind="stable")]
     second = simulate(
-        model, hw_d, dep_d, efficiency,
+        model,
+        hw_d,
+        dep_d,
+        decode_efficiency or efficiency,
         Trace(ready[order], trace.prompt_tokens[order], trace.output_tokens[order], "decode"),
-        seed=seed + 1, hooks=EngineHooks(cached_prefix_tokens=_received_kv),
+        seed=seed + 1,
+        hooks=EngineHooks(cached_prefix_tokens=_received_kv),
+        speculation=speculation,
     )
-    back = np.empty_like(order)
-    back[order] = np.arange(len(order))
+    n = len(trace)
+    first_token, finish = np.full(n, np.nan), np.full(n, np.nan)
+    served = np.zeros(n, np.int64)
+    preempted = first.preemptions.copy()
+    first_token[order], finish[order], served[order] = (
+        second.first_token_s,
+        second.finish_s,
+        second.output_tokens,
+    )
+    preempted[order] += second.preemptions
     return SimResult(
         arrival_s=np.asarray(trace.arrival_s, dtype=float),
-        first_token_s=second.first_token_s[back],
-        finish_s=second.finish_s[back],
+        first_token_s=first_token,
+        finish_s=finish,
         prompt_tokens=trace.prompt_tokens,
-        output_tokens=trace.output_tokens,
-        preemptions=first.preemptions + second.preemptions[back],
+        output_tokens=served,
+        preemptions=preempted,
         iterations=first.iterations + second.iterations,
         busy_s=first.busy_s + second.busy_s,
-        makespan_s=float(np.nanmax(second.finish_s) - np.nanmin(trace.arrival_s)),
+        makespan_s=float(np.nanmax(second.finish_s) - np.nanmin(trace.arrival_s))
+        if len(order)
+        else 0.0,
         replicas=first.replicas + second.replicas,
         mean_decode_batch=second.mean_decode_batch,
         decode_area_s=second.decode_area_s,
+        rejected=first.rejected,
+        reused_tokens=first.reused_tokens,
+        spec_tokens_per_step=second.spec_tokens_per_step,
     )

@@ -16,6 +16,10 @@ reservation it holds ``max_model_len`` from admission.  When a decode finds no f
 most recently admitted request is preempted by recompute: it frees its blocks and returns to the
 head of the queue to prefill prompt + generated tokens again.
 
+Length limits (vLLM): a prompt longer than ``max_model_len`` is rejected at arrival (counted in
+``RequestState.rejected``, no latency recorded); generation stops when prompt + output reaches
+``max_model_len``.
+
 Hook points for extensions (``EngineHooks``): prompt tokens already cached at admission (prefix
 caching) and tokens a decoding sequence emits per iteration (speculative decoding).
 """
@@ -23,10 +27,13 @@ caching) and tokens a decoding sequence emits per iteration (speculative decodin
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
+
+from ._fast_forward import fast_forward
+from ._requests import RequestState, blocks_for
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class EngineLimits:
     chunked_prefill: bool = True
     chunk_tokens: int | None = None
     static_tokens: int | None = None  # static reservation: tokens held from admission
+    max_model_len: int | None = None  # longest prompt + output (None: unlimited)
 
 
 @dataclass(frozen=True)
@@ -56,28 +64,6 @@ class EngineHooks:
     decode_tokens: Callable[[np.ndarray], np.ndarray] | None = None
 
 
-class _Requests:
-    """Per-request state as parallel numpy arrays, indexed by request id."""
-
-    def __init__(self, arrival_s, prompt, output):
-        n = len(prompt)
-        self.arrival = np.array(arrival_s, dtype=np.float64)
-        self.prompt = np.asarray(prompt, dtype=np.int64)
-        self.output = np.asarray(output, dtype=np.int64)
-        self.need = self.prompt.copy()  # tokens to prefill before the next token is sampled
-        self.done = np.zeros(n, np.int64)  # of those, prefilled so far
-        self.kv = np.zeros(n, np.int64)  # tokens held in KV
-        self.gen = np.zeros(n, np.int64)  # tokens generated
-        self.blocks = np.zeros(n, np.int64)
-        self.first = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.preempted = np.zeros(n, np.int64)
-
-
-def _blocks(tokens, block):
-    return -(-np.asarray(tokens) // block)
-
-
 def run_engine(
     step_s: Callable[[float, float, float, float, float], float],
     arrival_s: np.ndarray,
@@ -88,7 +74,7 @@ def run_engine(
     concurrency: int = 0,
     progress: Callable[[int, int], None] | None = None,
     decode_run_s: Callable[[int, float, int], np.ndarray] | None = None,
-) -> tuple[_Requests, int, float, float, float]:
+) -> tuple[RequestState, int, float, float, float]:
     """Simulate until every request finishes.
 
     Args:
@@ -111,7 +97,7 @@ def run_engine(
     if concurrency > 0:
         arrival[:] = np.inf
         arrival[: min(concurrency, n)] = 0.0
-    R = _Requests(arrival, prompt_tokens, output_tokens)
+    R = RequestState(arrival, prompt_tokens, output_tokens, lim.max_model_len)
     B, S, blk = lim.max_num_batched_tokens, lim.max_num_seqs, lim.block_tokens
     cap = lim.chunk_tokens or B
     free = lim.total_blocks
@@ -121,7 +107,7 @@ def run_engine(
     next_closed = min(concurrency, n)
 
     def hold(tokens):
-        return _blocks(lim.static_tokens if lim.static_tokens else tokens, blk)
+        return blocks_for(lim.static_tokens if lim.static_tokens else tokens, blk)
 
     def admit_blocks(r):
         return int(hold(R.kv[r] + R.need[r] - R.done[r] + 1))
@@ -147,28 +133,39 @@ def run_engine(
         running.remove(r)
         waiting.appendleft(r)
 
+    def release_next(at):
+        """Closed loop: a request that leaves (finished or rejected) releases the next one."""
+        nonlocal next_closed
+        if concurrency > 0 and next_closed < n:
+            R.arrival[next_closed] = at
+            next_closed += 1
+
     def retire(done, at):
-        """Free finished requests' blocks; in closed loop each finish releases the next arrival."""
-        nonlocal free, finished, next_closed
+        """Free finished requests' blocks."""
+        nonlocal free, finished
         for r in done:
             R.finish[r] = at
             free += int(R.blocks[r])
             R.blocks[r] = 0
             running.remove(r)
             finished += 1
-            if concurrency > 0 and next_closed < n:
-                R.arrival[next_closed] = at
-                next_closed += 1
+            release_next(at)
 
     while finished < n:
         while nxt < n and R.arrival[nxt] <= now:
-            waiting.append(nxt)
+            if R.rejected[nxt]:
+                finished += 1
+                release_next(now)
+            else:
+                waiting.append(nxt)
             nxt += 1
         if not running and not waiting:
             now = R.arrival[nxt]
             continue
         if decode_run_s is not None and not waiting and hooks.decode_tokens is None:
-            ran = _fast_forward(R, running, decode_run_s, now, R.arrival[nxt] if nxt < n else np.inf, free, blk, lim)
+            ran = fast_forward(
+                R, running, decode_run_s, now, R.arrival[nxt] if nxt < n else np.inf, free, blk, lim
+            )
             if ran is not None:
                 k, elapsed, grow, done_now = ran
                 now += elapsed
@@ -181,12 +178,14 @@ def run_engine(
                 continue
         chunks: list[tuple[int, int]] = []
         dec = np.empty(0, np.int64)
-        if lim.chunked_prefill or not (waiting and _fits(R, waiting[0], free, running, S, admit_blocks)):
+        if lim.chunked_prefill or not (
+            waiting and len(running) < S and admit_blocks(waiting[0]) <= free
+        ):
             run = np.fromiter(running, np.int64, len(running))
             dec = run[R.done[run] >= R.need[run]] if len(run) else run
             dec = dec[: min(S, B)]
             if lim.static_tokens is None and len(dec):
-                grow = _blocks(R.kv[dec] + 1, blk) - R.blocks[dec]
+                grow = blocks_for(R.kv[dec] + 1, blk) - R.blocks[dec]
                 while grow.sum() > free and running:
                     victim = running[-1]
                     preempt(victim)
@@ -262,41 +261,3 @@ def run_engine(
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
     return R, iters, busy, dec_sum, dec_area
-
-
-FAST_FORWARD_MAX = 256
-"""Most decode-only iterations evaluated in one ``decode_run_s`` call."""
-
-
-def _fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
-    """Run decode-only iterations until the next arrival, finish or KV shortage, in one call.
-
-    Returns (iterations, elapsed s, blocks taken, finished ids) or None to take a single step.
-    """
-    if not running:
-        return None
-    run = np.fromiter(running, np.int64, len(running))
-    if np.any(R.done[run] < R.need[run]) or len(run) > min(lim.max_num_seqs, lim.max_num_batched_tokens):
-        return None
-    k = int(min((R.output[run] - R.gen[run]).min(), FAST_FORWARD_MAX))
-    if k < 2:
-        return None
-    grow = 0
-    if lim.static_tokens is None:
-        grow = int((_blocks(R.kv[run] + k, blk) - R.blocks[run]).sum())
-        if grow > free:
-            return None
-    times = decode_run_s(len(run), float(R.kv[run].mean()), k)
-    cum = np.cumsum(times)
-    k = int(min(np.searchsorted(cum, next_arrival - now) + 1, k))
-    if lim.static_tokens is None:
-        new_blocks = _blocks(R.kv[run] + k, blk)
-        grow = int((new_blocks - R.blocks[run]).sum())
-        R.blocks[run] = new_blocks
-    R.kv[run] += k
-    R.gen[run] += k
-    return k, float(cum[k - 1]), grow, run[R.gen[run] >= R.output[run]].tolist()
-
-
-def _fits(R, r, free, running, S, admit_blocks) -> bool:
-    return len(running) < S and admit_blocks(r) <= free

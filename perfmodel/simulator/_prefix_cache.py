@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Hashable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -154,6 +155,19 @@ def replay_reused_tokens(
     return reused
 
 
+def replay_trace_reuse(trace, capacity_tokens: int) -> np.ndarray:
+    """``replay_reused_tokens`` for a ``Trace`` with ``block_hashes`` (e.g. Mooncake), the cache
+    holding ``capacity_tokens`` (in whole blocks of ``trace.hash_block_tokens``)."""
+    block = int(trace.hash_block_tokens)
+    reqs = [
+        TraceRequest(float(a), int(p), int(o), h)
+        for a, p, o, h in zip(
+            trace.arrival_s, trace.prompt_tokens, trace.output_tokens, trace.block_hashes
+        )
+    ]
+    return replay_reused_tokens(reqs, int(capacity_tokens) // block, block)
+
+
 def output_block_hashes(
     request_id: Hashable, request: TraceRequest, block_size_tokens: int
 ) -> tuple[Hashable, ...]:
@@ -163,7 +177,9 @@ def output_block_hashes(
 
 
 def prefix_cache_hook(
-    requests: Sequence[TraceRequest], cache: BlockPrefixCache, block_size_tokens: int,
+    requests: Sequence[TraceRequest],
+    cache: BlockPrefixCache,
+    block_size_tokens: int,
     reused: np.ndarray | None = None,
 ):
     """``EngineHooks.cached_prefix_tokens`` backed by ``cache``: at admission a request reuses
@@ -186,42 +202,38 @@ def prefix_cache_hook(
 
 
 def simulate_prefix_cache(
-    model, hardware, deployment, efficiency, requests: Sequence[TraceRequest], *,
-    capacity_blocks: int, block_size_tokens: int | None = None,
+    model,
+    hardware,
+    deployment,
+    efficiency,
+    requests: Sequence[TraceRequest],
+    *,
+    capacity_blocks: int,
+    block_size_tokens: int | None = None,
 ):
-    """One replica of the engine with a block-level LRU prefix cache of ``capacity_blocks``
+    """The engine with a block-level LRU prefix cache of ``capacity_blocks`` per replica
     (blocks of ``block_size_tokens``, default the deployment's).
 
     Returns:
         (SimResult, prompt tokens each request reused).
     """
-    from ._engine import EngineHooks, run_engine
-    from ._records import SimResult
-    from ._simulate import decode_run_function, engine_limits, step_function
+    from .._traces import Trace
+    from ._features import PrefixCaching
+    from ._simulate import simulate
 
     block = block_size_tokens or int(round(float(deployment.block_size_tokens)))
-    reused = np.zeros(len(requests))
-    hooks = EngineHooks(
-        cached_prefix_tokens=prefix_cache_hook(requests, BlockPrefixCache(capacity_blocks), block, reused)
+    trace = Trace(
+        [r.arrival_s for r in requests],
+        [r.prompt_tokens for r in requests],
+        [r.output_tokens for r in requests],
+        "prefix",
     )
-    arrival = np.array([r.arrival_s for r in requests])
-    prompt = np.array([r.prompt_tokens for r in requests])
-    output = np.array([r.output_tokens for r in requests])
-    R, iters, busy, dec_sum, *area = run_engine(
-        step_function(model, hardware, deployment, efficiency), arrival, prompt, output,
-        engine_limits(model, hardware, deployment), hooks, 0, None,
-        decode_run_function(model, hardware, deployment, efficiency),
+    result = simulate(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        trace,
+        prefix=PrefixCaching([r.block_hashes for r in requests], block, capacity_blocks * block),
     )
-    done = R.finish[np.isfinite(R.finish)]
-    result = SimResult(
-        arrival_s=R.arrival, first_token_s=R.first, finish_s=R.finish, prompt_tokens=prompt,
-        output_tokens=output, preemptions=R.preempted, iterations=iters, busy_s=busy,
-        makespan_s=float(done.max() - R.arrival.min()) if done.size else 0.0, replicas=1,
-        mean_decode_batch=dec_sum / max(iters, 1), **_area(area),
-    )
-    return result, reused
-
-
-def _area(extra: list) -> dict:
-    """``decode_area_s`` when the engine reports it (decode-sequence-seconds)."""
-    return {"decode_area_s": float(extra[0])} if extra else {}
+    return result, result.reused_tokens

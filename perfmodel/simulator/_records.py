@@ -14,7 +14,10 @@ class SimResult:
     ``tpot_s`` is (finish - first token) / (output - 1), NaN for one-token outputs.
     ``busy_s`` is the summed iteration time of all replicas, ``makespan_s`` first arrival to
     last finish, ``decode_area_s`` the sum over iterations of decode batch x iteration time
-    (by Little's law, the sum over requests of time spent decoding).
+    (by Little's law, the sum over requests of time spent decoding).  ``output_tokens`` are the
+    tokens served (capped at ``max_model_len``); ``rejected`` marks prompts longer than
+    ``max_model_len`` (no latency: NaN times).  ``reused_tokens`` (prefix cache) and
+    ``spec_tokens_per_step`` (speculation) are set when those features ran.
     """
 
     arrival_s: np.ndarray
@@ -29,6 +32,13 @@ class SimResult:
     replicas: int
     mean_decode_batch: float
     decode_area_s: float = 0.0
+    rejected: np.ndarray | None = None
+    reused_tokens: np.ndarray | None = None
+    spec_tokens_per_step: float | None = None
+
+    @property
+    def num_rejected(self) -> int:
+        return 0 if self.rejected is None else int(np.sum(self.rejected))
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -58,7 +68,9 @@ def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
     the last 5 % (drain), utilisation = busy time / (replicas * makespan), output tokens/s."""
     n = len(result.arrival_s)
     order = np.argsort(result.arrival_s, kind="stable")
-    keep = order[int(warmup_fraction * n): max(int(0.95 * n), int(warmup_fraction * n) + 1)]
+    keep = order[int(warmup_fraction * n) : max(int(0.95 * n), int(warmup_fraction * n) + 1)]
+    if result.rejected is not None:
+        keep = keep[~result.rejected[keep]]
     span = max(result.makespan_s, 1e-12)
     return {
         "ttft_s": _pct(result.ttft_s[keep]),
@@ -70,4 +82,5 @@ def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
         "decode_batch": float(result.mean_decode_batch),
         "requests": int(n),
         "preemptions": int(result.preemptions.sum()),
+        "rejected": result.num_rejected,
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -13,7 +13,9 @@ from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from .._traces import Trace
 from .._workload import Workload, sample_arrivals, sample_lengths
 from ._engine import EngineHooks, EngineLimits, run_engine
+from ._features import FeatureCounts, PrefixCaching, Speculation, gather_reused, replica_hooks
 from ._records import SimResult
+from ._speculative import speculative_step_function
 
 
 def requests_from_workload(workload: Workload, num_requests: int, seed: int = 0) -> Trace:
@@ -23,12 +25,18 @@ def requests_from_workload(workload: Workload, num_requests: int, seed: int = 0)
     """
     rng = np.random.default_rng(seed)
     arrivals = (
-        sample_arrivals(rng, float(workload.arrival_rate_per_s), float(workload.interarrival_cv), num_requests)
+        sample_arrivals(
+            rng, float(workload.arrival_rate_per_s), float(workload.interarrival_cv), num_requests
+        )
         if float(workload.arrival_rate_per_s) > 0
         else np.zeros(num_requests)
     )
-    prompts = sample_lengths(rng, workload.prompt_tokens_mean, workload.prompt_tokens_cv, num_requests)
-    outputs = sample_lengths(rng, workload.output_tokens_mean, workload.output_tokens_cv, num_requests)
+    prompts = sample_lengths(
+        rng, workload.prompt_tokens_mean, workload.prompt_tokens_cv, num_requests
+    )
+    outputs = sample_lengths(
+        rng, workload.output_tokens_mean, workload.output_tokens_cv, num_requests
+    )
     return Trace(arrivals, prompts, outputs, name="workload")
 
 
@@ -38,9 +46,15 @@ def step_function(model, hardware, deployment, efficiency) -> Callable[..., floa
     @jax.jit
     def f(x):
         return iteration_s(
-            model, hardware, deployment, efficiency,
-            prefill_tokens=x[0], prefill_seqs=x[1], prefill_context=x[2],
-            decode_seqs=x[3], decode_context=x[4],
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            prefill_tokens=x[0],
+            prefill_seqs=x[1],
+            prefill_context=x[2],
+            decode_seqs=x[3],
+            decode_context=x[4],
         )
 
     buf = np.zeros(5)
@@ -52,7 +66,9 @@ def step_function(model, hardware, deployment, efficiency) -> Callable[..., floa
     return step_s
 
 
-def decode_run_function(model, hardware, deployment, efficiency) -> Callable[[int, float, int], np.ndarray]:
+def decode_run_function(
+    model, hardware, deployment, efficiency
+) -> Callable[[int, float, int], np.ndarray]:
     """Times of k consecutive decode-only iterations at context c, c + 1, ... (one vmapped
     ``iteration_s`` call, padded to a power of two so each size compiles once)."""
 
@@ -77,8 +93,8 @@ def engine_limits(
     chunked_prefill: bool = True,
     chunk_tokens: int | None = None,
 ) -> EngineLimits:
-    """Integer scheduler limits of one replica: budgets from ``deployment``, KV blocks from the
-    memory budget (``kv_capacity_tokens`` / block size, floored)."""
+    """Integer scheduler limits of one replica: budgets and ``max_model_len`` from ``deployment``,
+    KV blocks from the memory budget (``kv_capacity_tokens`` / block size, floored)."""
     block = int(round(float(deployment.block_size_tokens)))
     capacity = float(kv_capacity_tokens(model, hardware, deployment))
     static = int(float(deployment.max_model_len)) if deployment.kv_allocation == "static" else None
@@ -90,6 +106,7 @@ def engine_limits(
         chunked_prefill=chunked_prefill,
         chunk_tokens=chunk_tokens,
         static_tokens=static,
+        max_model_len=int(float(deployment.max_model_len)),
     )
 
 
@@ -107,6 +124,8 @@ def simulate(
     chunk_tokens: int | None = None,
     hooks: EngineHooks = EngineHooks(),
     progress: Callable[[int, int], None] | None = None,
+    prefix: PrefixCaching | None = None,
+    speculation: Speculation | None = None,
 ) -> SimResult:
     """Simulate a continuous-batching deployment request by request.
 
@@ -115,11 +134,14 @@ def simulate(
             (used as is; a length-only trace needs ``concurrency`` or a timed trace).
         concurrency: closed loop with N in flight (default: ``Workload.concurrency`` if > 0).
         chunked_prefill, chunk_tokens: scheduler mode (see ``_engine``).
-        hooks: extension points (prefix cache, speculative decoding).
+        hooks: extension points; ``prefix`` / ``speculation`` replace the matching hook.
+        prefix: block-level LRU prefix cache per replica (``PrefixCaching``).
+        speculation: draft + verification steps with sampled acceptance (``Speculation``).
         progress: called as ``progress(finished, total)`` now and then.
 
     Returns:
-        ``SimResult``; replicas get requests by a seeded random split.
+        ``SimResult``; replicas get requests by a seeded random split.  Prompts longer than
+        ``deployment.max_model_len`` are rejected and outputs capped at it (vLLM).
     """
     if isinstance(requests, Workload):
         if concurrency is None and float(requests.concurrency) > 0:
@@ -131,13 +153,31 @@ def simulate(
     if concurrency == 0 and not trace.has_arrivals:
         raise ValueError(f"trace {trace.name!r} has no arrival times; give a concurrency or a rate")
     limits = engine_limits(model, hardware, deployment, chunked_prefill, chunk_tokens)
-    step_s = step_function(model, hardware, deployment, efficiency)
-    decode_run = decode_run_function(model, hardware, deployment, efficiency)
+    if speculation is None:
+        step_s = step_function(model, hardware, deployment, efficiency)
+        decode_run = decode_run_function(model, hardware, deployment, efficiency)
+    else:
+        step_s = speculative_step_function(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            int(speculation.draft_tokens),
+            speculation.draft_model,
+        )
+        decode_run = None
     replicas = max(int(round(float(deployment.replicas))), 1)
     n = len(trace)
-    owner = np.random.default_rng(seed + 1).integers(0, replicas, n) if replicas > 1 else np.zeros(n, int)
+    owner = (
+        np.random.default_rng(seed + 1).integers(0, replicas, n)
+        if replicas > 1
+        else np.zeros(n, int)
+    )
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     preempted = np.zeros(n, np.int64)
+    served = np.array(trace.output_tokens, dtype=np.int64)
+    rejected = np.zeros(n, bool)
+    counts = FeatureCounts(np.zeros(n))
     iters, busy, dec_sum, dec_area = 0, 0.0, 0.0, 0.0
     arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
     for k in range(replicas):
@@ -145,18 +185,55 @@ def simulate(
         if idx.size == 0:
             continue
         share = concurrency // replicas + (1 if k < concurrency % replicas else 0)
+        cached, decode_tokens = replica_hooks(
+            idx,
+            arrival,
+            trace.prompt_tokens,
+            trace.output_tokens,
+            k,
+            seed,
+            limits.total_blocks * limits.block_tokens,
+            counts,
+            prefix,
+            speculation,
+        )
+        replica_hooks_k = EngineHooks(
+            cached_prefix_tokens=cached if prefix is not None else hooks.cached_prefix_tokens,
+            decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
+        )
         R, it, b, ds, da = run_engine(
-            step_s, arrival[idx], trace.prompt_tokens[idx], trace.output_tokens[idx],
-            limits, hooks, share, progress, decode_run,
+            step_s,
+            arrival[idx],
+            trace.prompt_tokens[idx],
+            trace.output_tokens[idx],
+            limits,
+            replica_hooks_k,
+            share,
+            progress,
+            decode_run,
         )
         first[idx], finish[idx], preempted[idx] = R.first, R.finish, R.preempted
+        served[idx], rejected[idx] = R.output, R.rejected
         arrival[idx] = R.arrival
         iters, busy, dec_sum, dec_area = iters + it, busy + b, dec_sum + ds, dec_area + da
     done = finish[np.isfinite(finish)]
     makespan = float(done.max() - arrival.min()) if done.size else 0.0
     return SimResult(
-        arrival_s=arrival, first_token_s=first, finish_s=finish,
-        prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
-        preemptions=preempted, iterations=iters, busy_s=busy, makespan_s=makespan,
-        replicas=replicas, mean_decode_batch=dec_sum / max(iters, 1), decode_area_s=dec_area,
+        arrival_s=arrival,
+        first_token_s=first,
+        finish_s=finish,
+        prompt_tokens=trace.prompt_tokens,
+        output_tokens=served,
+        preemptions=preempted,
+        iterations=iters,
+        busy_s=busy,
+        makespan_s=makespan,
+        replicas=replicas,
+        mean_decode_batch=dec_sum / max(iters, 1),
+        decode_area_s=dec_area,
+        rejected=rejected,
+        reused_tokens=gather_reused(counts) if prefix is not None else None,
+        spec_tokens_per_step=(counts.spec_tokens / max(counts.spec_steps, 1))
+        if speculation is not None
+        else None,
     )

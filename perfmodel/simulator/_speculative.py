@@ -10,7 +10,7 @@ per decoding sequence, riding with any prefill chunks, the same costs as
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -19,10 +19,7 @@ from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from .._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
 from .._step import decode_step, forward_step
 from .._traces import Trace
-from ._engine import EngineHooks, run_engine
-from ._prefix_cache import _area
 from ._records import SimResult
-from ._simulate import engine_limits
 
 
 def accepted_tokens_sampler(
@@ -56,14 +53,26 @@ def speculative_step_function(
     def f(p_tok, p_seq, p_ctx, d_seq, d_ctx):
         target = decode_step(model, hardware, deployment, efficiency, d_seq, d_ctx)
         if draft_model is None:
-            draft = k * MTP_LAYERS_PER_DRAFT_TOKEN * (target.total_s - target.overhead_s) / model.num_layers
+            draft = (
+                k
+                * MTP_LAYERS_PER_DRAFT_TOKEN
+                * (target.total_s - target.overhead_s)
+                / model.num_layers
+            )
         else:
-            draft = k * decode_step(draft_model, hardware, deployment, efficiency, d_seq, d_ctx).total_s
+            draft = (
+                k * decode_step(draft_model, hardware, deployment, efficiency, d_seq, d_ctx).total_s
+            )
         seqs = p_seq + d_seq
         ctx = (p_seq * p_ctx + d_seq * d_ctx) / jax.numpy.maximum(seqs, 1.0)
         verify = forward_step(
-            model, hardware, deployment, efficiency,
-            prefill_tokens=p_tok + d_seq * (k + 1.0), prefill_seqs=seqs, prefill_context=ctx,
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            prefill_tokens=p_tok + d_seq * (k + 1.0),
+            prefill_seqs=seqs,
+            prefill_context=ctx,
         ).total_s
         return verify + jax.numpy.where(d_seq > 0, draft, 0.0)
 
@@ -88,19 +97,16 @@ def simulate_speculative(
 ) -> SimResult:
     """One replica of the engine with speculative decoding (open loop on the trace's arrivals,
     or closed loop with ``concurrency`` in flight)."""
-    step_s = speculative_step_function(model, hardware, deployment, efficiency, draft_tokens, draft_model)
-    hooks = EngineHooks(decode_tokens=accepted_tokens_sampler(draft_tokens, acceptance, seed))
-    arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
-    R, iters, busy, dec_sum, *area = run_engine(
-        step_s, arrival, trace.prompt_tokens, trace.output_tokens,
-        engine_limits(model, hardware, deployment), hooks, concurrency,
-    )
-    done = R.finish[np.isfinite(R.finish)]
-    return SimResult(
-        arrival_s=R.arrival, first_token_s=R.first, finish_s=R.finish,
-        prompt_tokens=trace.prompt_tokens, output_tokens=trace.output_tokens,
-        preemptions=R.preempted, iterations=iters, busy_s=busy,
-        makespan_s=float(done.max() - R.arrival.min()) if done.size else 0.0,
-        replicas=1, mean_decode_batch=dec_sum / max(iters, 1), **_area(area),
-    )
+    from ._features import Speculation
+    from ._simulate import simulate
 
+    return simulate(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        trace,
+        concurrency=concurrency,
+        seed=seed,
+        speculation=Speculation(draft_tokens, acceptance, draft_model),
+    )

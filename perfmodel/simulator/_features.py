@@ -1,0 +1,119 @@
+"""Serving features inside ``simulate``: a block-level prefix cache and sampled speculation.
+
+``PrefixCaching`` carries each request's chain of block identities (the Mooncake trace's
+``hash_ids`` at 512 tokens per id, or synthetic shared-prefix chains at the engine's block size);
+every replica keeps its own LRU cache (``_prefix_cache.BlockPrefixCache``).  ``Speculation``
+swaps the step time for draft + verification (``_speculative.speculative_step_function``) and
+samples accepted tokens per sequence per step (Leviathan et al. 2023).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._specs import ModelSpec
+from ._prefix_cache import BlockPrefixCache, TraceRequest, prefix_cache_hook
+from ._speculative import accepted_tokens_sampler
+
+
+@dataclass(frozen=True)
+class PrefixCaching:
+    """Block-level LRU prefix cache per replica.
+
+    Attributes:
+        block_hashes: per request, the chained identities of its prompt's full blocks.
+        hash_block_tokens: tokens per identity (512 for Mooncake; the engine block otherwise).
+        capacity_tokens: cache size per replica in tokens (default: the replica's KV capacity).
+    """
+
+    block_hashes: Sequence[tuple[Hashable, ...]]
+    hash_block_tokens: int
+    capacity_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Draft length k, i.i.d. per-token acceptance alpha, draft model (``None``: MTP heads)."""
+
+    draft_tokens: int
+    acceptance: float
+    draft_model: ModelSpec | None = None
+
+
+@dataclass
+class FeatureCounts:
+    """What the feature hooks saw: prompt tokens reused per request, spec tokens and steps."""
+
+    reused_tokens: np.ndarray
+    spec_tokens: int = 0
+    spec_steps: int = 0
+    _local: list = field(default_factory=list)
+
+
+def synthetic_prefix_hashes(
+    prompt_tokens: np.ndarray, shared: np.ndarray, prefix_tokens: int, block_tokens: int
+) -> list[tuple]:
+    """Chained block identities: a shared request opens with the common prefix's full blocks
+    (capped at its own full blocks), every other full block is unique to the request."""
+    out = []
+    for i, p in enumerate(np.asarray(prompt_tokens)):
+        full = int(p) // block_tokens
+        head = min(prefix_tokens // block_tokens, full) if shared[i] else 0
+        out.append(
+            tuple(
+                [("prefix", j) for j in range(head)] + [("unique", i, j) for j in range(head, full)]
+            )
+        )
+    return out
+
+
+def replica_hooks(
+    idx: np.ndarray,
+    arrival_s: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    replica: int,
+    seed: int,
+    engine_capacity_tokens: int,
+    counts: FeatureCounts,
+    prefix: PrefixCaching | None,
+    speculation: Speculation | None,
+):
+    """(cached_prefix_tokens, decode_tokens) hooks for the requests ``idx`` of one replica."""
+    cached = decode_tokens = None
+    if prefix is not None:
+        block = int(prefix.hash_block_tokens)
+        cap = (
+            prefix.capacity_tokens if prefix.capacity_tokens is not None else engine_capacity_tokens
+        )
+        local = [
+            TraceRequest(
+                float(arrival_s[i]), int(prompt[i]), int(output[i]), tuple(prefix.block_hashes[i])
+            )
+            for i in idx
+        ]
+        local_reused = np.zeros(idx.size)
+        counts._local.append((idx, local_reused))
+        cached = prefix_cache_hook(local, BlockPrefixCache(int(cap) // block), block, local_reused)
+    if speculation is not None:
+        sample = accepted_tokens_sampler(
+            int(speculation.draft_tokens), float(speculation.acceptance), seed + 3 + replica
+        )
+
+        def decode_tokens(ids):
+            e = sample(ids)
+            counts.spec_tokens += int(e.sum())
+            counts.spec_steps += len(ids)
+            return e
+
+    return cached, decode_tokens
+
+
+def gather_reused(counts: FeatureCounts) -> np.ndarray:
+    """Scatter each replica's reuse into ``counts.reused_tokens`` (request order)."""
+    for idx, local in counts._local:
+        counts.reused_tokens[idx] = local
+    return counts.reused_tokens
