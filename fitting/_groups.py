@@ -33,10 +33,7 @@ def noise_key(row: pd.Series) -> str:
     op = row.get("op")
     if row["scenario"] == "op":
         if op in GEMM_OPS:
-            notes = notes_dict(row.get("notes"))
-            dt = notes.get("gemm_dtype", "")
-            if dt == "fp8_block":  # DeepGEMM, CUTLASS and FlashInfer block-scaled kernels differ 10x
-                return f"op:gemm_fp8_block:{notes.get('kernel', '')}"
+            dt = notes_dict(row.get("notes")).get("gemm_dtype", "")
             return "op:gemm" if dt in ("", "bfloat16", "float16") else f"op:gemm_{dt}"
         if op in ELEMENTWISE_OPS:
             return f"op:{ELEMENTWISE_CLASS[op]}"
@@ -90,3 +87,21 @@ def source_key(row: pd.Series) -> str:
         if backend and backend != eng:
             key = f"{row['source']}:{backend}"
     return key
+
+
+COMM_GROUP = "comm:latency"
+"""Group of a whole-model source's collective-latency offset: engines launch their TP all-reduces
+differently (eager NCCL calls from Python take ~100 us, CUDA-graph custom all-reduce ~5 us), so a
+TP-8 decode step of one engine can cost 4x another's while its GEMMs match."""
+
+COMM_SCENARIOS = ("prefill", "decode_step", "static_batch")
+"""Whole-model scenarios whose rows carry a ``COMM_GROUP`` cell when tp * pp > 1 (serving rows take
+their engine effects from the serving stage instead)."""
+
+
+def comm_cell(row: pd.Series) -> str | None:
+    """``"<source>:<engine>|comm:latency"`` for a multi-GPU whole-model row, else None."""
+    if row["scenario"] not in COMM_SCENARIOS:
+        return None
+    tp, pp = (float(row[c]) if pd.notna(row[c]) else 1.0 for c in ("tp", "pp"))
+    return f"{source_key(row)}|{COMM_GROUP}" if tp * pp > 1 else None

@@ -91,8 +91,9 @@ kernel groups), kept apart so kernel misfits do not widen whole-model intervals.
 
 
 def kernel_cells(cells) -> np.ndarray:
-    """Mask of cells that are single-kernel or collective groups (``"...|op:..."``)."""
-    return np.asarray([c.split("|")[1].startswith(("op:", "collective:")) for c in cells], dtype=bool)
+    """Mask of cells that are single-kernel, collective or step-latency (``comm:``) groups: their
+    offsets spread with ``tau_kernel``."""
+    return np.asarray([c.split("|")[1].startswith(("op:", "collective:", "comm:")) for c in cells], dtype=bool)
 
 
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:

@@ -168,7 +168,7 @@ def _source_offsets(posterior: Posterior, source: str | None, idx: np.ndarray,
     """A source's offset for whole-model budgets: the mean of its step-level cells (prefill,
     decode, static batch, serving), else of all its cells; None/unseen: N(0, tau_src)."""
     cells = [i for i, c in enumerate(posterior.cells) if c.split("|")[0] == source]
-    step = [i for i in cells if not posterior.cells[i].split("|")[1].startswith(("op:", "collective:"))]
+    step = [i for i in cells if not posterior.cells[i].split("|")[1].startswith(("op:", "collective:", "comm:"))]
     use = step or cells
     if source is None or not use:
         return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
@@ -195,6 +195,11 @@ def efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *, seed: in
         fields[f] = fields[f] / scale
     for f in ("step_overhead_s", "collective_latency_s", "collective_base_latency_s"):
         fields[f] = fields[f] * scale
+    comm = f"{source}|comm:latency"
+    if source is not None and comm in posterior.cells:  # the source's own TP all-reduce latency
+        lat = np.exp(posterior.flat("cell_offset")[idx, posterior.cells.index(comm)])
+        for f in ("collective_latency_s", "collective_base_latency_s"):
+            fields[f] = fields[f] * lat
     if weight_dtype in _LOW_PRECISION:
         fields["compute_fraction_max"] = fields["compute_fraction_max"] * p["low_precision_compute_ratio"]
     return Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})

@@ -113,14 +113,18 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
         params: each ``Efficiency`` and ``KernelEfficiency`` field as an array of shape
             ``(len(prep.gpus),)`` in natural units.
         cell_offset: log offsets of ``prep.cells`` (None: zero).  A collective cell's offset
-            scales its latencies alpha and alpha_0 (``latency_cells``); any other adds to log time.
+            scales its latencies alpha and alpha_0 (``latency_cells``), a ``comm:latency`` cell
+            those inside its source's multi-GPU steps (``prep.comm_idx``); any other adds to
+            log time.
     """
     n = len(prep.log_value)
     lat_cell = np.concatenate([latency_cells(prep.cells), [False]])[prep.cell_idx]
     if cell_offset is None:
-        row_off = jnp.zeros(n)
+        row_off = comm_off = jnp.zeros(n)
     else:
-        row_off = jnp.concatenate([jnp.asarray(cell_offset), jnp.zeros(1)])[prep.cell_idx]
+        full = jnp.concatenate([jnp.asarray(cell_offset), jnp.zeros(1)])
+        row_off = full[prep.cell_idx]
+        comm_off = full[prep.comm_idx] if prep.comm_idx is not None else jnp.zeros(n)
     out = jnp.where(lat_cell, 0.0, row_off)
     for name, b in prep.blocks.items():
         eff, ker = gather(params, prep.gpu_idx[b["pos"]])
@@ -140,6 +144,9 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
                                   eqx_replace(eff, collective_latency_s=eff.collective_latency_s * lat,
                                               collective_base_latency_s=eff.collective_base_latency_s * lat))
         else:
+            lat = jnp.exp(comm_off[b["pos"]])  # the source's collective-latency scale (COMM_GROUP)
+            eff = eqx_replace(eff, collective_latency_s=eff.collective_latency_s * lat,
+                              collective_base_latency_s=eff.collective_base_latency_s * lat)
             y = _step_block(b, eff, ker)
         out = out.at[b["pos"]].add(jnp.log(y))
     return out

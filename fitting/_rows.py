@@ -28,8 +28,10 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
     ELEMENTWISE_CLASS,
     ELEMENTWISE_OPS,
     GEMM_OPS,
+    COMM_GROUP,
     LATENCY_ANCHOR_SOURCES,
     OFFSET_OP_GROUPS,
+    comm_cell,
     has_offset,
     latency_cells,
     noise_key,
@@ -181,6 +183,8 @@ class Prepared:
         gpus, cells, noise_keys: labels behind ``gpu_idx``, ``cell_idx``, ``noise_idx``; a cell is
             ``"<source>:<engine>|<noise key>"``, the unit of the source/discrepancy offset;
             ``cell_idx`` is -1 for rows of groups without an offset (``has_offset``).
+        comm_idx: per row, the cell (``COMM_GROUP``) whose offset scales the collective latencies
+            inside a multi-GPU whole-model prediction, or -1 (None: no such cells).
         log_value: log of the measured value per covered row.
         skipped: (original index, reason) of rows no budget covers.
     """
@@ -195,6 +199,7 @@ class Prepared:
     noise_idx: np.ndarray
     log_value: np.ndarray
     skipped: list[tuple[object, str]] = field(default_factory=list)
+    comm_idx: np.ndarray | None = None
 
 
 def _serving_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
@@ -284,11 +289,13 @@ def prepare(table: pd.DataFrame, *, gpus: tuple[str, ...] | None = None,
     nks = [noise_key(r) for _, r in kept_table.iterrows()]
     cell_rows = [(f"{source_key(r)}|{k}" if has_offset(k, source_key(r)) else None)
                  for (_, r), k in zip(kept_table.iterrows(), nks)]
-    src_, si = labels([c for c in cell_rows if c is not None], cells)
-    full_si, j = np.full(len(cell_rows), -1, dtype=int), 0
-    for i, c in enumerate(cell_rows):
-        if c is not None:
-            full_si[i], j = si[j], j + 1
+    comm_rows = [comm_cell(r) for _, r in kept_table.iterrows()]
+    used = [c for c in cell_rows + comm_rows if c is not None]
+    src_, _ = labels(used, cells)
+
+    def index(names: list) -> np.ndarray:
+        return np.asarray([src_.index(c) if c is not None else -1 for c in names], dtype=int)
+
     nk_, ni = labels(nks, noise_keys)
-    return Prepared(kept_table, blocks, gpus_, src_, nk_, gi, full_si, ni,
-                    np.log(kept_table["value"].to_numpy(float)), skipped)
+    return Prepared(kept_table, blocks, gpus_, src_, nk_, gi, index(cell_rows), ni,
+                    np.log(kept_table["value"].to_numpy(float)), skipped, comm_idx=index(comm_rows))
