@@ -64,29 +64,32 @@ def _scaled(problem: Problem, log_scales: Array) -> Problem:
     )
 
 
-def _metrics(problem: Problem, config: Array, replicas: Array, temperature: float):
-    """``draw_metrics`` with the colocated/split choice made by ``lax.cond`` (a ``where`` would
-    send NaN gradients back from the branch not taken)."""
+def _metrics(problem: Problem, config: Array, replicas: Array, temperature: float, split: bool):
+    """Per-draw metrics of the colocated (``split`` False) or split system; the choice is static
+    (a traced ``where`` would send NaN gradients back from the branch not taken, and one branch
+    compiles in half the time)."""
     w = one_hot_weights(config, problem.grid)
-    if not problem.grid.disaggregated:
-        return draw_metrics(problem, w, replicas, temperature)
-    return jax.lax.cond(
-        config[POOL] == 0,
-        lambda: colocated_metrics(problem, w, replicas, temperature),
-        lambda: split_metrics(problem, w, replicas, temperature),
-    )
+    if split:
+        return split_metrics(problem, w, replicas, temperature)
+    return colocated_metrics(problem, w, replicas, temperature)
 
 
-def _smooth_probability(problem: Problem, config: Array, log_r: Array, log_scales: Array) -> Array:
+def _smooth_probability(problem: Problem, config: Array, log_r: Array, log_scales: Array, split: bool) -> Array:
     p = _scaled(problem, log_scales)
-    m = _metrics(p, config, jnp.exp(log_r), 0.02)
+    m = _metrics(p, config, jnp.exp(log_r), 0.02, split)
     slacks = constraint_slacks(p, m)
     slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
     return jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / _SIGMOID_WIDTH), axis=0))
 
 
-@eqx.filter_jit
 def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
+    """(continuous replicas r*, d log cost / d log theta for ``SENSITIVITIES``) at ``config``
+    (concrete: whether it is a pool split picks the compiled branch)."""
+    return _elasticities(problem, jnp.asarray(config), bool(int(np.asarray(config)[POOL]) > 0))
+
+
+@eqx.filter_jit
+def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, Array]:
     """(continuous replicas r*, d log cost / d log theta for ``SENSITIVITIES``) at ``config``.
 
     r* solves the smoothed chance constraint by bisection on log r; an unbounded SLO has zero
@@ -95,7 +98,7 @@ def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
     zero = jnp.zeros(len(SENSITIVITIES))
 
     def gap(log_r):
-        return _smooth_probability(problem, config, log_r, zero) - problem.confidence
+        return _smooth_probability(problem, config, log_r, zero, split) - problem.confidence
 
     def step(_, b):
         lo, hi = b
@@ -107,8 +110,8 @@ def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
         0, 40, step, (jnp.log(1e-3), jnp.log(4.0 * problem.grid.max_replicas))
     )
     log_r = hi
-    d_log_r = jax.grad(lambda lr: _smooth_probability(problem, config, lr, zero))(log_r)
-    d_theta = jax.grad(lambda ls: _smooth_probability(problem, config, log_r, ls))(zero)
+    d_log_r = jax.grad(lambda lr: _smooth_probability(problem, config, lr, zero, split))(log_r)
+    d_theta = jax.grad(lambda ls: _smooth_probability(problem, config, log_r, ls, split))(zero)
     elasticity = jnp.where(jnp.abs(d_log_r) > 1e-12, -d_theta / d_log_r, 0.0)
     finite_slo = jnp.concatenate([
         jnp.ones(7, dtype=bool),

@@ -124,6 +124,7 @@ def recommend(
     num_verified: int = 4,
     verify: bool = True,
     simulate_requests: int = 0,
+    draft_name: str | None = None,
 ) -> Recommendation:
     """Cheapest configuration meeting the chance constraints, verified and explained.
 
@@ -136,6 +137,7 @@ def recommend(
         verify: re-check with ``perfmodel.dynamics.serving_metrics`` (False: search model only).
         simulate_requests: > 0 runs the discrete-event simulator (``perfmodel.dynamics.simulate``)
             on that many requests at the posterior-median efficiency and reports its percentiles.
+        draft_name: the speculative draft model's id (engine flags), when it is not MTP.
     """
     t0 = time.perf_counter()
     found = search(problem, options)
@@ -158,7 +160,7 @@ def recommend(
         return _infeasible(problem, gpus, time.perf_counter() - t0)
     config, r = cands[best], int(reps[best])
     metrics = None if verdict is None else jax.tree_util.tree_map(lambda x: x[best], verdict)
-    out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics)
+    out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics, draft_name)
     alternatives = []
     for i in uniq[1:]:
         if np.isfinite(costs[i]):
@@ -244,7 +246,7 @@ def _summary(q: np.ndarray) -> dict[str, float]:
     return {k: _num(float(v)) for k, v in zip(("p50", "p95", "p99"), med)}
 
 
-def _explain(problem, gpus, model_name, config, replicas, cost, metrics) -> Recommendation:
+def _explain(problem, gpus, model_name, config, replicas, cost, metrics, draft_name=None) -> Recommendation:
     """Explain ``config``: ``metrics`` are its per-draw verdict metrics (None: search model)."""
     cfg = jnp.asarray(config)
     weights = one_hot_weights(cfg, problem.grid)
@@ -258,6 +260,8 @@ def _explain(problem, gpus, model_name, config, replicas, cost, metrics) -> Reco
         bound = float(getattr(problem, name))
         shadow[name.removeprefix("slo_")] = cost * elastic[name] / bound if math.isfinite(bound) else 0.0
     described = describe(problem, gpus, config, replicas)
+    if described["speculative"] and draft_name:
+        described["speculative"]["draft_model"] = draft_name
     hw = _select(problem.hardware, int(config[0]))
     eff = _select(problem.efficiency, int(config[0]))
     eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})

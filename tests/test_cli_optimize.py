@@ -59,6 +59,10 @@ def test_optimize_json_keys_and_infeasible_value(capsys):
     assert f"--tensor-parallel-size {out['tp']}" in out["engine_args"]["vllm"]
     assert out["ttft_s"]["p95"] <= 1.0 or out["binding_constraint"]
 
-    assert main([*argv, "--ttft-p95", "0.0001"]) == 0
-    bad = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--ttft-p95", "0.0001"]) == 2
+    captured = capsys.readouterr()
+    bad = json.loads(captured.out)
     assert not bad["feasible"] and bad["closest_achievable"]["ttft_p95_s"] > 0.0001
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "no configuration meets p95 TTFT <= 0.0001 s" in err
+    assert "relax --slo-ttft-p95 to >=" in err and " on h100-sxm TP" in err or " on l40s TP" in err

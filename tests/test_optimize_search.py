@@ -16,6 +16,8 @@ from optimize import (
     search,
     slo_probability,
 )
+from optimize._evaluate import costs_at_min_replicas, draw_metrics
+from optimize._grid import KNOBS, one_hot_weights
 from perfmodel import load_model
 
 GRID = Grid(
@@ -76,3 +78,83 @@ def test_higher_confidence_never_cheaper():
     lo = _problem(*CASES[0][:-1], 0.5)
     hi = _problem(*CASES[0][:-1], 0.99)
     assert exhaustive_optimum(hi, chunk=16).cost_per_hour >= exhaustive_optimum(lo, chunk=16).cost_per_hour
+
+
+# ------------------------------------------------------------ pool split, speculation, chunk knobs
+
+FEATURE_GRID = Grid(
+    num_gpus=1, tp=(1, 2), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
+    max_num_batched_tokens=(2048, 8192), max_num_seqs=(256,), chunk_sizes=(512, 2048, 8192),
+    spec_k=(0, 1, 3), pool_ratios=((1, 1), (2, 1), (1, 2)), max_replicas=16,
+)
+"""One grid for every feature test (one compile): pool split, MTP speculation and chunk knobs."""
+
+
+def _feature_problem(i_len, o_len, rate, ttft, tpot, acceptance=0.0):
+    wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=float(i_len),
+                  output_tokens_mean=float(o_len), output_tokens_cv=1.0)
+    return make_problem(load_model("meta-llama/Llama-3.1-8B"), ("h100-sxm",), wl, slo_ttft_p95_s=ttft,
+                        slo_tpot_p95_s=tpot, confidence=0.9, grid=FEATURE_GRID, num_draws=16, seed=2,
+                        spec_draft="mtp", spec_acceptance=acceptance)
+
+
+def _col(name, config):
+    return int(config[KNOBS.index(name)])
+
+
+def test_long_prompts_tight_tpot_pick_a_pool_split():
+    """8k-token prompts with 256-token outputs and a 15 ms TPOT bound: a prefill chunk in every
+    decode iteration breaks the TPOT bound unless the colocated engines are spread thin; split
+    pools meet it for less, and both the referee and the search pick a split."""
+    problem = _feature_problem(8192, 256, 10.0, 3.0, 0.015)
+    ref = exhaustive_optimum(problem, chunk=16)
+    every = problem.grid.all_configs(problem.model)
+    colocated = every[every[:, KNOBS.index("pool_split")] == 0]
+    _, col_cost = costs_at_min_replicas(problem, jnp.asarray(colocated))
+    assert _col("pool_split", ref.config) > 0 and ref.cost_per_hour < float(np.min(col_cost))
+    found = search(problem, OPTIONS)
+    assert found.cost_per_hour[0] <= ref.cost_per_hour * 1.01 and _col("pool_split", found.configs[0]) > 0
+
+
+def test_short_prompts_stay_colocated():
+    """256-token prompts under a loose TPOT bound fit one colocated engine; a split needs two."""
+    problem = _feature_problem(256, 256, 5.0, 1.0, 0.05)
+    ref = exhaustive_optimum(problem, chunk=16)
+    found = search(problem, OPTIONS)
+    assert _col("pool_split", ref.config) == 0 and _col("pool_split", found.configs[0]) == 0
+    assert found.cost_per_hour[0] <= ref.cost_per_hour * 1.01
+
+
+def test_speculation_is_chosen_only_when_it_pays():
+    """MTP drafts at acceptance 0.9 (E = (1 - 0.9^4) / 0.1 = 3.44 tokens/step at k = 3) let fewer
+    engines meet an 8 ms TPOT bound; at acceptance 0 (E = 1) every k > 0 only adds draft and
+    verify work, so k = 0 wins wherever anything is feasible."""
+    good = _feature_problem(512, 512, 2.0, 2.0, 0.008, acceptance=0.9)
+    bad = _feature_problem(512, 512, 2.0, 2.0, 0.008, acceptance=0.0)
+    ref_good, ref_bad = exhaustive_optimum(good, chunk=16), exhaustive_optimum(bad, chunk=16)
+    assert ref_good.config is not None and _col("spec_k", ref_good.config) > 0
+    assert ref_bad.config is None or _col("spec_k", ref_bad.config) == 0
+    found = search(good, OPTIONS)
+    assert found.cost_per_hour[0] <= ref_good.cost_per_hour * 1.01
+
+
+def test_smaller_chunk_lowers_p95_tpot_and_chunks_stay_within_the_budget():
+    """Same engine and load: a 512-token chunk instead of 8192 cuts the prefill share of the p95
+    iteration, so p95 TPOT falls in every draw; a chunk above the token budget is not a legal
+    configuration (the referee skips it, rounding clips it to the largest legal chunk)."""
+    problem = _feature_problem(8192, 256, 1.0, None, None)
+    base = np.zeros(len(problem.grid.sizes()), dtype=np.int32)
+    base[KNOBS.index("max_num_batched_tokens")] = 1  # budget 8192
+    small, large = base.copy(), base.copy()
+    large[KNOBS.index("chunk_size")] = 2
+    m_small = draw_metrics(problem, one_hot_weights(jnp.asarray(small), problem.grid), 1.0)
+    m_large = draw_metrics(problem, one_hot_weights(jnp.asarray(large), problem.grid), 1.0)
+    assert np.all(np.asarray(m_small.tpot_p95_s) < np.asarray(m_large.tpot_p95_s))
+    over = large.copy()
+    over[KNOBS.index("max_num_batched_tokens")] = 0  # budget 2048 < chunk 8192
+    assert problem.grid.canonical(over[None], problem.model)[0][KNOBS.index("chunk_size")] == 1
+    every = problem.grid.all_configs(problem.model)
+    chunk = np.asarray(problem.grid.chunk_sizes)[every[:, KNOBS.index("chunk_size")]]
+    budget = np.asarray(problem.grid.max_num_batched_tokens)[every[:, KNOBS.index("max_num_batched_tokens")]]
+    # tp 1|2 x (2048: 512, 2048; 8192: all 3) x k 0|1|3 x (colocated + 3 splits)
+    assert np.all(chunk <= budget) and len(every) == 2 * 5 * 3 * 4

@@ -72,8 +72,52 @@ def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
         dtypes[flag] = items
     if max_replicas < 1:
         raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
+    extra = {}
+    if getattr(args, "chunk_sizes", None) is not None:
+        extra["chunk_sizes"] = _int_list(args.chunk_sizes, "--chunk-sizes", "512,2048,8192")
+        if min(extra["chunk_sizes"]) > max(Grid(1).max_num_batched_tokens):
+            raise UsageError(f"--chunk-sizes: every chunk exceeds the largest token budget "
+                             f"{max(Grid(1).max_num_batched_tokens)}; pass smaller chunks, e.g. 512,2048")
+    if getattr(args, "pool_ratios", None) is not None:
+        extra["pool_ratios"] = _ratios(args.pool_ratios)
+    if getattr(args, "spec_draft", None):
+        extra["spec_k"] = SPEC_K
     return Grid(num_gpus=num_gpus, kv_dtypes=dtypes["--kv-dtypes"],
-                weight_dtypes=dtypes["--weight-dtypes"], max_replicas=max_replicas)
+                weight_dtypes=dtypes["--weight-dtypes"], max_replicas=max_replicas, **extra)
+
+
+SPEC_K = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+"""Speculative draft lengths offered with --spec-draft (0 = off)."""
+
+DEFAULT_CHUNKS = "512,1024,2048,4096,8192"
+DEFAULT_POOL_RATIOS = "1:1,2:1,3:1,1:2"
+
+
+def _int_list(text: str, flag: str, example: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag} {text!r} must be positive integers, comma-separated, e.g. {example}")
+    return tuple(sorted(set(values)))
+
+
+def _ratios(text: str) -> tuple[tuple[int, int], ...]:
+    """``1:1,2:1`` -> ((1, 1), (2, 1)); ``none`` -> () (colocated only)."""
+    if text.strip().lower() in ("none", "off", ""):
+        return ()
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            p, d = (int(x) for x in item.split(":"))
+        except ValueError:
+            p = d = 0
+        if p < 1 or d < 1:
+            raise UsageError(f"--pool-ratios: {item!r} is not PREFILL:DECODE engines (each >= 1); "
+                             "pass e.g. --pool-ratios 1:1,2:1 or none")
+        out.append((p, d))
+    return tuple(dict.fromkeys(out))
 
 
 def enable_compile_cache() -> None:
@@ -185,6 +229,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the recommendation through the simulator on N requests")
     parser.add_argument("--plot", default=None, metavar="DIR",
                         help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT")
+    parser.add_argument("--chunk-sizes", default=DEFAULT_CHUNKS, metavar="N,...",
+                        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {DEFAULT_CHUNKS})")
+    parser.add_argument("--pool-ratios", default=DEFAULT_POOL_RATIOS, metavar="P:D,...",
+                        help="prefill:decode engine ratios of disaggregated pools to consider, or none "
+                        f"(default {DEFAULT_POOL_RATIOS})")
+    parser.add_argument("--transfer-bw", type=float, metavar="BYTES_PER_S",
+                        help="KV hand-off bandwidth per GPU between pools (default: inter-node network)")
+    parser.add_argument("--spec-draft", metavar="MODEL|mtp",
+                        help="offer speculative decoding with this draft (k = 0..8 becomes a knob)")
+    parser.add_argument("--spec-acceptance", type=float, metavar="A",
+                        help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,15 +250,23 @@ def run(args: argparse.Namespace) -> int:
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
     penalty = parse_assignments(args.quality_penalty, "--quality-penalty")
-    problem = make_problem(
-        model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
-        confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
-        efficiency=efficiency, quality_penalty=penalty, hardware=hardware,
-    )
     if args.simulate < 0:
         raise UsageError(f"--simulate must be >= 0 requests, got {args.simulate}")
+    draft = _spec_draft(args, model)
+    if args.transfer_bw is not None and not (math.isfinite(args.transfer_bw) and args.transfer_bw > 0):
+        raise UsageError(f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}")
+    try:
+        problem = make_problem(
+            model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
+            confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
+            efficiency=efficiency, quality_penalty=penalty, hardware=hardware,
+            spec_draft=draft, spec_acceptance=args.spec_acceptance, transfer_bytes_per_s=args.transfer_bw,
+        )
+    except (ValueError, CatalogError) as exc:
+        raise UsageError(str(exc)) from None
     rec = recommend(problem, gpus, model.name, verify=not args.no_verify,
-                    simulate_requests=args.simulate)
+                    simulate_requests=args.simulate,
+                    draft_name=None if isinstance(draft, str) or draft is None else draft.name)
     out = rec.to_json()
     if getattr(args, "plot", None):
         from optimize._plots import write_optimize_plots
@@ -215,9 +278,59 @@ def run(args: argparse.Namespace) -> int:
             print("no figures: nothing feasible to plot", file=sys.stderr)
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
-    print(render(out, args))
+    if not out["feasible"]:
+        print(f"servingmath: error: {infeasible_message(out, args, gpus)}", file=sys.stderr)
+        return 2
+    if not args.json:
+        print(render(out, args))
     return 0
+
+
+def _spec_draft(args: argparse.Namespace, model):
+    """None, "mtp" or the draft ``ModelSpec`` of --spec-draft; one-line errors for bad input."""
+    if args.spec_acceptance is not None and not (
+        math.isfinite(args.spec_acceptance) and 0.0 <= args.spec_acceptance <= 1.0
+    ):
+        raise UsageError(f"--spec-acceptance must be in [0, 1], got {args.spec_acceptance}; pass e.g. 0.7")
+    if not args.spec_draft:
+        if args.spec_acceptance is not None:
+            raise UsageError("--spec-acceptance needs --spec-draft MODEL|mtp")
+        return None
+    if args.spec_draft.lower() == "mtp":
+        return "mtp"
+    try:
+        draft = pm.load_model(args.spec_draft)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    if float(draft.total_params) >= float(model.total_params):
+        raise UsageError(f"--spec-draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp")
+    return draft
+
+
+def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
+    """One line: what cannot be met, the closest achievable bound and where, and the flag to relax."""
+    near = out["closest_achievable"] or {}
+    if near.get("scale") is None:
+        return (f"no candidate in --gpus {','.join(gpus)} fits the model and keeps up with the load at "
+                f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); add larger GPUs "
+                "or raise --max-replicas")
+    wanted = []
+    if args.ttft_p95 is not None:
+        wanted.append(f"p95 TTFT <= {args.ttft_p95:g} s")
+    if args.tpot_p95 is not None:
+        wanted.append(f"p95 TPOT <= {args.tpot_p95:g} s")
+    key = "ttft_p95_s" if out["binding_constraint"] == "ttft_p95" else "tpot_p95_s"
+    flag = "--slo-ttft-p95" if key == "ttft_p95_s" else "--slo-tpot-p95"
+    best = near[key]
+    where = (near.get("configs") or {}).get(key) or {}
+    on = f" on {where['gpu']} TP{where['tp']} PP{where['pp']}" if where else ""
+    if where.get("disaggregation"):
+        on += f" ({where['disaggregation']['prefill']['gpu']} prefill pool)"
+    text = (f"no configuration meets {' and '.join(wanted)} with confidence {args.confidence}; "
+            f"the best achievable is {best:.3g} s{on}; relax {flag} to >= {best:.3g}")
+    if len(wanted) == 2 and near["scale"] > 1:
+        text += f" (or scale both bounds by x{near['scale']:.3g})"
+    return text
 
 
 def _pct(d: dict | None) -> str:
@@ -241,13 +354,24 @@ def render(out: dict, args: argparse.Namespace) -> str:
     rows = [
         ("configuration", f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs"),
         ("dtypes", f"weights {out['weight_dtype']}, KV {out['kv_dtype']}"),
-        ("token budget", f"max_num_batched_tokens {out['max_num_batched_tokens']}, max_num_seqs {out['max_num_seqs']}"),
+        ("token budget", f"max_num_batched_tokens {out['max_num_batched_tokens']}, prefill chunk "
+                         f"{out['chunk_size']}, max_num_seqs {out['max_num_seqs']}"),
         ("cost", f"${out['cost_per_hour']:.2f}/hour, ${out['cost_per_million_output_tokens']:.3f} per million output tokens"),
         ("SLO probability", f"{out['slo_probability']:.3f} (required {args.confidence})"),
         ("TTFT p50/p95/p99", _pct(out["ttft_s"])),
         ("TPOT p50/p95/p99", _pct(out["tpot_s"])),
         ("binding", f"{out['binding_constraint']} (budget: {out['binding_budget']})"),
     ]
+    if out.get("speculative"):
+        s = out["speculative"]
+        rows.insert(3, ("speculative", f"{s.get('draft_model', s['draft'])} k={s['k']}, acceptance "
+                                       f"{s['acceptance']:.2f} -> {s['tokens_per_step']:.2f} tokens/step"))
+    if out.get("disaggregation"):
+        d = out["disaggregation"]
+        p, q = d["prefill"], d["decode"]
+        rows[0] = ("configuration", f"prefill pool {p['replicas']} x {p['gpu']} + decode pool {q['replicas']} x "
+                                    f"{q['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs")
+        rows.insert(1, ("KV hand-off", f"{human_seconds(d['kv_transfer_s'])} per mean prompt"))
     for k, v in out["shadow_prices"].items():
         if v:
             rows.append((f"shadow price {k}", f"{v:+.3g} $/hour per second"))
@@ -256,7 +380,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
     text = "recommendation\n" + table(rows)
     if out["alternatives"]:
         text += "\nrunner-up configurations\n" + table([
-            (f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}",
+            (f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}"
+             + (f" (split, prefill on {a['disaggregation']['prefill']['gpu']})" if a.get("disaggregation") else ""),
              f"${a['cost_per_hour']:.2f}/hour ({a['weight_dtype']} weights, {a['kv_dtype']} KV)")
             for a in out["alternatives"]])
     if out.get("simulator"):
