@@ -25,7 +25,10 @@ from perfmodel._traces import Trace  # noqa: E402
 from perfmodel.simulator import simulate  # noqa: E402
 from perfmodel.simulator._disagg import simulate_disaggregated  # noqa: E402
 from perfmodel.simulator._prefix_cache import (  # noqa: E402
-    MOONCAKE_BLOCK_TOKENS, load_mooncake_trace, replay_reused_tokens, shared_prefix_requests,
+    MOONCAKE_BLOCK_TOKENS,
+    load_mooncake_trace,
+    replay_reused_tokens,
+    shared_prefix_requests,
     simulate_prefix_cache,
 )
 from perfmodel.simulator._speculative import simulate_speculative  # noqa: E402
@@ -49,17 +52,30 @@ def prefix(quick):
     rows, rec = [], []
     n = 3000 if quick else 10000
     for cap in (300, 1000, 3000):
-        reqs = shared_prefix_requests(n, arrival_rate_per_s=10.0, shared_fraction=0.5, prefix_tokens=320,
-                                      prompt_tokens=400, output_tokens=100, block_size_tokens=16,
-                                      num_prefixes=20, seed=3)
+        reqs = shared_prefix_requests(
+            n,
+            arrival_rate_per_s=10.0,
+            shared_fraction=0.5,
+            prefix_tokens=320,
+            prompt_tokens=400,
+            output_tokens=100,
+            block_size_tokens=16,
+            num_prefixes=20,
+            seed=3,
+        )
         reused = replay_reused_tokens(reqs, cap, 16)
         shared = np.array([bool(r.block_hashes) and r.block_hashes[0][0] == "prefix" for r in reqs])
         sim = float((reused[shared] > 0).mean())
         che = float(ft.che_hit_rate(10.0 * 0.5 / 20, 20.0, 20.0, 10.0 * (500 - 160) / 16, cap))
         rows.append((cap, f"{sim:.3f}", f"{che:.3f}", f"{che - sim:+.3f}"))
         rec.append({"capacity_blocks": cap, "lru_replay": sim, "che": che})
-    out = [_table("Prefix cache: LRU hit rate, block-level replay vs Che (20 prefixes, 50% shared)",
-                  ("cache blocks", "replay", "Che", "diff"), rows)]
+    out = [
+        _table(
+            "Prefix cache: LRU hit rate, block-level replay vs Che (20 prefixes, 50% shared)",
+            ("cache blocks", "replay", "Che", "diff"),
+            rows,
+        )
+    ]
 
     trace = load_mooncake_trace()[: (3000 if quick else len(load_mooncake_trace()))]
     prompt = sum(r.prompt_tokens for r in trace)
@@ -68,38 +84,108 @@ def prefix(quick):
         frac = float(replay_reused_tokens(trace, cap, MOONCAKE_BLOCK_TOKENS).sum() / prompt)
         mrows.append((cap, f"{cap * MOONCAKE_BLOCK_TOKENS / 1e6:.1f} M", f"{frac:.3f}"))
         rec.append({"mooncake_capacity_blocks": cap, "reused_prompt_fraction": frac})
-    out.append(_table(f"Mooncake conversation trace ({len(trace)} requests): share of prompt tokens reused",
-                      ("cache blocks (512 tok)", "tokens", "reused fraction"), mrows))
+    out.append(
+        _table(
+            f"Mooncake conversation trace ({len(trace)} requests): share of prompt tokens reused",
+            ("cache blocks (512 tok)", "tokens", "reused fraction"),
+            mrows,
+        )
+    )
 
     crows = []
     engine_trace = load_mooncake_trace()[:800]
     total = sum(r.prompt_tokens for r in engine_trace)
     keep = slice(80, 760)
     for cap in (0, 2000, 10000):
-        sim, reused = simulate_prefix_cache(L8, H100, Deployment.create(tp=4), EFF, engine_trace,
-                                            capacity_blocks=cap, block_size_tokens=MOONCAKE_BLOCK_TOKENS)
-        crows.append((cap, f"{cap * MOONCAKE_BLOCK_TOKENS / 1e6:.1f} M", f"{reused.sum() / total:.3f}",
-                      f"{np.mean(sim.ttft_s[keep]):.2f}", f"{np.percentile(sim.ttft_s[keep], 95):.2f}",
-                      f"{np.percentile(sim.e2e_s[keep], 95):.1f}"))
-        rec.append({"engine_mooncake_capacity_blocks": cap, "reused": float(reused.sum() / total),
-                    "ttft_mean_s": float(np.mean(sim.ttft_s[keep]))})
-    out.append(_table("Mooncake trace through the engine (first 800 requests, ~4.5 min, mean prompt 13.8k), "
-                      "Llama-3.1-8B TP4 on h100-sxm",
-                      ("cache blocks", "tokens", "reused", "TTFT mean s", "TTFT p95 s", "E2E p95 s"), crows))
+        sim, reused = simulate_prefix_cache(
+            L8,
+            H100,
+            Deployment.create(tp=4),
+            EFF,
+            engine_trace,
+            capacity_blocks=cap,
+            block_size_tokens=MOONCAKE_BLOCK_TOKENS,
+        )
+        crows.append(
+            (
+                cap,
+                f"{cap * MOONCAKE_BLOCK_TOKENS / 1e6:.1f} M",
+                f"{reused.sum() / total:.3f}",
+                f"{np.mean(sim.ttft_s[keep]):.2f}",
+                f"{np.percentile(sim.ttft_s[keep], 95):.2f}",
+                f"{np.percentile(sim.e2e_s[keep], 95):.1f}",
+            )
+        )
+        rec.append(
+            {
+                "engine_mooncake_capacity_blocks": cap,
+                "reused": float(reused.sum() / total),
+                "ttft_mean_s": float(np.mean(sim.ttft_s[keep])),
+            }
+        )
+    out.append(
+        _table(
+            "Mooncake trace through the engine (first 800 requests, ~4.5 min, mean prompt 13.8k), "
+            "Llama-3.1-8B TP4 on h100-sxm",
+            ("cache blocks", "tokens", "reused", "TTFT mean s", "TTFT p95 s", "E2E p95 s"),
+            crows,
+        )
+    )
 
     srows = []
     dep = Deployment.create()
     for share in (0.0, 0.5, 0.9):
-        reqs = shared_prefix_requests(200, arrival_rate_per_s=1.0, shared_fraction=share, prefix_tokens=3000,
-                                      prompt_tokens=4000, output_tokens=50, block_size_tokens=16, seed=2)
+        reqs = shared_prefix_requests(
+            200,
+            arrival_rate_per_s=1.0,
+            shared_fraction=share,
+            prefix_tokens=3000,
+            prompt_tokens=4000,
+            output_tokens=50,
+            block_size_tokens=16,
+            seed=2,
+        )
         sim, _ = simulate_prefix_cache(L8, H100, dep, EFF, reqs, capacity_blocks=10**6)
-        cf = ft.prefix_reuse(L8, H100, dep, EFF, prompt_tokens=4000.0, output_tokens=50.0,
-                             shared_fraction=share, prefix_tokens=3000.0, arrival_rate_per_s=1.0)
-        srows.append((share, f"{float(cf.effective_prefill_tokens):.0f}", f"{float(cf.prefill_speedup):.2f}x",
-                      f"{float(cf.prefill_s) * 1e3:.1f}", f"{np.mean(sim.ttft_s) * 1e3:.1f}"))
-        rec.append({"shared_fraction": share, "closed_ttft_s": float(cf.prefill_s), "sim_ttft_s": float(np.mean(sim.ttft_s))})
-    out.append(_table("Shared system prompt (3000 of 4000 tokens), Llama-3.1-8B, 1 req/s",
-                      ("shared", "effective prefill", "prefill speedup", "closed TTFT ms", "sim mean TTFT ms"), srows))
+        cf = ft.prefix_reuse(
+            L8,
+            H100,
+            dep,
+            EFF,
+            prompt_tokens=4000.0,
+            output_tokens=50.0,
+            shared_fraction=share,
+            prefix_tokens=3000.0,
+            arrival_rate_per_s=1.0,
+        )
+        srows.append(
+            (
+                share,
+                f"{float(cf.effective_prefill_tokens):.0f}",
+                f"{float(cf.prefill_speedup):.2f}x",
+                f"{float(cf.prefill_s) * 1e3:.1f}",
+                f"{np.mean(sim.ttft_s) * 1e3:.1f}",
+            )
+        )
+        rec.append(
+            {
+                "shared_fraction": share,
+                "closed_ttft_s": float(cf.prefill_s),
+                "sim_ttft_s": float(np.mean(sim.ttft_s)),
+            }
+        )
+    out.append(
+        _table(
+            "Shared system prompt (3000 of 4000 tokens), Llama-3.1-8B, 1 req/s",
+            (
+                "shared",
+                "effective prefill",
+                "prefill speedup",
+                "closed TTFT ms",
+                "sim mean TTFT ms",
+            ),
+            srows,
+        )
+    )
     return out, rec
 
 
@@ -110,46 +196,130 @@ def speculative(quick):
     trace = Trace(np.zeros(n), np.full(n, 1000), np.full(n, 400))
     for batch in (1, 8, 64, 256):
         for alpha in (0.3, 0.6, 0.8):
-            cf = ft.speculative_decode(L8, H100, dep, EFF, batch_size=float(batch), context_tokens=1200.0,
-                                       draft_tokens=4.0, acceptance=alpha)
+            cf = ft.speculative_decode(
+                L8,
+                H100,
+                dep,
+                EFF,
+                batch_size=float(batch),
+                context_tokens=1200.0,
+                draft_tokens=4.0,
+                acceptance=alpha,
+            )
             sim = ""
             if batch <= 8:
-                s = simulate_speculative(L8, H100, dep, EFF, trace, draft_tokens=4, acceptance=alpha,
-                                         concurrency=batch, seed=1)
+                s = simulate_speculative(
+                    L8,
+                    H100,
+                    dep,
+                    EFF,
+                    trace,
+                    draft_tokens=4,
+                    acceptance=alpha,
+                    concurrency=batch,
+                    seed=1,
+                )
                 sim = f"{np.nanmean(s.tpot_s) * 1e3:.2f}"
-            rows.append((batch, alpha, f"{float(cf.speedup):.2f}", f"{float(cf.breakeven_acceptance):.2f}",
-                         f"{float(cf.tpot_s) * 1e3:.2f}", sim))
-            rec.append({"batch": batch, "alpha": alpha, "speedup": float(cf.speedup), "sim_tpot_s": sim})
+            rows.append(
+                (
+                    batch,
+                    alpha,
+                    f"{float(cf.speedup):.2f}",
+                    f"{float(cf.breakeven_acceptance):.2f}",
+                    f"{float(cf.tpot_s) * 1e3:.2f}",
+                    sim,
+                )
+            )
+            rec.append(
+                {"batch": batch, "alpha": alpha, "speedup": float(cf.speedup), "sim_tpot_s": sim}
+            )
     drows = []
-    big, draft, tp4 = load_model("meta-llama/Llama-3.1-70B"), load_model("meta-llama/Llama-3.2-1B-Instruct"), Deployment.create(tp=4)
+    big, draft, tp4 = (
+        load_model("meta-llama/Llama-3.1-70B"),
+        load_model("meta-llama/Llama-3.2-1B-Instruct"),
+        Deployment.create(tp=4),
+    )
     for batch in (1, 64, 512):
         for alpha in (0.3, 0.7):
-            cf = ft.speculative_decode(big, H100, tp4, EFF, batch_size=float(batch), context_tokens=2000.0,
-                                       draft_tokens=4.0, acceptance=alpha, draft_model=draft)
-            drows.append((batch, alpha, f"{float(cf.speedup):.2f}", f"{float(cf.breakeven_acceptance):.2f}",
-                          f"{float(cf.draft_s) * 1e3:.1f}", f"{float(cf.verify_s) / float(cf.target_step_s):.2f}",
-                          f"{float(cf.net_gain_s) * 1e3:+.1f}"))
-            rec.append({"draft": draft.name, "batch": batch, "alpha": alpha, "speedup": float(cf.speedup)})
+            cf = ft.speculative_decode(
+                big,
+                H100,
+                tp4,
+                EFF,
+                batch_size=float(batch),
+                context_tokens=2000.0,
+                draft_tokens=4.0,
+                acceptance=alpha,
+                draft_model=draft,
+            )
+            drows.append(
+                (
+                    batch,
+                    alpha,
+                    f"{float(cf.speedup):.2f}",
+                    f"{float(cf.breakeven_acceptance):.2f}",
+                    f"{float(cf.draft_s) * 1e3:.1f}",
+                    f"{float(cf.verify_s) / float(cf.target_step_s):.2f}",
+                    f"{float(cf.net_gain_s) * 1e3:+.1f}",
+                )
+            )
+            rec.append(
+                {"draft": draft.name, "batch": batch, "alpha": alpha, "speedup": float(cf.speedup)}
+            )
     return [
-        _table("Speculative decoding, Llama-3.1-8B + MTP head, k = 4 (sim: closed loop, sampled acceptance)",
-               ("batch", "alpha", "speedup", "break-even alpha", "closed TPOT ms", "sim TPOT ms"), rows),
-        _table("Speculative decoding, Llama-3.1-70B TP4 + Llama-3.2-1B draft, k = 4, context 2000",
-               ("batch", "alpha", "speedup", "break-even alpha", "draft ms", "verify / plain step",
-                "net gain ms/step"), drows),
+        _table(
+            "Speculative decoding, Llama-3.1-8B + MTP head, k = 4 (sim: closed loop, sampled acceptance)",
+            ("batch", "alpha", "speedup", "break-even alpha", "closed TPOT ms", "sim TPOT ms"),
+            rows,
+        ),
+        _table(
+            "Speculative decoding, Llama-3.1-70B TP4 + Llama-3.2-1B draft, k = 4, context 2000",
+            (
+                "batch",
+                "alpha",
+                "speedup",
+                "break-even alpha",
+                "draft ms",
+                "verify / plain step",
+                "net gain ms/step",
+            ),
+            drows,
+        ),
     ], rec
 
 
 def parallel(quick):
     rows, rec = [], []
-    for name, gpus in (("meta-llama/Llama-3.1-8B", 8), ("meta-llama/Llama-3.1-70B", 8), ("meta-llama/Llama-3.1-405B", 16)):
+    for name, gpus in (
+        ("meta-llama/Llama-3.1-8B", 8),
+        ("meta-llama/Llama-3.1-70B", 8),
+        ("meta-llama/Llama-3.1-405B", 16),
+    ):
         m = load_model(name)
-        opts = sorted(ft.parallelism_options(m, H100, Deployment.create(), EFF, gpus, 2000.0, 500.0),
-                      key=lambda o: -o.tokens_per_s)
+        opts = sorted(
+            ft.parallelism_options(m, H100, Deployment.create(), EFF, gpus, 2000.0, 500.0),
+            key=lambda o: -o.tokens_per_s,
+        )
         for o in opts[:3]:
-            rows.append((name.split("/")[1], gpus, o.tp, o.pp, o.replicas, f"{o.tokens_per_s:,.0f}", f"{o.tpot_s_batch1 * 1e3:.1f}"))
+            rows.append(
+                (
+                    name.split("/")[1],
+                    gpus,
+                    o.tp,
+                    o.pp,
+                    o.replicas,
+                    f"{o.tokens_per_s:,.0f}",
+                    f"{o.tpot_s_batch1 * 1e3:.1f}",
+                )
+            )
         rec.append({"model": name, "best": opts[0]._asdict()})
-    return [_table("Parallelism on h100-sxm (2000 in / 500 out): top 3 splits by decode tokens/s",
-                   ("model", "GPUs", "TP", "PP", "replicas", "tokens/s", "batch-1 TPOT ms"), rows)], rec
+    return [
+        _table(
+            "Parallelism on h100-sxm (2000 in / 500 out): top 3 splits by decode tokens/s",
+            ("model", "GPUs", "TP", "PP", "replicas", "tokens/s", "batch-1 TPOT ms"),
+            rows,
+        )
+    ], rec
 
 
 def disagg(quick):
@@ -158,23 +328,54 @@ def disagg(quick):
     for prompt in (200, 2000, 8000):
         co = Deployment.create(replicas=8)
         rate = 0.3 * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
-        pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
-        cf = ft.disaggregation(L8, EFF, colocated=(H100, co), prompt_tokens=float(prompt), output_tokens=256.0,
-                               arrival_rate_per_s=rate, **pools)
+        pools = dict(
+            prefill=(H100, Deployment.create(replicas=4)),
+            decode=(H100, Deployment.create(replicas=4)),
+        )
+        cf = ft.disaggregation(
+            L8,
+            EFF,
+            colocated=(H100, co),
+            prompt_tokens=float(prompt),
+            output_tokens=256.0,
+            arrival_rate_per_s=rate,
+            **pools,
+        )
         arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
         tr = Trace(arrival, np.full(n, prompt), np.full(n, 256))
         keep = slice(n // 10, int(0.9 * n))
         s = simulate_disaggregated(L8, EFF, tr, **pools)
         c = simulate(L8, H100, co, EFF, tr)
         sim_net = float(np.mean(c.e2e_s[keep]) - np.mean(s.e2e_s[keep]))
-        rows.append((prompt, f"{rate:.1f}", f"{float(cf.prefill_interference):.2f}", f"{float(cf.kv_transfer_s) * 1e3:.2f}",
-                     f"{float(cf.net_s) * 1e3:+.0f}", f"{sim_net * 1e3:+.0f}",
-                     f"{float(cf.colocated_e2e_s):.2f} / {np.mean(c.e2e_s[keep]):.2f}",
-                     f"{float(cf.split_e2e_s):.2f} / {np.mean(s.e2e_s[keep]):.2f}"))
+        rows.append(
+            (
+                prompt,
+                f"{rate:.1f}",
+                f"{float(cf.prefill_interference):.2f}",
+                f"{float(cf.kv_transfer_s) * 1e3:.2f}",
+                f"{float(cf.net_s) * 1e3:+.0f}",
+                f"{sim_net * 1e3:+.0f}",
+                f"{float(cf.colocated_e2e_s):.2f} / {np.mean(c.e2e_s[keep]):.2f}",
+                f"{float(cf.split_e2e_s):.2f} / {np.mean(s.e2e_s[keep]):.2f}",
+            )
+        )
         rec.append({"prompt": prompt, "closed_net_s": float(cf.net_s), "sim_net_s": sim_net})
-    return [_table("Disaggregation 4:4 vs 8 colocated, Llama-3.1-8B, 256 output tokens, prefill load 0.3",
-                   ("prompt", "req/s", "interference", "KV hand-off ms", "closed net ms", "sim net ms",
-                    "colocated E2E s closed/sim", "split E2E s closed/sim"), rows)], rec
+    return [
+        _table(
+            "Disaggregation 4:4 vs 8 colocated, Llama-3.1-8B, 256 output tokens, prefill load 0.3",
+            (
+                "prompt",
+                "req/s",
+                "interference",
+                "KV hand-off ms",
+                "closed net ms",
+                "sim net ms",
+                "colocated E2E s closed/sim",
+                "split E2E s closed/sim",
+            ),
+            rows,
+        )
+    ], rec
 
 
 def agreement_grid(quick):
@@ -187,16 +388,29 @@ def agreement_grid(quick):
         for load in (0.15, 0.3):
             co = Deployment.create(replicas=8)
             rate = load * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
-            pools = dict(prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4)))
-            w = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=float(prompt), output_tokens_mean=256.0)
+            pools = dict(
+                prefill=(H100, Deployment.create(replicas=4)),
+                decode=(H100, Deployment.create(replicas=4)),
+            )
+            w = Workload(
+                arrival_rate_per_s=rate, prompt_tokens_mean=float(prompt), output_tokens_mean=256.0
+            )
             cf = ft.disaggregation_percentiles(L8, EFF, w, colocated=(H100, co), **pools)
             m = n if quick else max(n, int(rate * STEADY_SPAN_S))
             arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, m))
-            s = simulate_disaggregated(L8, EFF, Trace(arrival, np.full(m, prompt), np.full(m, 256)), **pools)
+            s = simulate_disaggregated(
+                L8, EFF, Trace(arrival, np.full(m, prompt), np.full(m, 256)), **pools
+            )
             keep = slice(m // 10, int(0.9 * m))
             pairs = {
-                "split TTFT p95": (float(cf.split_ttft_s[2]), float(np.percentile(s.ttft_s[keep], 95))),
-                "split E2E p95": (float(cf.split_e2e_s[2]), float(np.percentile(s.e2e_s[keep], 95))),
+                "split TTFT p95": (
+                    float(cf.split_ttft_s[2]),
+                    float(np.percentile(s.ttft_s[keep], 95)),
+                ),
+                "split E2E p95": (
+                    float(cf.split_e2e_s[2]),
+                    float(np.percentile(s.e2e_s[keep], 95)),
+                ),
                 "split TPOT mean": (float(cf.split_tpot_s[0]), float(np.nanmean(s.tpot_s[keep]))),
             }
             for key, (c, m) in pairs.items():
@@ -204,9 +418,217 @@ def agreement_grid(quick):
                 hits.append(abs(err) <= 0.15)
                 rows.append((prompt, load, key, f"{c:.4f}", f"{m:.4f}", f"{100 * err:+.0f}%"))
                 rec.append({"prompt": prompt, "load": load, "metric": key, "closed": c, "sim": m})
-    title = (f"Split system, closed form vs simulator (>= {n} requests, >= {STEADY_SPAN_S:.0f} s of arrivals unless --quick): "
-             f"{sum(hits)}/{len(hits)} within 15%")
-    return [_table(title, ("prompt", "prefill load", "metric", "closed", "sim", "error"), rows)], rec
+    title = (
+        f"Split system, closed form vs simulator (>= {n} requests, >= {STEADY_SPAN_S:.0f} s of arrivals unless --quick): "
+        f"{sum(hits)}/{len(hits)} within 15%"
+    )
+    return [
+        _table(title, ("prompt", "prefill load", "metric", "closed", "sim", "error"), rows)
+    ], rec
+
+
+GRID_MODELS = (
+    ("meta-llama/Llama-3.1-8B", 1, None),
+    ("meta-llama/Llama-3.1-70B", 4, "meta-llama/Llama-3.2-1B-Instruct"),
+)
+"""(model, TP, speculative draft: None = MTP head) of the two grid deployments on h100-sxm."""
+
+GRID_UTILIZATIONS = (0.3, 0.5, 0.7)
+GRID_PROMPT, GRID_OUTPUT, GRID_PREFIX = 2000, 200, 1536
+
+
+def _rate_for(closed, target, rate0):
+    """Secant steps on rate so the closed form's utilisation hits ``target`` (about linear)."""
+    rate = rate0
+    for _ in range(4):
+        u = float(closed(rate).utilization)
+        rate = rate * target / max(u, 1e-6)
+    return rate
+
+
+def _agree(rows, rec, hits, label, point, cf, sim):
+    for metric, i, key in (("TTFT p95", 2, "ttft_s"), ("TPOT p95", 2, "tpot_s")):
+        c = float((cf.ttft_s if key == "ttft_s" else cf.tpot_s)[i])
+        m = sim[key]["p95"]
+        err = c / m - 1.0
+        hits.append(abs(err))
+        rows.append((*point, metric, f"{c * 1e3:.1f}", f"{m * 1e3:.1f}", f"{100 * err:+.0f}%"))
+        rec.append({"grid": label, "point": list(point), "metric": metric, "closed": c, "sim": m})
+
+
+def _verdict(name, errs):
+    errs = np.asarray(errs)
+    return (
+        f"{name}: {int((errs <= 0.15).sum())}/{errs.size} within 15% "
+        f"({100 * (errs <= 0.15).mean():.0f}%, target >= 90%), worst {100 * errs.max():.0f}% (target <= 40%)"
+    )
+
+
+def prefix_grid(quick):
+    """Closed form (``prefix_serving_metrics``) vs the engine with a block-level prefix cache."""
+    import equinox as eqx
+
+    from perfmodel._features_under_load import prefix_serving_metrics
+    from perfmodel._workload import Workload
+    from perfmodel.simulator import PrefixCaching, summarize, synthetic_prefix_hashes
+
+    rows, rec, errs = [], [], []
+    for name, tp, _ in GRID_MODELS:
+        model, dep = load_model(name), Deployment.create(tp=tp)
+        for share in (0.5, 0.9):
+
+            def closed(rate, share=share, model=model, dep=dep):
+                w = Workload(
+                    arrival_rate_per_s=rate,
+                    prompt_tokens_mean=float(GRID_PROMPT),
+                    output_tokens_mean=float(GRID_OUTPUT),
+                )
+                return prefix_serving_metrics(
+                    model,
+                    H100,
+                    dep,
+                    EFF,
+                    w,
+                    shared_fraction=share,
+                    prefix_tokens=float(GRID_PREFIX),
+                )
+
+            closed = eqx.filter_jit(closed)
+            for u in GRID_UTILIZATIONS:
+                rate = _rate_for(closed, u, 5.0)
+                cf = closed(rate)
+                n = 600 if quick else 800
+                arrival = np.cumsum(np.random.default_rng(7).exponential(1.0 / rate, n))
+                prompt = np.full(n, GRID_PROMPT)
+                shared = np.random.default_rng(8).random(n) < share
+                block = int(float(dep.block_size_tokens))
+                pc = PrefixCaching(
+                    synthetic_prefix_hashes(prompt, shared, GRID_PREFIX, block), block
+                )
+                r = simulate(
+                    model,
+                    H100,
+                    dep,
+                    EFF,
+                    Trace(arrival, prompt, np.full(n, GRID_OUTPUT)),
+                    prefix=pc,
+                )
+                _agree(
+                    rows,
+                    rec,
+                    errs,
+                    "prefix",
+                    (name.split("/")[1], share, u, f"{float(cf.utilization):.2f}"),
+                    cf,
+                    summarize(r),
+                )
+    title = (
+        "Prefix cache under load, closed form vs simulator (prompt 2000, shared prefix 1536, output 200): "
+        + _verdict("prefix", errs)
+    )
+    return [
+        _table(
+            title,
+            (
+                "model",
+                "shared",
+                "target util",
+                "closed util",
+                "metric",
+                "closed ms",
+                "sim ms",
+                "error",
+            ),
+            rows,
+        )
+    ], rec
+
+
+def spec_grid(quick):
+    """Closed form (``speculative_serving_metrics``) vs the engine with sampled acceptance."""
+    import equinox as eqx
+
+    from perfmodel._features_under_load import speculative_serving_metrics
+    from perfmodel._workload import Workload
+    from perfmodel.simulator import Speculation, summarize
+
+    rows, rec, errs = [], [], []
+    for name, tp, draft_name in GRID_MODELS:
+        model, dep = load_model(name), Deployment.create(tp=tp)
+        draft = load_model(draft_name) if draft_name else None
+        for k in (2, 4):
+            for alpha in (0.6, 0.8):
+
+                def closed(rate, k=k, alpha=alpha, model=model, dep=dep, draft=draft):
+                    w = Workload(
+                        arrival_rate_per_s=rate,
+                        prompt_tokens_mean=float(GRID_PROMPT),
+                        output_tokens_mean=float(GRID_OUTPUT),
+                    )
+                    return speculative_serving_metrics(
+                        model,
+                        H100,
+                        dep,
+                        EFF,
+                        w,
+                        draft_tokens=float(k),
+                        acceptance=alpha,
+                        draft_model=draft,
+                    )
+
+                closed = eqx.filter_jit(closed)
+                for u in GRID_UTILIZATIONS:
+                    rate = _rate_for(closed, u, 5.0)
+                    cf = closed(rate)
+                    n = 400 if quick else 600
+                    arrival = np.cumsum(np.random.default_rng(9).exponential(1.0 / rate, n))
+                    r = simulate(
+                        model,
+                        H100,
+                        dep,
+                        EFF,
+                        Trace(arrival, np.full(n, GRID_PROMPT), np.full(n, GRID_OUTPUT)),
+                        speculation=Speculation(k, alpha, draft),
+                        seed=3,
+                    )
+                    _agree(
+                        rows,
+                        rec,
+                        errs,
+                        "speculative",
+                        (
+                            name.split("/")[1],
+                            "mtp" if draft is None else "1B draft",
+                            k,
+                            alpha,
+                            u,
+                            f"{float(cf.utilization):.2f}",
+                        ),
+                        cf,
+                        summarize(r),
+                    )
+    title = (
+        "Speculative decoding under load, closed form vs simulator (prompt 2000, output 200): "
+        + _verdict("speculative", errs)
+    )
+    return [
+        _table(
+            title,
+            (
+                "model",
+                "draft",
+                "k",
+                "alpha",
+                "target util",
+                "closed util",
+                "metric",
+                "closed ms",
+                "sim ms",
+                "error",
+            ),
+            rows,
+        )
+    ], rec
 
 
 def host(quick):
@@ -216,26 +638,73 @@ def host(quick):
         for bw in (64e9, 16e9):
             dep = Deployment.create(tp=2, host_kv_bytes=256 * GiB, host_kv_bytes_per_s=bw)
             h = ft.host_tier(m, H100, dep, EFF, sequence_tokens=seq)
-            rows.append((int(seq), f"{bw / 1e9:.0f}", f"{float(h.hbm_sequences):.0f}", f"{float(h.host_sequences_used):.0f}",
-                         f"{float(h.tokens_per_s_hbm_only):,.0f}", f"{float(h.tokens_per_s_with_host):,.0f}",
-                         f"{100 * float(h.gain_fraction):+.0f}%"))
+            rows.append(
+                (
+                    int(seq),
+                    f"{bw / 1e9:.0f}",
+                    f"{float(h.hbm_sequences):.0f}",
+                    f"{float(h.host_sequences_used):.0f}",
+                    f"{float(h.tokens_per_s_hbm_only):,.0f}",
+                    f"{float(h.tokens_per_s_with_host):,.0f}",
+                    f"{100 * float(h.gain_fraction):+.0f}%",
+                )
+            )
             rec.append({"sequence_tokens": seq, "bw": bw, "gain_fraction": float(h.gain_fraction)})
-    return [_table("Host KV tier, Llama-3.1-70B TP2 on h100-sxm, 256 GiB host per GPU",
-                   ("seq tokens", "host GB/s", "HBM seqs", "host seqs used", "tok/s HBM", "tok/s +host", "gain"), rows)], rec
+    return [
+        _table(
+            "Host KV tier, Llama-3.1-70B TP2 on h100-sxm, 256 GiB host per GPU",
+            (
+                "seq tokens",
+                "host GB/s",
+                "HBM seqs",
+                "host seqs used",
+                "tok/s HBM",
+                "tok/s +host",
+                "gain",
+            ),
+            rows,
+        )
+    ], rec
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller traces (about a minute)")
     ap.add_argument("--json", help="also write the numbers to this JSON file")
-    ap.add_argument("--grid", action="store_true",
-                    help="add the split-system p95 agreement grid (serving_metrics; several minutes)")
+    ap.add_argument(
+        "--grid",
+        action="store_true",
+        help="add the split-system p95 agreement grid (serving_metrics; several minutes)",
+    )
+    ap.add_argument(
+        "--only", nargs="+", help="run only these sections (e.g. prefix_grid spec_grid)"
+    )
     args = ap.parse_args()
     record = {}
-    sections = [("prefix", prefix), ("speculative", speculative), ("parallel", parallel),
-                ("disaggregation", disagg), ("host_tier", host)]
+    sections = [
+        ("prefix", prefix),
+        ("speculative", speculative),
+        ("parallel", parallel),
+        ("disaggregation", disagg),
+        ("host_tier", host),
+    ]
     if args.grid:
-        sections.append(("agreement_grid", agreement_grid))
+        sections += [
+            ("agreement_grid", agreement_grid),
+            ("prefix_grid", prefix_grid),
+            ("spec_grid", spec_grid),
+        ]
+    if args.only:
+        sections = [
+            (n, f)
+            for n, f in sections
+            + [
+                ("prefix_grid", prefix_grid),
+                ("spec_grid", spec_grid),
+                ("agreement_grid", agreement_grid),
+            ]
+            if n in args.only
+        ]
     for name, fn in sections:
         t0 = time.perf_counter()
         tables, record[name] = fn(args.quick)

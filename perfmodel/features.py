@@ -16,6 +16,11 @@ from ._expert import (
     all_to_all_s as all_to_all_s,
     ep_decode_step as ep_decode_step,
 )
+from ._features_under_load import (
+    LoadedFeature as LoadedFeature,
+    prefix_serving_metrics as prefix_serving_metrics,
+    speculative_serving_metrics as speculative_serving_metrics,
+)
 from ._host_tier import HostTier as HostTier, host_tier as host_tier
 from ._parallel_choice import (
     ParallelOption as ParallelOption,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import NamedTuple
 
 import equinox as eqx
 
@@ -19,6 +18,9 @@ import perfmodel as pm
 from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec
 from perfmodel import features as ft
 
+from ._disagg_cli import DisaggPools as DisaggPools
+from ._disagg_cli import _disagg, _pools
+from ._disagg_cli import disagg_pools as disagg_pools
 from .errors import UsageError
 
 DEFAULT_HOST_KV_BYTES_PER_S = 63e9
@@ -73,38 +75,6 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
 def _fraction(name: str, value: float) -> None:
     if not (math.isfinite(value) and 0.0 <= value <= 1.0):
         raise UsageError(f"{name} must be in [0, 1], got {value}; pass e.g. {name} 0.5")
-
-
-def _pools(text: str) -> tuple[int, int]:
-    try:
-        p, d = (int(x) for x in text.split(":"))
-    except ValueError:
-        raise UsageError(
-            f"--disagg {text!r} is not PREFILL_GPUS:DECODE_GPUS; pass e.g. --disagg 4:4"
-        ) from None
-    if p < 1 or d < 1:
-        raise UsageError(
-            f"--disagg {text}: each pool needs at least one GPU; pass e.g. --disagg 4:4"
-        )
-    return p, d
-
-
-def _hardware(name: str | None, default: HardwareSpec, args: argparse.Namespace) -> HardwareSpec:
-    if name is None:
-        return default
-    try:
-        return pm.load_hardware(name, hardware_csv=getattr(args, "hardware_csv", None))
-    except CatalogError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _pool(deployment: Deployment, gpus: int, flag: str) -> Deployment:
-    group = int(deployment.tp) * int(deployment.pp)
-    if gpus % group:
-        raise UsageError(
-            f"{flag}: {gpus} GPUs is not a multiple of TP x PP = {group}; pass a multiple"
-        )
-    return eqx.tree_at(lambda d: d.replicas, deployment, float(gpus // group))
 
 
 def _lengths(args, workload) -> tuple[float, float, float | None]:
@@ -332,56 +302,3 @@ def render_features(report: dict) -> str:
         )
     lines += [f"{k}: {v}" for k, v in report["verdicts"].items()]
     return "\n".join(lines)
-
-
-class DisaggPools(NamedTuple):
-    """The two pools ``--disagg P:D [--prefill-gpu --decode-gpu --transfer-bw]`` describe."""
-
-    prefill_gpus: int
-    decode_gpus: int
-    prefill_hardware: pm.HardwareSpec
-    decode_hardware: pm.HardwareSpec
-    prefill: pm.Deployment
-    decode: pm.Deployment
-    transfer_bytes_per_s: float
-
-
-def disagg_pools(args, hardware, deployment) -> DisaggPools:
-    """Resolve the pools' GPU counts, hardware, deployments and KV hand-off bandwidth."""
-    p_gpus, d_gpus = _pools(args.disagg)
-    hw_p = _hardware(args.prefill_gpu, hardware, args)
-    hw_d = _hardware(args.decode_gpu, hardware, args)
-    pre = _pool(deployment, p_gpus, "--disagg prefill pool")
-    dec = _pool(deployment, d_gpus, "--disagg decode pool")
-    bw = args.transfer_bw if args.transfer_bw is not None else float(hw_p.internode_bytes_per_s)
-    return DisaggPools(p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw)
-
-
-def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
-    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
-    block = {
-        "prefill_gpus": p_gpus,
-        "decode_gpus": d_gpus,
-        "prefill_gpu": hw_p.name,
-        "decode_gpu": hw_d.name,
-    }
-    t_kv = float(ft.kv_transfer_s(model, pre, prompt, bw))
-    if rate is not None:
-        co = _pool(deployment, p_gpus + d_gpus, "--disagg colocated comparison")
-        r = ft.disaggregation(
-            model,
-            efficiency,
-            colocated=(hardware, co),
-            prefill=(hw_p, pre),
-            decode=(hw_d, dec),
-            prompt_tokens=prompt,
-            output_tokens=output,
-            arrival_rate_per_s=rate,
-            transfer_bytes_per_s=bw,
-        )
-        block.update(
-            {k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()}
-        )
-    else:
-        block["note"] = "pass --rate to compare TTFT/TPOT/E2E against the colocated system"
-    return {"kv_transfer_s": t_kv, "disaggregation": block}

@@ -287,3 +287,24 @@ def test_bad_mooncake_lines_are_one_line_exit_2(tmp_path, capsys, line, fragment
     assert _exit_code([*BASE, "--workload", str(p), "--requests", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert "bad.jsonl:2" in err and fragment in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (
+            ["--spec-draft", "mtp", "--spec-acceptance", "1.5"],
+            "--spec-acceptance must be in [0, 1]",
+        ),
+        (["--spec-draft", "meta-llama/Llama-3.1-70B"], "is not smaller than"),
+        (["--prefix-reuse", "0.5", "--prefix-len", "5000"], "longer than the 1000-token prompt"),
+        (["--disagg", "0:4"], "each pool needs at least one GPU"),
+        (["--block-size", "1.5"], "invalid int value"),
+        (["--block-size", "0"], "--block-size must be a positive number"),
+    ],
+)
+def test_explain_gives_the_same_one_line_errors(capsys, argv, fragment):
+    explain = ["explain", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--prior"]
+    assert _exit_code([*explain, "--input-len", "1000", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and "Traceback" not in err

@@ -4,7 +4,8 @@ and the win with shared system prompts against none with unique prompts."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
@@ -60,14 +61,24 @@ def test_che_gradient_matches_finite_differences():
 def test_che_agrees_with_a_block_level_lru_replay(capacity_blocks):
     block, rate, share, n_prefix = 16, 10.0, 0.5, 20
     requests = shared_prefix_requests(
-        8000, arrival_rate_per_s=rate, shared_fraction=share, prefix_tokens=320,
-        prompt_tokens=400, output_tokens=100, block_size_tokens=block, num_prefixes=n_prefix, seed=3,
+        8000,
+        arrival_rate_per_s=rate,
+        shared_fraction=share,
+        prefix_tokens=320,
+        prompt_tokens=400,
+        output_tokens=100,
+        block_size_tokens=block,
+        num_prefixes=n_prefix,
+        seed=3,
     )
     reused = replay_reused_tokens(requests, capacity_blocks, block)
     shared = np.array([bool(r.block_hashes) and r.block_hashes[0][0] == "prefix" for r in requests])
     simulated = (reused[shared] > 0).mean()
     closed = che_hit_rate(
-        rate * share / n_prefix, 320 / block, n_prefix, rate * (400 + 100 - share * 320) / block,
+        rate * share / n_prefix,
+        320 / block,
+        n_prefix,
+        rate * (400 + 100 - share * 320) / block,
         capacity_blocks,
     )
     assert simulated == pytest.approx(float(closed), abs=0.03)
@@ -86,8 +97,15 @@ def test_lru_pins_live_blocks_and_evicts_oldest_released():
 def _reuse(shared_fraction, capacity_scale=1.0):
     dep = Deployment.create(gpu_memory_utilization=0.9 * capacity_scale)
     return prefix_reuse(
-        LLAMA8B, H100, dep, EFF, prompt_tokens=3000.0, output_tokens=200.0,
-        shared_fraction=shared_fraction, prefix_tokens=2000.0, arrival_rate_per_s=5.0,
+        LLAMA8B,
+        H100,
+        dep,
+        EFF,
+        prompt_tokens=3000.0,
+        output_tokens=200.0,
+        shared_fraction=shared_fraction,
+        prefix_tokens=2000.0,
+        arrival_rate_per_s=5.0,
     )
 
 
@@ -102,8 +120,13 @@ def test_shared_system_prompts_win_and_unique_prompts_do_not():
 
 def test_unique_prompts_reuse_nothing_in_the_replay():
     requests = shared_prefix_requests(
-        500, arrival_rate_per_s=5.0, shared_fraction=0.0, prefix_tokens=2000,
-        prompt_tokens=3000, output_tokens=200, block_size_tokens=16,
+        500,
+        arrival_rate_per_s=5.0,
+        shared_fraction=0.0,
+        prefix_tokens=2000,
+        prompt_tokens=3000,
+        output_tokens=200,
+        block_size_tokens=16,
     )
     assert replay_reused_tokens(requests, 10**6, 16).sum() == 0.0
 
@@ -120,8 +143,14 @@ def test_mooncake_trace_reuse_grows_with_cache_size():
 
 def test_hit_rate_falls_when_live_requests_take_the_cache():
     dep = Deployment.create()
-    kw = dict(prompt_tokens=3000.0, output_tokens=200.0, shared_fraction=0.5,
-              prefix_tokens=2000.0, arrival_rate_per_s=50.0, num_prefixes=200.0)
+    kw = dict(
+        prompt_tokens=3000.0,
+        output_tokens=200.0,
+        shared_fraction=0.5,
+        prefix_tokens=2000.0,
+        arrival_rate_per_s=50.0,
+        num_prefixes=200.0,
+    )
     idle = prefix_reuse(LLAMA8B, H100, dep, EFF, live_requests=0.0, **kw)
     busy = prefix_reuse(LLAMA8B, H100, dep, EFF, live_requests=120.0, **kw)
     assert float(busy.cache_tokens) < float(idle.cache_tokens)
@@ -135,17 +164,54 @@ def test_simulated_engine_with_prefix_cache_agrees_with_the_closed_form():
     dep = Deployment.create()
     for share in (0.0, 0.9):
         requests = shared_prefix_requests(
-            200, arrival_rate_per_s=1.0, shared_fraction=share, prefix_tokens=3000,
-            prompt_tokens=4000, output_tokens=50, block_size_tokens=16, seed=2,
+            200,
+            arrival_rate_per_s=1.0,
+            shared_fraction=share,
+            prefix_tokens=3000,
+            prompt_tokens=4000,
+            output_tokens=50,
+            block_size_tokens=16,
+            seed=2,
         )
-        sim, reused = simulate_prefix_cache(LLAMA8B, H100, dep, EFF, requests, capacity_blocks=10**6)
+        sim, reused = simulate_prefix_cache(
+            LLAMA8B, H100, dep, EFF, requests, capacity_blocks=10**6
+        )
         closed = prefix_reuse(
-            LLAMA8B, H100, dep, EFF, prompt_tokens=4000.0, output_tokens=50.0,
-            shared_fraction=share, prefix_tokens=3000.0, arrival_rate_per_s=1.0,
+            LLAMA8B,
+            H100,
+            dep,
+            EFF,
+            prompt_tokens=4000.0,
+            output_tokens=50.0,
+            shared_fraction=share,
+            prefix_tokens=3000.0,
+            arrival_rate_per_s=1.0,
         )
-        assert 4000.0 - reused.mean() == pytest.approx(float(closed.effective_prefill_tokens), rel=0.03)
+        assert 4000.0 - reused.mean() == pytest.approx(
+            float(closed.effective_prefill_tokens), rel=0.03
+        )
         # light load: TTFT is the prefill itself (cold or warm), up to a little batching
         assert float(np.median(sim.ttft_s)) == pytest.approx(
             float(closed.prefill_s_no_reuse if share == 0 else closed.prefill_s), rel=0.25
         )
         assert float(np.mean(sim.ttft_s)) == pytest.approx(float(closed.prefill_s), rel=0.15)
+
+
+def test_prefix_under_load_reduces_to_serving_metrics_without_sharing():
+    from perfmodel._features_under_load import prefix_serving_metrics
+    from perfmodel.dynamics import Workload, serving_metrics
+
+    dep = Deployment.create()
+    w = Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=2000.0, output_tokens_mean=200.0)
+    plain = serving_metrics(LLAMA8B, H100, dep, EFF, w)
+    none = prefix_serving_metrics(
+        LLAMA8B, H100, dep, EFF, w, shared_fraction=0.0, prefix_tokens=1536.0
+    )
+    assert float(none.ttft_s[2]) == pytest.approx(float(plain.ttft_s.p95), rel=1e-9)
+    assert float(none.tpot_s[2]) == pytest.approx(float(plain.tpot_s.p95), rel=1e-9)
+    shared = prefix_serving_metrics(
+        LLAMA8B, H100, dep, EFF, w, shared_fraction=0.9, prefix_tokens=1536.0
+    )
+    # 90 % of prefills shrink from 2000 to 464 tokens: TTFT falls, utilisation falls
+    assert float(shared.ttft_s[0]) < 0.7 * float(plain.ttft_s.mean)
+    assert float(shared.utilization) < float(plain.utilization)

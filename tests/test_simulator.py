@@ -180,3 +180,34 @@ def test_max_model_len_rejects_and_caps_like_vllm():
         MODEL, GPU, dep, EFF, Trace([0.0] * 4, [5000, 100, 5000, 100], [5, 5, 5, 5]), concurrency=1
     )
     assert c.num_rejected == 2 and np.isfinite(c.finish_s[[1, 3]]).all()
+
+
+def test_cached_prefix_blocks_are_shared_not_copied():
+    # ~5000 KV tokens hold two 2048-token prompts: the third waits for one to finish its 200
+    # tokens; with a cached 1536-token shared prefix each holds only its own ~700 tokens (vLLM
+    # references the prefix blocks) and all six run at once
+    from perfmodel import (
+        forward_step,
+        kv_bytes_per_token_per_gpu,
+        weight_bytes_per_gpu,
+        workspace_bytes_per_gpu,
+    )
+    from perfmodel.simulator import PrefixCaching, synthetic_prefix_hashes
+
+    need = float(
+        weight_bytes_per_gpu(MODEL, DEP)
+        + workspace_bytes_per_gpu(MODEL, DEP)
+        + 5000 * kv_bytes_per_token_per_gpu(MODEL, DEP)
+    )
+    tight = Deployment.create(tp=1, gpu_memory_utilization=need / float(GPU.hbm_bytes))
+    prompt = np.full(6, 2048)
+    trace = Trace(np.arange(6) * 0.01, prompt, np.full(6, 200))
+    plain = simulate(MODEL, GPU, tight, EFF, trace)
+    hashes = synthetic_prefix_hashes(prompt, np.ones(6, bool), 1536, 16)
+    shared = simulate(MODEL, GPU, tight, EFF, trace, prefix=PrefixCaching(hashes, 16, 10**6))
+    decode_200 = 199 * float(
+        forward_step(MODEL, GPU, tight, EFF, decode_seqs=2.0, decode_context=2100.0).total_s
+    )
+    assert plain.first_token_s[2] > decode_200
+    assert shared.first_token_s[2] < 0.2 * decode_200 and shared.preemptions.sum() == 0
+    np.testing.assert_array_equal(shared.reused_tokens, [0] + [1536] * 5)

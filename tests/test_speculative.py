@@ -4,7 +4,8 @@ compute-bound batches)."""
 
 import jax.numpy as jnp
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.test_util import check_grads
 
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
@@ -38,6 +39,7 @@ def test_expected_tokens_gradient_near_and_away_from_one():
         check_grads(lambda x: expected_tokens_per_step(x, 4.0), (a,), order=1, eps=1e-6)
     # dE/dalpha at alpha = 1 is sum_i i = k(k+1)/2
     from jax import grad
+
     assert float(grad(expected_tokens_per_step)(1.0, 4.0)) == pytest.approx(10.0)
 
 
@@ -52,20 +54,29 @@ def test_acceptance_loader_inverts_every_measured_length():
     records = load_acceptance()
     assert len(records) == 112
     first = records[0]  # k = 1: AL = 1 + alpha
-    assert first.draft_tokens == 1 and first.acceptance == pytest.approx(first.acceptance_length - 1.0)
+    assert first.draft_tokens == 1 and first.acceptance == pytest.approx(
+        first.acceptance_length - 1.0
+    )
     for r in records:
         assert 0.0 <= r.acceptance <= 1.0
-        assert float(expected_tokens_per_step(r.acceptance, float(r.draft_tokens))) == pytest.approx(
-            r.acceptance_length, abs=1e-9
-        )
+        assert float(
+            expected_tokens_per_step(r.acceptance, float(r.draft_tokens))
+        ) == pytest.approx(r.acceptance_length, abs=1e-9)
     mean, std = acceptance_prior(records, "mtp")
     assert 0.5 < mean < 1.0 and std > 0.0
 
 
 def _spec(batch, alpha, draft=DRAFT1B, k=4.0):
     return speculative_decode(
-        LLAMA70B, H100, TP4, EFF, batch_size=batch, context_tokens=2000.0,
-        draft_tokens=k, acceptance=alpha, draft_model=draft,
+        LLAMA70B,
+        H100,
+        TP4,
+        EFF,
+        batch_size=batch,
+        context_tokens=2000.0,
+        draft_tokens=k,
+        acceptance=alpha,
+        draft_model=draft,
     )
 
 
@@ -127,11 +138,53 @@ def test_simulated_speculation_agrees_with_the_closed_form():
     for batch, tol in ((1, 0.03), (8, 0.15)):
         for alpha in (0.3, 0.8):
             sim = simulate_speculative(
-                llama8b, H100, dep, EFF, trace, draft_tokens=4, acceptance=alpha,
-                concurrency=batch, seed=1,
+                llama8b,
+                H100,
+                dep,
+                EFF,
+                trace,
+                draft_tokens=4,
+                acceptance=alpha,
+                concurrency=batch,
+                seed=1,
             )
             closed = speculative_decode(
-                llama8b, H100, dep, EFF, batch_size=float(batch), context_tokens=prompt + output / 2,
-                draft_tokens=4.0, acceptance=alpha,
+                llama8b,
+                H100,
+                dep,
+                EFF,
+                batch_size=float(batch),
+                context_tokens=prompt + output / 2,
+                draft_tokens=4.0,
+                acceptance=alpha,
             )
             assert float(np.nanmean(sim.tpot_s)) == pytest.approx(float(closed.tpot_s), rel=tol)
+
+
+def test_speculation_under_load_at_zero_acceptance_only_adds_the_spec_cost():
+    # alpha = 0: one token per step, so the plain engine's iterations with each decode step
+    # stretched by (draft + verify) / target step
+    from perfmodel._features_under_load import speculative_serving_metrics
+    from perfmodel.dynamics import Workload, serving_metrics
+
+    llama8b, dep = load_model("meta-llama/Llama-3.1-8B"), Deployment.create()
+    w = Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=2000.0, output_tokens_mean=200.0)
+    plain = serving_metrics(llama8b, H100, dep, EFF, w)
+    spec = speculative_serving_metrics(llama8b, H100, dep, EFF, w, draft_tokens=4.0, acceptance=0.0)
+    step = speculative_decode(
+        llama8b,
+        H100,
+        dep,
+        EFF,
+        batch_size=float(plain.decode_batch),
+        context_tokens=2100.0,
+        draft_tokens=4.0,
+        acceptance=0.0,
+    )
+    assert float(spec.tokens_per_step) == pytest.approx(1.0)
+    assert float(spec.tpot_s[0]) == pytest.approx(
+        float(plain.tpot_s.mean) * float(step.step_s / step.target_step_s), rel=1e-9
+    )
+    assert float(spec.tpot_s[0]) > float(plain.tpot_s.mean)  # loses at zero acceptance
+    good = speculative_serving_metrics(llama8b, H100, dep, EFF, w, draft_tokens=4.0, acceptance=0.8)
+    assert float(good.tpot_s[2]) < 0.6 * float(plain.tpot_s.p95)

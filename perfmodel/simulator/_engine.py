@@ -56,11 +56,15 @@ class EngineHooks:
 
     Attributes:
         cached_prefix_tokens: (request id, prompt tokens) -> prompt tokens already in KV at
-            admission (not prefilled again; their blocks are counted as held).
+            admission (not prefilled again; their blocks count as held unless shared).
         decode_tokens: (ids of decoding requests) -> tokens each emits this iteration (>= 1).
+        shared_prefix_blocks: the cached prefix's blocks are shared with other requests (a prefix
+            cache: vLLM references them, counted in the cache's budget, not the request's);
+            False when the request owns them (a KV hand-off into a decode pool).
     """
 
     cached_prefix_tokens: Callable[[int, int], int] | None = None
+    shared_prefix_blocks: bool = False
     decode_tokens: Callable[[np.ndarray], np.ndarray] | None = None
 
 
@@ -110,7 +114,7 @@ def run_engine(
         return blocks_for(lim.static_tokens if lim.static_tokens else tokens, blk)
 
     def admit_blocks(r):
-        return int(hold(R.kv[r] + R.need[r] - R.done[r] + 1))
+        return int(hold(R.kv[r] - R.shared[r] + R.need[r] - R.done[r] + 1))
 
     def admit(r):
         nonlocal free
@@ -118,6 +122,8 @@ def run_engine(
             cached = int(min(hooks.cached_prefix_tokens(r, int(R.prompt[r])), R.prompt[r] - 1))
             R.done[r] += cached
             R.kv[r] += cached
+            if hooks.shared_prefix_blocks:
+                R.shared[r] = cached
         R.blocks[r] = admit_blocks(r)
         free -= int(R.blocks[r])
         running.append(r)
@@ -127,6 +133,7 @@ def run_engine(
         free += int(R.blocks[r])
         R.blocks[r] = 0
         R.kv[r] = 0
+        R.shared[r] = 0
         R.done[r] = 0
         R.need[r] = R.prompt[r] + R.gen[r]
         R.preempted[r] += 1
@@ -185,7 +192,7 @@ def run_engine(
             dec = run[R.done[run] >= R.need[run]] if len(run) else run
             dec = dec[: min(S, B)]
             if lim.static_tokens is None and len(dec):
-                grow = blocks_for(R.kv[dec] + 1, blk) - R.blocks[dec]
+                grow = blocks_for(R.kv[dec] - R.shared[dec] + 1, blk) - R.blocks[dec]
                 while grow.sum() > free and running:
                     victim = running[-1]
                     preempt(victim)

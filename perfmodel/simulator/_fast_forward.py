@@ -30,14 +30,14 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
         return None
     grow = 0
     if lim.static_tokens is None:
-        grow = int((blocks_for(R.kv[run] + k, blk) - R.blocks[run]).sum())
+        grow = int((blocks_for(R.kv[run] - R.shared[run] + k, blk) - R.blocks[run]).sum())
         if grow > free:
             return None
     times = decode_run_s(len(run), float(R.kv[run].mean()), k)
     cum = np.cumsum(times)
     k = int(min(np.searchsorted(cum, next_arrival - now) + 1, k))
     if lim.static_tokens is None:
-        new_blocks = blocks_for(R.kv[run] + k, blk)
+        new_blocks = blocks_for(R.kv[run] - R.shared[run] + k, blk)
         grow = int((new_blocks - R.blocks[run]).sum())
         R.blocks[run] = new_blocks
     R.kv[run] += k

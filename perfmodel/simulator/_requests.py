@@ -42,6 +42,7 @@ class RequestState:
         self.need = self.prompt.copy()  # tokens to prefill before the next token is sampled
         self.done = np.zeros(n, np.int64)  # of those, prefilled so far
         self.kv = np.zeros(n, np.int64)  # tokens held in KV
+        self.shared = np.zeros(n, np.int64)  # of those, prefix tokens in shared (cached) blocks
         self.gen = np.zeros(n, np.int64)  # tokens generated
         self.blocks = np.zeros(n, np.int64)
         self.first = np.full(n, np.nan)

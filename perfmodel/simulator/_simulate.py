@@ -200,6 +200,7 @@ def simulate(
         replica_hooks_k = EngineHooks(
             cached_prefix_tokens=cached if prefix is not None else hooks.cached_prefix_tokens,
             decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
+            shared_prefix_blocks=prefix is not None or hooks.shared_prefix_blocks,
         )
         R, it, b, ds, da = run_engine(
             step_s,
