@@ -3,6 +3,7 @@
     python benchmarks/bench_calibration.py                      # both splits, NUTS
     python benchmarks/bench_calibration.py --split random       # just the random split
     python benchmarks/bench_calibration.py --gpus a40 l40s      # chosen held-out GPUs
+    python benchmarks/bench_calibration.py --split residuals    # bundled posterior's residuals
 
 Random split: rows shuffled (seeded), 20 % held out; the fit sees a stratified subsample of the
 other 80 % (the bundled settings), the score uses the held-out rows (seeded stratified subsample
@@ -41,9 +42,27 @@ def _line(label: str, s: dict, seconds: float) -> str:
             f"  cov50 {100 * s['coverage_50']:4.0f}%  cov90 {100 * s['coverage_90']:4.0f}%  ({seconds:.0f} s)")
 
 
+def residual_table(table, posterior, per_cell: int, seed: int):
+    """Median log residual log(measured / predicted median), its sd and the median APE of the
+    posterior's point prediction, per source x noise group x GPU (where the error lives)."""
+    import numpy as np
+
+    from fitting._fit import subsample
+    from fitting._posterior import predictive_log_draws
+    from fitting._predict import noise_key, prepare
+
+    rows = subsample(table[table["scenario"] != "serving"], per_cell, seed)
+    prep = prepare(rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
+    med = np.median(predictive_log_draws(posterior, prep, 100, seed=seed, noise=False), axis=0)
+    t = prep.table.assign(res=prep.log_value - med)
+    t = t.assign(group=[noise_key(r) for _, r in t.iterrows()], ape=np.abs(np.expm1(-t["res"])))
+    return t.groupby(["source", "group", "gpu"]).agg(
+        n=("res", "size"), median_log_resid=("res", "median"), sd=("res", "std"), median_ape=("ape", "median"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", choices=("random", "logo", "both"), default="both")
+    ap.add_argument("--split", choices=("random", "logo", "both", "residuals"), default="both")
     ap.add_argument("--gpus", nargs="*", default=list(DEFAULT_LOGO))
     ap.add_argument("--per-stratum", type=int, default=PER_STRATUM)
     ap.add_argument("--draws", type=int, default=DRAWS)
@@ -56,6 +75,12 @@ def main() -> int:
     args = ap.parse_args()
 
     table = fitting.load_measurements(fitting.bundled_measurements()).table
+    if args.split == "residuals":
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_rows", 500):
+            print(residual_table(table, fitting.load_posterior(), 30, args.seed).round(3).to_string())
+        return 0
     results = {}
     if args.split in ("random", "both"):
         t0 = time.perf_counter()

@@ -27,7 +27,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.infer.reparam import LocScaleReparam
 
+from ._groups import COMM_GROUP
 from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
 
 
@@ -122,9 +125,12 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
     tau_src = numpyro.sample("tau_source", dist.HalfNormal(SOURCE_SCALE))
     tau_ker = numpyro.sample("tau_kernel", dist.HalfNormal(KERNEL_OFFSET_SCALE))
     scale = jnp.where(kernel_cells(prep.cells), tau_ker, tau_src)
-    # Centred: every cell holds many rows, so its offset is data-dominated (Betancourt & Girolami
-    # 2015: centring suits strongly identified groups, non-centring weakly identified ones).
-    with numpyro.plate("cell", n_cell):
+    # Centred where a cell's own rows pin its offset (Betancourt & Girolami 2015: centring suits
+    # strongly identified groups); non-centred for ``comm:latency`` cells, which only the
+    # communication share of multi-GPU steps informs (a funnel with tau_kernel when centred).
+    weak = np.asarray([c.endswith("|" + COMM_GROUP) for c in prep.cells], dtype=float)
+    with numpyro.plate("cell", n_cell), handlers.reparam(
+            config={"cell_offset": LocScaleReparam(centered=jnp.asarray(1.0 - weak))}):
         offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
