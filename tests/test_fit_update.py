@@ -46,6 +46,11 @@ def test_ten_rows_of_a_held_out_gpu_beat_its_spec_sheet_prediction():
     assert after < spec_only
     eff = fitting.efficiency_draws(updated, GPU, 50)
     assert eff.bandwidth_fraction.shape == (50,) and np.all(np.isfinite(eff.bandwidth_fraction))
+    # the noise of the groups the rows touch is sampled (LogNormal around the prior's median),
+    # not pinned at it: its draws spread, and stay positive and finite
+    for key in prep.noise_keys:
+        sig = updated.flat("sigma")[:, updated.noise_keys.index(key)]
+        assert np.all(np.isfinite(sig) & (sig > 0)) and np.std(np.log(sig)) > 0.05, key
 
 
 def test_cli_fit_prior_writes_a_loadable_posterior_for_a_gpu_outside_the_catalog(tmp_path, capsys):
