@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import perfmodel as pm
-from perfmodel.dynamics import Trace
+from perfmodel.dynamics import Trace, workload_from_trace
 from perfmodel.simulator import (
     Speculation,
     requests_from_workload,
@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     )  # before loading a posterior
     efficiency, source = simulation_efficiency(args, hardware)
     requests, concurrency = _requests(args, workload, trace, args.concurrency or 0)
+    if trace is not None and requests.has_arrivals and concurrency == 0 and len(requests) > 2:
+        workload = workload_from_trace(requests)  # the closed form sees the simulated requests
     measured = trace_reuse(requests if trace is not None else None, model, hardware, deployment)
     features = feature_report(
         args, model, hardware, deployment, efficiency, workload, trace_reuse=measured
