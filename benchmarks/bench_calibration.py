@@ -23,23 +23,32 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import fitting  # noqa: E402
-from fitting._validate import validate  # noqa: E402
-from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP  # noqa: E402
+import fitting
+from fitting._validate import validate
+from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP
 
 DEFAULT_LOGO = ("a40", "l40s", "h200-sxm", "a100-sxm-80gb", "h100-sxm")
 
 
 def _fit(train, args):
-    return fitting.fit_table(train, per_stratum=args.per_stratum, seed=args.seed, draws=args.draws,
-                             warmup=args.warmup, chains=args.chains, svi=args.svi)
+    return fitting.fit_table(
+        train,
+        per_stratum=args.per_stratum,
+        seed=args.seed,
+        draws=args.draws,
+        warmup=args.warmup,
+        chains=args.chains,
+        svi=args.svi,
+    )
 
 
 def _line(label: str, s: dict, seconds: float) -> str:
     if not s["n"]:
         return f"{label:<28} n=0"
-    return (f"{label:<28} n={s['n']:>5}  median APE {100 * s['median_ape']:5.1f}%  MAPE {100 * s['mape']:5.1f}%"
-            f"  cov50 {100 * s['coverage_50']:4.0f}%  cov90 {100 * s['coverage_90']:4.0f}%  ({seconds:.0f} s)")
+    return (
+        f"{label:<28} n={s['n']:>5}  median APE {100 * s['median_ape']:5.1f}%  MAPE {100 * s['mape']:5.1f}%"
+        f"  cov50 {100 * s['coverage_50']:4.0f}%  cov90 {100 * s['coverage_90']:4.0f}%  ({seconds:.0f} s)"
+    )
 
 
 def residual_table(table, posterior, per_cell: int, seed: int):
@@ -52,12 +61,18 @@ def residual_table(table, posterior, per_cell: int, seed: int):
     from fitting._predict import noise_key, prepare
 
     rows = subsample(table[table["scenario"] != "serving"], per_cell, seed)
-    prep = prepare(rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
+    prep = prepare(
+        rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
+    )
     med = np.median(predictive_log_draws(posterior, prep, 100, seed=seed, noise=False), axis=0)
     t = prep.table.assign(res=prep.log_value - med)
     t = t.assign(group=[noise_key(r) for _, r in t.iterrows()], ape=np.abs(np.expm1(-t["res"])))
     return t.groupby(["source", "group", "gpu"]).agg(
-        n=("res", "size"), median_log_resid=("res", "median"), sd=("res", "std"), median_ape=("ape", "median"))
+        n=("res", "size"),
+        median_log_resid=("res", "median"),
+        sd=("res", "std"),
+        median_ape=("ape", "median"),
+    )
 
 
 def main() -> int:
@@ -79,7 +94,9 @@ def main() -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_rows", 500):
-            print(residual_table(table, fitting.load_posterior(), 30, args.seed).round(3).to_string())
+            print(
+                residual_table(table, fitting.load_posterior(), 30, args.seed).round(3).to_string()
+            )
         return 0
     results = {}
     if args.split in ("random", "both"):

@@ -46,9 +46,20 @@ class FitResult:
     diagnostics: Diagnostics | None
 
 
-def fit_table(table: pd.DataFrame, *, per_stratum: int = 40, seed: int = 0, draws: int = 500,
-              warmup: int = 500, chains: int = 2, svi: bool = False, svi_steps: int = 3000,
-              prior_only: bool = False, progress: bool = False, serving: bool = True) -> FitResult:
+def fit_table(
+    table: pd.DataFrame,
+    *,
+    per_stratum: int = 40,
+    seed: int = 0,
+    draws: int = 500,
+    warmup: int = 500,
+    chains: int = 2,
+    svi: bool = False,
+    svi_steps: int = 3000,
+    prior_only: bool = False,
+    progress: bool = False,
+    serving: bool = True,
+) -> FitResult:
     """Calibrate on (a stratified subsample of) ``table``.
 
     Args:
@@ -73,19 +84,31 @@ def fit_table(table: pd.DataFrame, *, per_stratum: int = 40, seed: int = 0, draw
         idata = run_svi(prep, num_draws=draws, num_steps=svi_steps, seed=seed)
         method = "svi"
     else:
-        idata = run_nuts(prep, num_draws=draws, num_warmup=warmup, num_chains=chains, seed=seed,
-                         progress=progress)
+        idata = run_nuts(
+            prep,
+            num_draws=draws,
+            num_warmup=warmup,
+            num_chains=chains,
+            seed=seed,
+            progress=progress,
+        )
         diag = diagnose(idata)
         method = "nuts"
     n_serving = 0
     if serving and not prior_only:
         idata, n_serving = add_serving_stage(idata, table, seed=seed)
-    idata.attrs.update({
-        "method": method, "seed": seed, "per_stratum": per_stratum,
-        "fit_rows": len(prep.log_value), "table_rows": len(table),
-        "subsample": f"seeded stratified: <= {per_stratum} rows per {'/'.join(STRATA)} cell",
-        "skipped_rows": len(prep.skipped), "serving_rows": n_serving,
-    })
+    idata.attrs.update(
+        {
+            "method": method,
+            "seed": seed,
+            "per_stratum": per_stratum,
+            "fit_rows": len(prep.log_value),
+            "table_rows": len(table),
+            "subsample": f"seeded stratified: <= {per_stratum} rows per {'/'.join(STRATA)} cell",
+            "skipped_rows": len(prep.skipped),
+            "serving_rows": n_serving,
+        }
+    )
     return FitResult(Posterior(idata), prep, diag)
 
 
@@ -103,5 +126,3 @@ def bundled_files() -> list[Path]:
     from .ingest import bundled_measurements
 
     return [p for p in bundled_measurements()]
-
-

@@ -11,9 +11,22 @@ import numpy as np
 import pandas as pd
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "gemm")
-ELEMENTWISE_OPS = ("emb", "input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
-ELEMENTWISE_CLASS = {"emb": "embedding", "input_layernorm": "norm", "post_attention_layernorm": "norm",
-                     "attn_rope": "rope", "mlp_act": "activation", "add": "residual_add"}
+ELEMENTWISE_OPS = (
+    "emb",
+    "input_layernorm",
+    "post_attention_layernorm",
+    "attn_rope",
+    "mlp_act",
+    "add",
+)
+ELEMENTWISE_CLASS = {
+    "emb": "embedding",
+    "input_layernorm": "norm",
+    "post_attention_layernorm": "norm",
+    "attn_rope": "rope",
+    "mlp_act": "activation",
+    "add": "residual_add",
+}
 """Noise/discrepancy group of each elementwise op (their kernels differ in passes and fusion)."""
 
 
@@ -43,8 +56,14 @@ def noise_key(row: pd.Series) -> str:
     return f"{row['scenario']}:{row['metric']}"
 
 
-OFFSET_OP_GROUPS = ("op:embedding", "op:residual_add", "op:rope", "op:activation",
-                    "op:gemm_fp8_block", "op:attn_decode")
+OFFSET_OP_GROUPS = (
+    "op:embedding",
+    "op:residual_add",
+    "op:rope",
+    "op:activation",
+    "op:gemm_fp8_block",
+    "op:attn_decode",
+)
 """Kernel groups with a discrepancy offset: elementwise kernels whose pass count the bytes formula
 does not know (``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``), block-scaled
 FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anchors

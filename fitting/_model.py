@@ -96,7 +96,9 @@ kernel groups), kept apart so kernel misfits do not widen whole-model intervals.
 def kernel_cells(cells) -> np.ndarray:
     """Mask of cells that are single-kernel, collective or step-latency (``comm:``) groups: their
     offsets spread with ``tau_kernel``."""
-    return np.asarray([c.split("|")[1].startswith(("op:", "collective:", "comm:")) for c in cells], dtype=bool)
+    return np.asarray(
+        [c.split("|")[1].startswith(("op:", "collective:", "comm:")) for c in cells], dtype=bool
+    )
 
 
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
@@ -129,8 +131,10 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
     # strongly identified groups); non-centred for ``comm:latency`` cells, which only the
     # communication share of multi-GPU steps informs (a funnel with tau_kernel when centred).
     weak = np.asarray([c.endswith("|" + COMM_GROUP) for c in prep.cells], dtype=float)
-    with numpyro.plate("cell", n_cell), handlers.reparam(
-            config={"cell_offset": LocScaleReparam(centered=jnp.asarray(1.0 - weak))}):
+    with (
+        numpyro.plate("cell", n_cell),
+        handlers.reparam(config={"cell_offset": LocScaleReparam(centered=jnp.asarray(1.0 - weak))}),
+    ):
         offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
@@ -141,8 +145,10 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
         )
 
 
-POSTERIOR_VARS = tuple(f"mu_{n}" for n in PARAM_NAMES) + tuple(f"tau_{n}" for n in PARAM_NAMES) + (
-    PARAM_NAMES + ("tau_source", "tau_kernel", "cell_offset", "sigma")
+POSTERIOR_VARS = (
+    tuple(f"mu_{n}" for n in PARAM_NAMES)
+    + tuple(f"tau_{n}" for n in PARAM_NAMES)
+    + (PARAM_NAMES + ("tau_source", "tau_kernel", "cell_offset", "sigma"))
 )
 """Sites kept in the saved posterior (natural units for the per-GPU parameters)."""
 
@@ -154,8 +160,16 @@ def _dims(prep: Prepared) -> tuple[dict, dict]:
     return coords, dims
 
 
-def run_nuts(prep: Prepared, *, num_draws: int = 500, num_warmup: int = 500, num_chains: int = 2,
-             seed: int = 0, target_accept: float = 0.9, progress: bool = False):
+def run_nuts(
+    prep: Prepared,
+    *,
+    num_draws: int = 500,
+    num_warmup: int = 500,
+    num_chains: int = 2,
+    seed: int = 0,
+    target_accept: float = 0.9,
+    progress: bool = False,
+):
     """NUTS (Hoffman & Gelman 2014) on ``calibration_model``; returns ArviZ ``InferenceData``."""
     import arviz as az
     import jax
@@ -165,20 +179,36 @@ def run_nuts(prep: Prepared, *, num_draws: int = 500, num_warmup: int = 500, num
     # one chain per host device when there are enough (``numpyro.set_host_device_count``, as
     # ``fitting.fit_bundled`` does): the chains then run on separate cores
     method = "parallel" if jax.local_device_count() >= num_chains > 1 else "sequential"
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_draws, num_chains=num_chains,
-                chain_method=method, progress_bar=progress)
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_draws,
+        num_chains=num_chains,
+        chain_method=method,
+        progress_bar=progress,
+    )
     with jax.numpy_dtype_promotion("standard"):  # NumPyro's kernels rely on implicit promotion
-        mcmc.run(jax.random.PRNGKey(seed), prep, jnp.asarray(prep.log_value),
-                 extra_fields=("diverging",))
+        mcmc.run(
+            jax.random.PRNGKey(seed), prep, jnp.asarray(prep.log_value), extra_fields=("diverging",)
+        )
     samples = mcmc.get_samples(group_by_chain=True)
     post = {k: jax.device_get(v) for k, v in samples.items() if k in POSTERIOR_VARS}
     diverging = jax.device_get(mcmc.get_extra_fields(group_by_chain=True)["diverging"])
     coords, dims = _dims(prep)
-    return az.from_dict(posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims)
+    return az.from_dict(
+        posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims
+    )
 
 
-def run_svi(prep: Prepared, *, num_draws: int = 1000, num_steps: int = 3000, seed: int = 0,
-            learning_rate: float = 0.01, low_rank: bool = True):
+def run_svi(
+    prep: Prepared,
+    *,
+    num_draws: int = 1000,
+    num_steps: int = 3000,
+    seed: int = 0,
+    learning_rate: float = 0.01,
+    low_rank: bool = True,
+):
     """SVI with ``AutoLowRankMultivariateNormal`` (or ``AutoNormal``) for large tables; the
     guide's draws are returned as a one-chain ``InferenceData`` (no R-hat: not a Markov chain)."""
     import arviz as az
@@ -192,8 +222,13 @@ def run_svi(prep: Prepared, *, num_draws: int = 1000, num_steps: int = 3000, see
     k_fit, k_draw = jax.random.split(jax.random.PRNGKey(seed))
     with jax.numpy_dtype_promotion("standard"):  # NumPyro's kernels rely on implicit promotion
         result = svi.run(k_fit, num_steps, prep, jnp.asarray(prep.log_value), progress_bar=False)
-        pred = Predictive(calibration_model, guide=guide, params=result.params, num_samples=num_draws,
-                          return_sites=list(POSTERIOR_VARS))
+        pred = Predictive(
+            calibration_model,
+            guide=guide,
+            params=result.params,
+            num_samples=num_draws,
+            return_sites=list(POSTERIOR_VARS),
+        )
         draws = pred(k_draw, prep, None)
     post = {k: jax.device_get(v)[None] for k, v in draws.items() if k in POSTERIOR_VARS}
     coords, dims = _dims(prep)
@@ -209,8 +244,9 @@ def sample_prior(prep: Prepared, *, num_draws: int = 1000, seed: int = 0):
     from numpyro.infer import Predictive
 
     with jax.numpy_dtype_promotion("standard"):
-        draws = Predictive(calibration_model, num_samples=num_draws,
-                           return_sites=list(POSTERIOR_VARS))(jax.random.PRNGKey(seed), prep, None)
+        draws = Predictive(
+            calibration_model, num_samples=num_draws, return_sites=list(POSTERIOR_VARS)
+        )(jax.random.PRNGKey(seed), prep, None)
     post = {k: jax.device_get(v)[None] for k, v in draws.items() if k in POSTERIOR_VARS}
     coords, dims = _dims(prep)
     return az.from_dict(posterior=post, coords=coords, dims=dims)

@@ -91,15 +91,21 @@ def load_posterior(path: str | Path | None = None) -> Posterior:
 
     p = Path(path) if path is not None else default_posterior_path()
     if not p.is_file():
-        raise PosteriorError(f"no posterior at {p}; pass --posterior FILE or run `python -m fitting.fit_bundled`")
+        raise PosteriorError(
+            f"no posterior at {p}; pass --posterior FILE or run `python -m fitting.fit_bundled`"
+        )
     try:
         idata = az.from_netcdf(str(p))
-    except Exception as exc:  # h5py/xarray raise many types for a bad file
-        raise PosteriorError(f"cannot read posterior {p} ({type(exc).__name__}); is it a netCDF from `servingmath fit`?") from None
+    except Exception as exc:  # noqa: BLE001  (h5py/xarray raise many types for a bad file)
+        raise PosteriorError(
+            f"cannot read posterior {p} ({type(exc).__name__}); is it a netCDF from `servingmath fit`?"
+        ) from None
     needed = [n for n in PARAM_NAMES if n not in OPTIONAL_PARAMS]
     missing = [v for v in (*needed, "sigma", "cell_offset") if v not in idata.posterior]
     if missing:
-        raise PosteriorError(f"{p} lacks posterior variables {missing[:3]}; refit with `servingmath fit`")
+        raise PosteriorError(
+            f"{p} lacks posterior variables {missing[:3]}; refit with `servingmath fit`"
+        )
     return Posterior(idata, str(p))
 
 
@@ -127,8 +133,9 @@ def _draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator
     return rng.choice(total, size=num_draws, replace=num_draws > total)
 
 
-def parameter_draws(posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray,
-                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+def parameter_draws(
+    posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     """Every parameter for ``gpus`` at posterior draws ``idx``: shape (len(idx), len(gpus));
     a GPU the posterior lacks is drawn from the population mu_p + tau_p * z."""
     known = {g: i for i, g in enumerate(posterior.gpus)}
@@ -154,8 +161,9 @@ def parameter_draws(posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray
     return out
 
 
-def _cell_offsets(posterior: Posterior, cell: str, idx: np.ndarray,
-                  rng: np.random.Generator) -> np.ndarray:
+def _cell_offsets(
+    posterior: Posterior, cell: str, idx: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Offset draws of one cell; an unseen cell draws from N(0, tau_src)."""
     if cell in posterior.cells:
         return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
@@ -163,20 +171,32 @@ def _cell_offsets(posterior: Posterior, cell: str, idx: np.ndarray,
     return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
 
 
-def _source_offsets(posterior: Posterior, source: str | None, idx: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
+def _source_offsets(
+    posterior: Posterior, source: str | None, idx: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """A source's offset for whole-model budgets: the mean of its step-level cells (prefill,
     decode, static batch, serving), else of all its cells; None/unseen: N(0, tau_src)."""
     cells = [i for i, c in enumerate(posterior.cells) if c.split("|")[0] == source]
-    step = [i for i in cells if not posterior.cells[i].split("|")[1].startswith(("op:", "collective:", "comm:"))]
+    step = [
+        i
+        for i in cells
+        if not posterior.cells[i].split("|")[1].startswith(("op:", "collective:", "comm:"))
+    ]
     use = step or cells
     if source is None or not use:
         return posterior.flat("tau_source")[idx] * rng.standard_normal(len(idx))
     return posterior.flat("cell_offset")[idx][:, use].mean(axis=1)
 
 
-def efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *, seed: int = 0,
-                     source: str | None = None, weight_dtype: str = "bf16") -> Efficiency:
+def efficiency_draws(
+    posterior: Posterior,
+    gpu: str,
+    num_draws: int,
+    *,
+    seed: int = 0,
+    source: str | None = None,
+    weight_dtype: str = "bf16",
+) -> Efficiency:
     """``num_draws`` posterior draws of ``perfmodel.Efficiency`` for ``gpu`` (leading axis).
 
     An unseen ``gpu`` draws from the population (mu, tau).  ``source`` (``"vidur:sarathi"``,
@@ -201,12 +221,15 @@ def efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *, seed: in
         for f in ("collective_latency_s", "collective_base_latency_s"):
             fields[f] = fields[f] * lat
     if weight_dtype in _LOW_PRECISION:
-        fields["compute_fraction_max"] = fields["compute_fraction_max"] * p["low_precision_compute_ratio"]
+        fields["compute_fraction_max"] = (
+            fields["compute_fraction_max"] * p["low_precision_compute_ratio"]
+        )
     return Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
 
 
-def kernel_efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *,
-                            seed: int = 0) -> KernelEfficiency:
+def kernel_efficiency_draws(
+    posterior: Posterior, gpu: str, num_draws: int, *, seed: int = 0
+) -> KernelEfficiency:
     """``num_draws`` draws of ``KernelEfficiency`` for ``gpu`` (population for an unseen GPU)."""
     rng = np.random.default_rng(seed)
     idx = _draw_indices(posterior, num_draws, rng)
@@ -214,8 +237,9 @@ def kernel_efficiency_draws(posterior: Posterior, gpu: str, num_draws: int, *,
     return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})
 
 
-def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 200, *,
-                         seed: int = 0, noise: bool = True) -> np.ndarray:
+def predictive_log_draws(
+    posterior: Posterior, prep: Prepared, num_draws: int = 200, *, seed: int = 0, noise: bool = True
+) -> np.ndarray:
     """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
 
     log y = log f(theta_g; delta_cell) + sigma_group * t_nu (the cell offset adds to log time, or
@@ -225,12 +249,17 @@ def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 
     rng = np.random.default_rng(seed)
     idx = _draw_indices(posterior, num_draws, rng)
     params = parameter_draws(posterior, prep.gpus, idx, rng)
-    offsets = (np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells], axis=1)
-               if prep.cells else np.zeros((len(idx), 0)))
+    offsets = (
+        np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells], axis=1)
+        if prep.cells
+        else np.zeros((len(idx), 0))
+    )
     keys = posterior.noise_keys
     sig_all = posterior.flat("sigma")[idx]
-    sig = np.stack([sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1)
-                    for k in prep.noise_keys], axis=1)
+    sig = np.stack(
+        [sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1) for k in prep.noise_keys],
+        axis=1,
+    )
     xs = ({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets))
     n_serving = len(prep.blocks["serving"]["pos"]) if "serving" in prep.blocks else 0
     # serving_metrics holds ~1 MB of quadrature nodes per row and draw: chunk the draws so one
@@ -242,5 +271,3 @@ def predictive_log_draws(posterior: Posterior, prep: Prepared, num_draws: int = 
         return loc
     eps = rng.standard_t(STUDENT_DF, size=loc.shape)
     return loc + sig[:, prep.noise_idx] * eps
-
-

@@ -82,9 +82,15 @@ def _serving_block(b: dict, eff: Efficiency, ker: KernelEfficiency) -> jnp.ndarr
     eff = eqx_replace(eff, compute_fraction_max=eff.compute_fraction_max * derate)
     model, hw, dep = b["specs"]
     zeros = np.zeros_like(b["inp"])  # fixed lengths (the aiperf runs use ignore_eos, no spread)
-    work = Workload(arrival_rate_per_s=b["rate"], concurrency=b["conc"], interarrival_cv=zeros + 1.0,
-                    prompt_tokens_mean=b["inp"], prompt_tokens_cv=zeros,
-                    output_tokens_mean=b["out"], output_tokens_cv=zeros)
+    work = Workload(
+        arrival_rate_per_s=b["rate"],
+        concurrency=b["conc"],
+        interarrival_cv=zeros + 1.0,
+        prompt_tokens_mean=b["inp"],
+        prompt_tokens_cv=zeros,
+        output_tokens_mean=b["out"],
+        output_tokens_cv=zeros,
+    )
 
     def one(m, h, d, e, w):
         s = serving_metrics(m, h, d, e, w)
@@ -101,11 +107,14 @@ def eqx_replace(module, **changes):
     import equinox as eqx
 
     names = list(changes)
-    return eqx.tree_at(lambda m: [getattr(m, n) for n in names], module, [changes[n] for n in names])
+    return eqx.tree_at(
+        lambda m: [getattr(m, n) for n in names], module, [changes[n] for n in names]
+    )
 
 
-def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
-                cell_offset: jnp.ndarray | None = None) -> jnp.ndarray:
+def predict_log(
+    prep: Prepared, params: dict[str, jnp.ndarray], cell_offset: jnp.ndarray | None = None
+) -> jnp.ndarray:
     """log of the predicted value of every covered row (seconds, or tokens/s for throughputs).
 
     Args:
@@ -129,7 +138,9 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
     for name, b in prep.blocks.items():
         eff, ker = gather(params, prep.gpu_idx[b["pos"]])
         if name == "gemm":
-            y = gemm_time_s(b["m"], b["n"], b["k"], b["in_bytes"], b["peak"], b["bw"], eff, ker, b["low"])
+            y = gemm_time_s(
+                b["m"], b["n"], b["k"], b["in_bytes"], b["peak"], b["bw"], eff, ker, b["low"]
+            )
         elif name == "elementwise":
             y = elementwise_time_s(b["bytes"], b["bw"], ker)
         elif name == "attention":
@@ -140,13 +151,24 @@ def predict_log(prep: Prepared, params: dict[str, jnp.ndarray],
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
             lat = jnp.exp(jnp.where(lat_cell, row_off, 0.0)[b["pos"]])
-            y = collective_time_s(b["kind"], b["msg"], b["p"], link,
-                                  eqx_replace(eff, collective_latency_s=eff.collective_latency_s * lat,
-                                              collective_base_latency_s=eff.collective_base_latency_s * lat))
+            y = collective_time_s(
+                b["kind"],
+                b["msg"],
+                b["p"],
+                link,
+                eqx_replace(
+                    eff,
+                    collective_latency_s=eff.collective_latency_s * lat,
+                    collective_base_latency_s=eff.collective_base_latency_s * lat,
+                ),
+            )
         else:
             lat = jnp.exp(comm_off[b["pos"]])  # the source's collective-latency scale (COMM_GROUP)
-            eff = eqx_replace(eff, collective_latency_s=eff.collective_latency_s * lat,
-                              collective_base_latency_s=eff.collective_base_latency_s * lat)
+            eff = eqx_replace(
+                eff,
+                collective_latency_s=eff.collective_latency_s * lat,
+                collective_base_latency_s=eff.collective_base_latency_s * lat,
+            )
             y = _step_block(b, eff, ker)
         out = out.at[b["pos"]].add(jnp.log(y))
     return out

@@ -73,15 +73,25 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         r = resid[ok & (prep.cell_idx == j)]
         if len(r) >= MIN_ROWS:
             new_cells.append(prep.cells[j])
-            new_off.append(np.median(r) + _robust_sd(r) / np.sqrt(len(r)) * rng.standard_normal(n_draw))
+            new_off.append(
+                np.median(r) + _robust_sd(r) / np.sqrt(len(r)) * rng.standard_normal(n_draw)
+            )
     sig = {}
     for j, k in enumerate(prep.noise_keys):
         if k in keys:
             continue
         sel = ok & (prep.noise_idx == j)
         # residuals about each row's own cell offset (its cell centre)
-        centred = np.concatenate([resid[sel & (prep.cell_idx == c)] - np.median(resid[sel & (prep.cell_idx == c)])
-                                  for c in np.unique(prep.cell_idx[sel])]) if sel.any() else np.zeros(0)
+        centred = (
+            np.concatenate(
+                [
+                    resid[sel & (prep.cell_idx == c)] - np.median(resid[sel & (prep.cell_idx == c)])
+                    for c in np.unique(prep.cell_idx[sel])
+                ]
+            )
+            if sel.any()
+            else np.zeros(0)
+        )
         if len(centred) >= MIN_ROWS:
             s, dof = _robust_sd(centred), len(centred) - 1
             sig[k] = s * np.sqrt(dof / rng.chisquare(dof, n_draw))
@@ -96,13 +106,21 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     out["cell_offset"] = shaped(np.concatenate([off] + [o[:, None] for o in new_off], axis=1))
     sg = np.asarray(post["sigma"].values).reshape(n_draw, -1)
     out["sigma"] = shaped(np.concatenate([sg] + [v[:, None] for v in sig.values()], axis=1))
-    coords = {"gpu": list(gpus), "cell": list(cells) + new_cells, "noise_key": list(keys) + list(sig)}
+    coords = {
+        "gpu": list(gpus),
+        "cell": list(cells) + new_cells,
+        "noise_key": list(keys) + list(sig),
+    }
     dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
     groups = {"posterior": out, "coords": coords, "dims": dims}
     if "sample_stats" in idata.groups():
-        groups["sample_stats"] = {v: np.asarray(idata.sample_stats[v].values) for v in idata.sample_stats.data_vars}
+        groups["sample_stats"] = {
+            v: np.asarray(idata.sample_stats[v].values) for v in idata.sample_stats.data_vars
+        }
     new = az.from_dict(**groups)
     new.attrs.update(idata.attrs)
     new.attrs["serving_rows"] = int(ok.sum())
-    new.attrs["serving_stage"] = "cut: offsets and sigma of serving cells at the posterior-median parameters"
+    new.attrs["serving_stage"] = (
+        "cut: offsets and sigma of serving cells at the posterior-median parameters"
+    )
     return new, int(ok.sum())

@@ -33,7 +33,14 @@ import pandas as pd
 import perfmodel
 
 from . import _rows
-from ._model import PARAM_NAMES, PRIORS, STUDENT_DF, kernel_cells, prior_center_unconstrained, to_natural
+from ._model import (
+    PARAM_NAMES,
+    PRIORS,
+    STUDENT_DF,
+    kernel_cells,
+    prior_center_unconstrained,
+    to_natural,
+)
 from ._posterior import Posterior, _default_value
 from ._predict import predict_log, prepare
 
@@ -55,7 +62,9 @@ def _link(name: str, theta: np.ndarray) -> np.ndarray:
     return np.log(t / (1.0 - t))
 
 
-def gpu_prior(posterior: Posterior, gpu: str, *, from_population: bool) -> dict[str, tuple[float, float]]:
+def gpu_prior(
+    posterior: Posterior, gpu: str, *, from_population: bool
+) -> dict[str, tuple[float, float]]:
     """(mean, sd) of each parameter's unconstrained value for ``gpu`` under ``posterior``.
 
     ``from_population`` (or a GPU the posterior lacks) uses the population predictive
@@ -68,7 +77,7 @@ def gpu_prior(posterior: Posterior, gpu: str, *, from_population: bool) -> dict[
             continue
         if from_population or gpu not in posterior.gpus:
             mu, tau = posterior.flat(f"mu_{name}"), posterior.flat(f"tau_{name}")
-            m, s = float(mu.mean()), float(np.sqrt(np.mean(tau ** 2) + mu.var()))
+            m, s = float(mu.mean()), float(np.sqrt(np.mean(tau**2) + mu.var()))
         else:
             u = _link(name, posterior.flat(name)[:, posterior.gpus.index(gpu)])
             m, s = float(u.mean()), float(u.std())
@@ -81,7 +90,7 @@ def _cell_prior(posterior: Posterior, cell: str) -> tuple[float, float]:
         d = posterior.flat("cell_offset")[:, posterior.cells.index(cell)]
         return float(d.mean()), max(float(d.std()), MIN_SCALE)
     tau = posterior.flat("tau_kernel" if kernel_cells([cell])[0] else "tau_source")
-    return 0.0, max(float(np.sqrt(np.mean(tau ** 2))), MIN_SCALE)
+    return 0.0, max(float(np.sqrt(np.mean(tau**2))), MIN_SCALE)
 
 
 def _sigma(posterior: Posterior, keys: tuple[str, ...]) -> np.ndarray:
@@ -96,7 +105,9 @@ def update_model(prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None) -> 
     for i, name in enumerate(PARAM_NAMES):
         with numpyro.plate("gpu", len(prep.gpus)):
             z = numpyro.sample(f"z_{name}", dist.Normal(0.0, 1.0))
-        params[name] = numpyro.deterministic(name, to_natural(name, loc_u[:, i] + scale_u[:, i] * z))
+        params[name] = numpyro.deterministic(
+            name, to_natural(name, loc_u[:, i] + scale_u[:, i] * z)
+        )
     with numpyro.plate("cell", len(prep.cells)):
         zc = numpyro.sample("z_cell", dist.Normal(0.0, 1.0))
     offset = numpyro.deterministic("cell_offset", loc_c + scale_c * zc)
@@ -105,7 +116,9 @@ def update_model(prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None) -> 
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
     loc = predict_log(prep, params, offset)
     with numpyro.plate("row", len(prep.log_value)):
-        numpyro.sample("log_value", dist.StudentT(STUDENT_DF, loc, sig[prep.noise_idx]), obs=observed)
+        numpyro.sample(
+            "log_value", dist.StudentT(STUDENT_DF, loc, sig[prep.noise_idx]), obs=observed
+        )
 
 
 @contextlib.contextmanager
@@ -118,7 +131,11 @@ def user_hardware(hardware_csv: str | Path | None):
     user_ids = set(perfmodel.hardware_ids(hardware_csv))
 
     def lookup(gpu: str):
-        return perfmodel.load_hardware(gpu, hardware_csv=hardware_csv) if gpu in user_ids else original(gpu)
+        return (
+            perfmodel.load_hardware(gpu, hardware_csv=hardware_csv)
+            if gpu in user_ids
+            else original(gpu)
+        )
 
     _rows._hardware = lookup
     try:
@@ -127,9 +144,17 @@ def user_hardware(hardware_csv: str | Path | None):
         _rows._hardware = original
 
 
-def update_posterior(prior: Posterior, table: pd.DataFrame, *, from_population: bool = False,
-                     draws: int = 500, warmup: int = 500, chains: int = 2, seed: int = 0,
-                     hardware_csv: str | Path | None = None) -> tuple[Posterior, object]:
+def update_posterior(
+    prior: Posterior,
+    table: pd.DataFrame,
+    *,
+    from_population: bool = False,
+    draws: int = 500,
+    warmup: int = 500,
+    chains: int = 2,
+    seed: int = 0,
+    hardware_csv: str | Path | None = None,
+) -> tuple[Posterior, object]:
     """Condition ``prior`` on the measurements in ``table`` (a few rows of one or more GPUs).
 
     Args:
@@ -159,18 +184,42 @@ def update_posterior(prior: Posterior, table: pd.DataFrame, *, from_population: 
     loc_c = jnp.asarray([c[0] for c in cp]).reshape(-1)
     scale_c = jnp.asarray([c[1] for c in cp]).reshape(-1)
     sigma = jnp.asarray(_sigma(prior, prep.noise_keys))
-    mcmc = MCMC(NUTS(update_model, target_accept_prob=0.9), num_warmup=warmup, num_samples=draws,
-                num_chains=chains, chain_method="sequential", progress_bar=False)
+    mcmc = MCMC(
+        NUTS(update_model, target_accept_prob=0.9),
+        num_warmup=warmup,
+        num_samples=draws,
+        num_chains=chains,
+        chain_method="sequential",
+        progress_bar=False,
+    )
     with jax.numpy_dtype_promotion("standard"):  # NumPyro's kernels rely on implicit promotion
-        mcmc.run(jax.random.PRNGKey(seed), prep, loc_u, scale_u, loc_c, scale_c, sigma,
-                 jnp.asarray(prep.log_value), extra_fields=("diverging",))
-    new = {k: np.asarray(jax.device_get(v)) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+        mcmc.run(
+            jax.random.PRNGKey(seed),
+            prep,
+            loc_u,
+            scale_u,
+            loc_c,
+            scale_c,
+            sigma,
+            jnp.asarray(prep.log_value),
+            extra_fields=("diverging",),
+        )
+    new = {
+        k: np.asarray(jax.device_get(v)) for k, v in mcmc.get_samples(group_by_chain=True).items()
+    }
     diverging = np.asarray(jax.device_get(mcmc.get_extra_fields(group_by_chain=True)["diverging"]))
     idata = _merge(prior, prep, new, diverging, chains, draws, seed)
-    idata.attrs.update({"method": "update", "prior": str(prior.path), "seed": seed,
-                        "update_rows": len(prep.log_value), "update_gpus": ",".join(prep.gpus),
-                        "from_population": int(from_population),
-                        "divergences": int(diverging.sum())})
+    idata.attrs.update(
+        {
+            "method": "update",
+            "prior": str(prior.path),
+            "seed": seed,
+            "update_rows": len(prep.log_value),
+            "update_gpus": ",".join(prep.gpus),
+            "from_population": int(from_population),
+            "divergences": int(diverging.sum()),
+        }
+    )
     return Posterior(idata), prep
 
 
@@ -192,31 +241,41 @@ def _merge(prior: Posterior, prep, new: dict, diverging, chains: int, draws: int
         if var not in (*PARAM_NAMES, "cell_offset", "sigma"):
             post[var] = shaped(prior.flat(var)[idx])
     for name in PARAM_NAMES:
-        old = (prior.flat(name)[idx] if name in prior.idata.posterior
-               else np.full((len(idx), len(prior.gpus)), _default_value(name)))
+        old = (
+            prior.flat(name)[idx]
+            if name in prior.idata.posterior
+            else np.full((len(idx), len(prior.gpus)), _default_value(name))
+        )
         cols = np.empty((chains * draws, len(gpus)))
-        cols[:, :old.shape[1]] = old
+        cols[:, : old.shape[1]] = old
         for j, g in enumerate(prep.gpus):
             cols[:, gpus.index(g)] = new[name][..., j].reshape(-1)
         post[name] = shaped(cols)
     off = np.empty((chains * draws, len(cells)))
     old = prior.flat("cell_offset")[idx]
-    off[:, :old.shape[1]] = old
+    off[:, : old.shape[1]] = old
     rng_tau = prior.flat("tau_source")[idx]
-    for j, c in enumerate(cells[old.shape[1]:], start=old.shape[1]):  # unseen by both: population
+    for j, c in enumerate(cells[old.shape[1] :], start=old.shape[1]):  # unseen by both: population
         off[:, j] = rng_tau * rng.standard_normal(len(idx))
     for j, c in enumerate(prep.cells):
         off[:, cells.index(c)] = new["cell_offset"][..., j].reshape(-1)
     post["cell_offset"] = shaped(off)
     sig_old = prior.flat("sigma")[idx]
-    sig = np.concatenate([sig_old, np.tile(np.max(sig_old, axis=1, keepdims=True),
-                                           (1, len(keys) - sig_old.shape[1]))], axis=1)
+    sig = np.concatenate(
+        [
+            sig_old,
+            np.tile(np.max(sig_old, axis=1, keepdims=True), (1, len(keys) - sig_old.shape[1])),
+        ],
+        axis=1,
+    )
     for j, k in enumerate(prep.noise_keys):
         sig[:, keys.index(k)] = new["sigma"][..., j].reshape(-1)
     post["sigma"] = shaped(sig)
     dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
     coords = {"gpu": gpus, "cell": cells, "noise_key": keys}
-    return az.from_dict(posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims)
+    return az.from_dict(
+        posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims
+    )
 
 
 def without_gpu(posterior: Posterior, gpu: str) -> Posterior:

@@ -21,9 +21,13 @@ SEED = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fitting.fit_bundled", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m fitting.fit_bundled", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", default=None, help="output path (default: the bundled default.nc)")
-    parser.add_argument("--prior-only", action="store_true", help="write spec-sheet prior draws only")
+    parser.add_argument(
+        "--prior-only", action="store_true", help="write spec-sheet prior draws only"
+    )
     parser.add_argument("--per-stratum", type=int, default=PER_STRATUM)
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--warmup", type=int, default=WARMUP)
@@ -41,13 +45,26 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     table, ingest_skipped = _fit.read_tables(_fit.bundled_files())
-    result = _fit.fit_table(table, per_stratum=args.per_stratum, seed=args.seed, draws=args.draws,
-                            warmup=args.warmup, chains=args.chains, prior_only=args.prior_only)
+    result = _fit.fit_table(
+        table,
+        per_stratum=args.per_stratum,
+        seed=args.seed,
+        draws=args.draws,
+        warmup=args.warmup,
+        chains=args.chains,
+        prior_only=args.prior_only,
+    )
     attrs = result.posterior.idata.attrs
-    attrs["command"] = "python -m fitting.fit_bundled" + (" --prior-only" if args.prior_only else "")
-    out = _posterior.save_posterior(result.posterior, args.out or _posterior.default_posterior_path())
-    print(f"{attrs['method']}: {attrs['fit_rows']} rows of {attrs['table_rows']} ({attrs['subsample']}), "
-          f"{result.posterior.num_draws} draws, {time.perf_counter() - t0:.0f} s -> {out}")
+    attrs["command"] = "python -m fitting.fit_bundled" + (
+        " --prior-only" if args.prior_only else ""
+    )
+    out = _posterior.save_posterior(
+        result.posterior, args.out or _posterior.default_posterior_path()
+    )
+    print(
+        f"{attrs['method']}: {attrs['fit_rows']} rows of {attrs['table_rows']} ({attrs['subsample']}), "
+        f"{result.posterior.num_draws} draws, {time.perf_counter() - t0:.0f} s -> {out}"
+    )
     for reason, n in _fit.skipped_summary(result.prepared.skipped + ingest_skipped).items():
         print(f"  skipped {n} subsample rows: {reason}")
     if result.diagnostics is not None:

@@ -10,7 +10,13 @@ import pytest
 from numpyro import handlers
 
 import fitting
-from fitting._model import PARAM_NAMES, calibration_model, prior_center_unconstrained, run_nuts, to_natural
+from fitting._model import (
+    PARAM_NAMES,
+    calibration_model,
+    prior_center_unconstrained,
+    run_nuts,
+    to_natural,
+)
 from fitting.ingest import COLUMNS
 
 GPUS = ("a100-sxm-80gb", "h100-sxm")
@@ -18,8 +24,21 @@ GPUS = ("a100-sxm-80gb", "h100-sxm")
 
 def _row(**kw):
     base = {c: np.nan for c in COLUMNS}
-    base.update(engine="", notes="", tp=1, pp=1, ep=1, num_gpus=1, metric="time", unit="s", value=1.0,
-                weight_dtype="", kv_dtype="", model="", op="")
+    base.update(
+        engine="",
+        notes="",
+        tp=1,
+        pp=1,
+        ep=1,
+        num_gpus=1,
+        metric="time",
+        unit="s",
+        value=1.0,
+        weight_dtype="",
+        kv_dtype="",
+        model="",
+        op="",
+    )
     base.update(kw)
     return base
 
@@ -29,13 +48,43 @@ def _design() -> pd.DataFrame:
     for gpu in GPUS:
         for m in (1, 8, 64, 256, 1024, 4096, 16384):
             for op in ("mlp_up_proj", "mlp_down_proj", "attn_pre_proj"):
-                rows.append(_row(source="vidur", engine="sarathi", gpu=gpu, model="meta-llama/Llama-2-7b-hf",
-                                 scenario="op", op=op, num_tokens=m))
-            rows.append(_row(source="vidur", engine="sarathi", gpu=gpu, model="meta-llama/Llama-2-7b-hf",
-                             scenario="op", op="input_layernorm", num_tokens=m))
+                rows.append(
+                    _row(
+                        source="vidur",
+                        engine="sarathi",
+                        gpu=gpu,
+                        model="meta-llama/Llama-2-7b-hf",
+                        scenario="op",
+                        op=op,
+                        num_tokens=m,
+                    )
+                )
+            rows.append(
+                _row(
+                    source="vidur",
+                    engine="sarathi",
+                    gpu=gpu,
+                    model="meta-llama/Llama-2-7b-hf",
+                    scenario="op",
+                    op="input_layernorm",
+                    num_tokens=m,
+                )
+            )
         for b in (1, 8, 32):
-            rows.append(_row(source="splitwise", gpu=gpu, model="meta-llama/Llama-2-70b-hf", scenario="decode_step",
-                             tp=4, num_gpus=4, weight_dtype="fp16", batch_size=b, input_len=512, output_len=128))
+            rows.append(
+                _row(
+                    source="splitwise",
+                    gpu=gpu,
+                    model="meta-llama/Llama-2-70b-hf",
+                    scenario="decode_step",
+                    tp=4,
+                    num_gpus=4,
+                    weight_dtype="fp16",
+                    batch_size=b,
+                    input_len=512,
+                    output_len=128,
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -58,7 +107,9 @@ def test_nuts_recovers_known_efficiencies_from_simulated_data():
     assert prep.gpus == GPUS and not prep.skipped
     truth = _truth(prep)
     with jax.numpy_dtype_promotion("standard"):
-        tr = handlers.trace(handlers.seed(handlers.condition(calibration_model, truth), 1)).get_trace(prep, None)
+        tr = handlers.trace(
+            handlers.seed(handlers.condition(calibration_model, truth), 1)
+        ).get_trace(prep, None)
     simulated = np.asarray(tr["log_value"]["value"])
     prep.log_value = simulated
     idata = run_nuts(prep, num_draws=200, num_warmup=200, num_chains=1, seed=2)
@@ -69,7 +120,9 @@ def test_nuts_recovers_known_efficiencies_from_simulated_data():
         med = np.median(post[name].values.reshape(-1, 2), axis=0)
         assert np.all((lo <= true_vals) & (true_vals <= hi)), (name, lo, true_vals, hi)
         np.testing.assert_allclose(med, true_vals, rtol=0.08)
-    lo, hi = np.quantile(post["sigma"].values.reshape(-1, len(prep.noise_keys)), [0.005, 0.995], axis=0)
+    lo, hi = np.quantile(
+        post["sigma"].values.reshape(-1, len(prep.noise_keys)), [0.005, 0.995], axis=0
+    )
     assert np.all((lo <= 0.03) & (0.03 <= hi)), (lo, hi)
 
 
@@ -79,13 +132,19 @@ def _toy_posterior(num_draws=50):
     for name in PARAM_NAMES:
         mu = prior_center_unconstrained(name) + 0.01 * rng.standard_normal((1, num_draws))
         post[f"mu_{name}"], post[f"tau_{name}"] = mu, np.full((1, num_draws), 0.5)
-        post[name] = np.asarray(to_natural(name, jnp.asarray(mu[..., None] + np.array([-0.2, 0.2]))))
+        post[name] = np.asarray(
+            to_natural(name, jnp.asarray(mu[..., None] + np.array([-0.2, 0.2])))
+        )
     post["tau_source"] = np.full((1, num_draws), 0.2)
     post["tau_kernel"] = np.full((1, num_draws), 0.5)
     post["cell_offset"] = 0.01 * rng.standard_normal((1, num_draws, 1))
     post["sigma"] = np.full((1, num_draws, 1), 0.1)
     dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
-    coords = {"gpu": list(GPUS), "cell": ["splitwise|decode_step:time"], "noise_key": ["decode_step:time"]}
+    coords = {
+        "gpu": list(GPUS),
+        "cell": ["splitwise|decode_step:time"],
+        "noise_key": ["decode_step:time"],
+    }
     return fitting.Posterior(az.from_dict(posterior=post, coords=coords, dims=dims))
 
 
@@ -104,14 +163,20 @@ def test_efficiency_draws_shapes_and_unseen_gpu_fallback():
     assert e.compute_fraction_max.shape == (200,) and e.step_overhead_s.shape == (200,)
     # known GPU: its own values (tau spread of draws is 0.01 on the logit scale), scaled by a tiny offset
     known = p.flat("compute_fraction_max")[:, 1]
-    assert float(jnp.median(e.compute_fraction_max)) == pytest.approx(float(np.median(known)), rel=0.05)
+    assert float(jnp.median(e.compute_fraction_max)) == pytest.approx(
+        float(np.median(known)), rel=0.05
+    )
     # unseen GPU and unseen source: population draws, wider than the known GPU's
     new = fitting.efficiency_draws(p, "b200", 200, seed=3)
-    centre = float(to_natural("compute_fraction_max", prior_center_unconstrained("compute_fraction_max")))
+    centre = float(
+        to_natural("compute_fraction_max", prior_center_unconstrained("compute_fraction_max"))
+    )
     assert float(jnp.median(new.compute_fraction_max)) == pytest.approx(centre, rel=0.1)
     assert float(jnp.std(new.compute_fraction_max)) > 3 * float(jnp.std(e.compute_fraction_max))
     # fp8 derates the compute fraction by the fitted ratio
-    fp8 = fitting.efficiency_draws(p, "h100-sxm", 200, seed=3, source="splitwise", weight_dtype="fp8")
+    fp8 = fitting.efficiency_draws(
+        p, "h100-sxm", 200, seed=3, source="splitwise", weight_dtype="fp8"
+    )
     assert float(jnp.median(fp8.compute_fraction_max)) < float(jnp.median(e.compute_fraction_max))
     # vmap-able over the draw axis by construction
     assert jax.tree.leaves(e)[0].shape == (200,)
@@ -134,17 +199,26 @@ def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error():
 
     bundled = fitting.load_posterior()
     table = fitting.load_measurements(fitting.bundled_measurements()).table
-    short = fitting.fit_table(table, per_stratum=fit_bundled.PER_STRATUM, seed=fit_bundled.SEED,
-                              draws=150, warmup=150, chains=1, serving=False)
+    short = fitting.fit_table(
+        table,
+        per_stratum=fit_bundled.PER_STRATUM,
+        seed=fit_bundled.SEED,
+        draws=150,
+        warmup=150,
+        chains=1,
+        serving=False,
+    )
     # the bundled file appends the serving stage's cells after the NUTS cells
     assert short.prepared.gpus == bundled.gpus
-    assert bundled.cells[:len(short.prepared.cells)] == short.prepared.cells
+    assert bundled.cells[: len(short.prepared.cells)] == short.prepared.cells
     checked = 0
     for name in ("compute_fraction_max", "bandwidth_fraction", "elementwise_bandwidth_fraction"):
         for gpu in ("a100-sxm-80gb", "h100-sxm", "a40"):
             a = short.posterior.idata.posterior[name].sel(gpu=gpu)
             b = bundled.idata.posterior[name].sel(gpu=gpu)
-            mcse = np.hypot(float(az.mcse(a.to_dataset())[name]), float(az.mcse(b.to_dataset())[name]))
+            mcse = np.hypot(
+                float(az.mcse(a.to_dataset())[name]), float(az.mcse(b.to_dataset())[name])
+            )
             assert abs(float(a.mean()) - float(b.mean())) <= 4.0 * mcse + 1e-3, (name, gpu)
             checked += 1
     assert checked == 9
@@ -157,9 +231,22 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread():
     from fitting._serving_stage import add_serving_stage
 
     post = _toy_posterior()
-    rows = [_row(source="lab", engine="vllm", gpu="h100-sxm", model="meta-llama/Llama-3.1-8B", scenario="serving",
-                 metric="ttft", stat="mean", concurrency=c, input_len=1024, output_len=128, tp=1)
-            for c in (1, 2, 4, 8, 16, 32)]
+    rows = [
+        _row(
+            source="lab",
+            engine="vllm",
+            gpu="h100-sxm",
+            model="meta-llama/Llama-3.1-8B",
+            scenario="serving",
+            metric="ttft",
+            stat="mean",
+            concurrency=c,
+            input_len=1024,
+            output_len=128,
+            tp=1,
+        )
+        for c in (1, 2, 4, 8, 16, 32)
+    ]
     table = pd.DataFrame(rows)
     prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
     params = {n: jnp.asarray(np.median(post.flat(n), axis=0)) for n in PARAM_NAMES}
@@ -167,7 +254,9 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread():
     table["value"] = np.exp(np.asarray(predict_log(prep, params)) + 0.7 + noise)
     idata, n = add_serving_stage(post.idata, table, seed=0)
     new = fitting.Posterior(idata)
-    assert n == 6 and new.cells[-1] == "lab:vllm|serving:ttft" and new.noise_keys[-1] == "serving:ttft"
+    assert (
+        n == 6 and new.cells[-1] == "lab:vllm|serving:ttft" and new.noise_keys[-1] == "serving:ttft"
+    )
     off = new.flat("cell_offset")[:, -1]
     assert abs(np.median(off) - 0.7) < 0.03
     assert 0.03 < np.median(new.flat("sigma")[:, -1]) < 0.2

@@ -24,8 +24,9 @@ def _rows() -> pd.DataFrame:
 
 
 def _median_ape(posterior, table) -> float:
-    prep = fitting.prepare(table, gpus=posterior.gpus, cells=posterior.cells,
-                           noise_keys=posterior.noise_keys)
+    prep = fitting.prepare(
+        table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
+    )
     assert len(prep.log_value) == len(table)
     draws = predictive_log_draws(posterior, prep, 100, seed=0)
     return float(np.median(np.abs(np.exp(np.median(draws, axis=0) - prep.log_value) - 1.0)))
@@ -55,16 +56,39 @@ def test_ten_rows_of_a_held_out_gpu_beat_its_spec_sheet_prediction():
 
 def test_cli_fit_prior_writes_a_loadable_posterior_for_a_gpu_outside_the_catalog(tmp_path, capsys):
     jax.config.update("jax_enable_x64", True)
-    hw = pd.read_csv(fitting.bundled_measurements()[0].parent.parent / "hardware.csv", dtype=str,
-                     keep_default_na=False)
+    hw = pd.read_csv(
+        fitting.bundled_measurements()[0].parent.parent / "hardware.csv",
+        dtype=str,
+        keep_default_na=False,
+    )
     mine = hw[hw["id"] == GPU].assign(id="my-gpu", name="My GPU")
     mine.to_csv(tmp_path / "mine.csv", index=False)
     data = _rows().sample(10, random_state=2).assign(gpu="my-gpu")
     data.to_csv(tmp_path / "new_gpu.csv", index=False)
     out = tmp_path / "new.nc"
-    assert main(["fit", "--data", str(tmp_path / "new_gpu.csv"), "--prior", "--out", str(out),
-                 "--hardware-csv", str(tmp_path / "mine.csv"), "--draws", "50", "--warmup", "50",
-                 "--chains", "1", "--plot", str(tmp_path / "plots")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--data",
+                str(tmp_path / "new_gpu.csv"),
+                "--prior",
+                "--out",
+                str(out),
+                "--hardware-csv",
+                str(tmp_path / "mine.csv"),
+                "--draws",
+                "50",
+                "--warmup",
+                "50",
+                "--chains",
+                "1",
+                "--plot",
+                str(tmp_path / "plots"),
+            ]
+        )
+        == 0
+    )
     assert "10 rows of GPU my-gpu" in capsys.readouterr().out
     for name in ("posteriors.png", "predicted_vs_measured.png", "residuals_by_scenario.png"):
         assert (tmp_path / "plots" / name).read_bytes().startswith(b"\x89PNG")

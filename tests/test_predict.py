@@ -16,8 +16,22 @@ EFF, KER = perfmodel.Efficiency(), KernelEfficiency()
 
 def row(**kw):
     base = {c: np.nan for c in COLUMNS}
-    base.update(source="test", engine="", notes="", tp=1, pp=1, ep=1, num_gpus=1, metric="time",
-                unit="s", value=1e-3, weight_dtype="", kv_dtype="", model="", op="")
+    base.update(
+        source="test",
+        engine="",
+        notes="",
+        tp=1,
+        pp=1,
+        ep=1,
+        num_gpus=1,
+        metric="time",
+        unit="s",
+        value=1e-3,
+        weight_dtype="",
+        kv_dtype="",
+        model="",
+        op="",
+    )
     base.update(kw)
     return base
 
@@ -30,12 +44,30 @@ def predicted(rows):
 
 def test_vidur_gemm_dims_from_config_and_tp():
     h = perfmodel.load_hardware("h100-sxm")
-    prep, y = predicted([
-        row(source="vidur", engine="sarathi", gpu="h100-sxm", model="meta-llama/Llama-2-7b-hf",
-            scenario="op", op="mlp_up_proj", num_tokens=4096, tp=2),
-        row(source="vidur", engine="sarathi", gpu="h100-sxm", model="meta-llama/Meta-Llama-3-8B",
-            scenario="op", op="attn_pre_proj", num_tokens=512, tp=4),
-    ])
+    _prep, y = predicted(
+        [
+            row(
+                source="vidur",
+                engine="sarathi",
+                gpu="h100-sxm",
+                model="meta-llama/Llama-2-7b-hf",
+                scenario="op",
+                op="mlp_up_proj",
+                num_tokens=4096,
+                tp=2,
+            ),
+            row(
+                source="vidur",
+                engine="sarathi",
+                gpu="h100-sxm",
+                model="meta-llama/Meta-Llama-3-8B",
+                scenario="op",
+                op="attn_pre_proj",
+                num_tokens=512,
+                tp=4,
+            ),
+        ]
+    )
     peak, bw = h.dense_flops_per_s[0], h.hbm_bytes_per_s
     up = gemm_time_s(4096, 2 * 11008 / 2, 4096, 2.0, peak, bw, EFF, KER)  # gated: gate+up fused
     qkv = gemm_time_s(512, (32 + 2 * 8) * 128 / 4, 4096, 2.0, peak, bw, EFF, KER)
@@ -44,10 +76,26 @@ def test_vidur_gemm_dims_from_config_and_tp():
 
 def test_ungated_mlp_and_elementwise_bytes():
     a40 = perfmodel.load_hardware("a40")
-    prep, y = predicted([
-        row(source="vidur", gpu="a40", model="microsoft/phi-2", scenario="op", op="mlp_up_proj", num_tokens=64),
-        row(source="vidur", gpu="a40", model="microsoft/phi-2", scenario="op", op="add", num_tokens=64),
-    ])
+    _prep, y = predicted(
+        [
+            row(
+                source="vidur",
+                gpu="a40",
+                model="microsoft/phi-2",
+                scenario="op",
+                op="mlp_up_proj",
+                num_tokens=64,
+            ),
+            row(
+                source="vidur",
+                gpu="a40",
+                model="microsoft/phi-2",
+                scenario="op",
+                op="add",
+                num_tokens=64,
+            ),
+        ]
+    )
     up = gemm_time_s(64, 10240, 2560, 2.0, a40.dense_flops_per_s[0], a40.hbm_bytes_per_s, EFF, KER)
     add = elementwise_time_s(64 * 3 * 2560 * 2.0, a40.hbm_bytes_per_s, KER)  # read 2, write 1
     np.testing.assert_allclose(y, [up, add], rtol=1e-12)
@@ -55,22 +103,56 @@ def test_ungated_mlp_and_elementwise_bytes():
 
 def test_aic_gemm_fp8_reads_notes_and_fp8_peak():
     h = perfmodel.load_hardware("h100-sxm")
-    _, y = predicted([row(source="aiconfigurator", engine="vllm", gpu="h100-sxm", scenario="op", op="gemm",
-                          num_tokens=1024, notes="m=1024;n=4096;k=8192;gemm_dtype=fp8;kernel=x")])
-    ref = gemm_time_s(1024, 4096, 8192, 1.0, h.dense_flops_per_s[1], h.hbm_bytes_per_s, EFF, KER, 1.0)
+    _, y = predicted(
+        [
+            row(
+                source="aiconfigurator",
+                engine="vllm",
+                gpu="h100-sxm",
+                scenario="op",
+                op="gemm",
+                num_tokens=1024,
+                notes="m=1024;n=4096;k=8192;gemm_dtype=fp8;kernel=x",
+            )
+        ]
+    )
+    ref = gemm_time_s(
+        1024, 4096, 8192, 1.0, h.dense_flops_per_s[1], h.hbm_bytes_per_s, EFF, KER, 1.0
+    )
     np.testing.assert_allclose(y, [ref], rtol=1e-12)
 
 
 def test_collective_cross_node_uses_internode_link():
     h = perfmodel.load_hardware("a100-sxm-80gb")
-    _, y = predicted([
-        row(source="vidur", engine="nccl", gpu="a100-sxm-80gb", scenario="collective", op="all_reduce",
-            num_gpus=4, message_bytes=2**24, notes="topology=a100_dgx;single-node"),
-        row(source="vidur", engine="nccl", gpu="a100-sxm-80gb", scenario="collective", op="send_recv",
-            num_gpus=2, message_bytes=2**24, notes="topology=a100_dgx;cross-node"),
-    ])
+    _, y = predicted(
+        [
+            row(
+                source="vidur",
+                engine="nccl",
+                gpu="a100-sxm-80gb",
+                scenario="collective",
+                op="all_reduce",
+                num_gpus=4,
+                message_bytes=2**24,
+                notes="topology=a100_dgx;single-node",
+            ),
+            row(
+                source="vidur",
+                engine="nccl",
+                gpu="a100-sxm-80gb",
+                scenario="collective",
+                op="send_recv",
+                num_gpus=2,
+                message_bytes=2**24,
+                notes="topology=a100_dgx;cross-node",
+            ),
+        ]
+    )
     inter = h.internode_bytes_per_s * KER.internode_bandwidth_fraction
-    ref = [collective_time_s(0, 2**24, 4, h.link_bytes_per_s, EFF), collective_time_s(2, 2**24, 2, inter, EFF)]
+    ref = [
+        collective_time_s(0, 2**24, 4, h.link_bytes_per_s, EFF),
+        collective_time_s(2, 2**24, 2, inter, EFF),
+    ]
     np.testing.assert_allclose(y, ref, rtol=1e-12)
 
 
@@ -78,10 +160,24 @@ def test_step_rows_use_prefill_and_decode_step():
     model = perfmodel.load_model("meta-llama/Llama-2-70b-hf")
     hw = perfmodel.load_hardware("a100-sxm-80gb")
     dep = perfmodel.Deployment.create(tp=4, weight_dtype="fp16", kv_dtype="fp16")
-    common = dict(source="splitwise", gpu="a100-sxm-80gb", model="meta-llama/Llama-2-70b-hf", tp=4,
-                  num_gpus=4, weight_dtype="fp16", batch_size=8, input_len=512, output_len=128)
-    _, y = predicted([row(scenario="prefill", **common), row(scenario="decode_step", **common),
-                      row(scenario="static_batch", metric="output_throughput", unit="tokens/s", **common)])
+    common = {
+        "source": "splitwise",
+        "gpu": "a100-sxm-80gb",
+        "model": "meta-llama/Llama-2-70b-hf",
+        "tp": 4,
+        "num_gpus": 4,
+        "weight_dtype": "fp16",
+        "batch_size": 8,
+        "input_len": 512,
+        "output_len": 128,
+    }
+    _, y = predicted(
+        [
+            row(scenario="prefill", **common),
+            row(scenario="decode_step", **common),
+            row(scenario="static_batch", metric="output_throughput", unit="tokens/s", **common),
+        ]
+    )
     pre = perfmodel.prefill_step(model, hw, dep, EFF, 512.0, 8.0).total_s
     dec = perfmodel.decode_step(model, hw, dep, EFF, 8.0, 512.0 + 64.0).total_s
     thr = 8 * 128 / (pre + 127 * dec)
@@ -90,14 +186,40 @@ def test_step_rows_use_prefill_and_decode_step():
 
 def test_uncovered_rows_are_skipped_with_reasons():
     """(The fit's path: serving rows are skipped there; ``validate`` predicts them.)"""
-    prep = prepare(serving=False, table=pd.DataFrame([
-        row(source="aic", gpu="h100-sxm", model="Qwen/Qwen3-32B", scenario="serving", metric="ttft",
-            concurrency=16, input_len=1024, output_len=128),
-        row(source="vidur", gpu="h100-nvl", scenario="collective", op="all_reduce", num_gpus=2,
-            message_bytes=1e6, notes="cross-node"),
-        row(source="vidur", gpu="h100-sxm", model="meta-llama/Llama-2-7b-hf", scenario="op", op="add",
-            num_tokens=8),
-    ]))
+    prep = prepare(
+        serving=False,
+        table=pd.DataFrame(
+            [
+                row(
+                    source="aic",
+                    gpu="h100-sxm",
+                    model="Qwen/Qwen3-32B",
+                    scenario="serving",
+                    metric="ttft",
+                    concurrency=16,
+                    input_len=1024,
+                    output_len=128,
+                ),
+                row(
+                    source="vidur",
+                    gpu="h100-nvl",
+                    scenario="collective",
+                    op="all_reduce",
+                    num_gpus=2,
+                    message_bytes=1e6,
+                    notes="cross-node",
+                ),
+                row(
+                    source="vidur",
+                    gpu="h100-sxm",
+                    model="meta-llama/Llama-2-7b-hf",
+                    scenario="op",
+                    op="add",
+                    num_tokens=8,
+                ),
+            ]
+        ),
+    )
     reasons = [r for _, r in prep.skipped]
     assert len(prep.log_value) == 1 and len(reasons) == 2
     assert reasons[0] == SERVING_REASON
@@ -105,11 +227,35 @@ def test_uncovered_rows_are_skipped_with_reasons():
 
 
 def test_prediction_is_differentiable_in_the_parameters():
-    prep = prepare(pd.DataFrame([
-        row(source="vidur", gpu="h100-sxm", model="meta-llama/Llama-2-7b-hf", scenario="op",
-            op="mlp_down_proj", num_tokens=n) for n in (1, 256, 4096)
-    ] + [row(source="splitwise", gpu="h100-sxm", model="meta-llama/Llama-2-70b-hf", scenario="decode_step",
-             tp=2, num_gpus=2, weight_dtype="fp16", batch_size=4, input_len=512, output_len=64)]))
+    prep = prepare(
+        pd.DataFrame(
+            [
+                row(
+                    source="vidur",
+                    gpu="h100-sxm",
+                    model="meta-llama/Llama-2-7b-hf",
+                    scenario="op",
+                    op="mlp_down_proj",
+                    num_tokens=n,
+                )
+                for n in (1, 256, 4096)
+            ]
+            + [
+                row(
+                    source="splitwise",
+                    gpu="h100-sxm",
+                    model="meta-llama/Llama-2-70b-hf",
+                    scenario="decode_step",
+                    tp=2,
+                    num_gpus=2,
+                    weight_dtype="fp16",
+                    batch_size=4,
+                    input_len=512,
+                    output_len=64,
+                )
+            ]
+        )
+    )
     params = default_params(prep.gpus)
     g = jax.grad(lambda p: predict_log(prep, p).sum())(params)
     assert all(bool(jnp.all(jnp.isfinite(v))) for v in g.values())
@@ -120,19 +266,38 @@ def test_prediction_is_differentiable_in_the_parameters():
 def test_collective_latency_is_per_call_plus_per_hop():
     """t = alpha_0 + hops * alpha + volume / (eta * link), by hand: ring all-reduce 2(p-1) hops,
     all-gather p-1, send/recv one."""
-    eff = perfmodel.Efficiency(collective_latency_s=1e-6, collective_base_latency_s=5e-6,
-                               collective_bandwidth_fraction=0.5)
+    eff = perfmodel.Efficiency(
+        collective_latency_s=1e-6, collective_base_latency_s=5e-6, collective_bandwidth_fraction=0.5
+    )
     n, link = 2.0**20, 450e9
-    assert float(collective_time_s(0, n, 8, link, eff)) == pytest.approx(5e-6 + 14e-6 + 2 * 7 / 8 * n / (0.5 * link))
-    assert float(collective_time_s(1, n, 8, link, eff)) == pytest.approx(5e-6 + 7e-6 + 7 / 8 * n / (0.5 * link))
-    assert float(collective_time_s(2, n, 2, link, eff)) == pytest.approx(5e-6 + 1e-6 + n / (0.5 * link))
+    assert float(collective_time_s(0, n, 8, link, eff)) == pytest.approx(
+        5e-6 + 14e-6 + 2 * 7 / 8 * n / (0.5 * link)
+    )
+    assert float(collective_time_s(1, n, 8, link, eff)) == pytest.approx(
+        5e-6 + 7e-6 + 7 / 8 * n / (0.5 * link)
+    )
+    assert float(collective_time_s(2, n, 2, link, eff)) == pytest.approx(
+        5e-6 + 1e-6 + n / (0.5 * link)
+    )
     assert float(collective_time_s(0, n, 1, link, eff)) == 0.0
 
 
 def test_sliding_window_decode_reads_only_the_window():
     notes = "num_heads=8;num_kv_heads=1;head_dim=128;window_size=128"
-    rows = [row(source="aiconfigurator", engine="vllm", gpu="h100-sxm", scenario="op", op="attn_decode",
-                batch_size=4, context_len=c, kv_dtype="bf16", notes=notes) for c in (127, 65535)]
+    rows = [
+        row(
+            source="aiconfigurator",
+            engine="vllm",
+            gpu="h100-sxm",
+            scenario="op",
+            op="attn_decode",
+            batch_size=4,
+            context_len=c,
+            kv_dtype="bf16",
+            notes=notes,
+        )
+        for c in (127, 65535)
+    ]
     prep, _ = predicted(rows)
     b = prep.blocks["attention"]
     kv_bytes, q_bytes = 4 * 128 * 2 * 1 * 128 * 2, 4 * 2 * 8 * 128 * 2
@@ -141,11 +306,34 @@ def test_sliding_window_decode_reads_only_the_window():
 
 
 def test_vllm_graph_and_eager_all_reduce_get_their_own_latency_cells():
-    rows = [row(source="aiconfigurator", engine="vllm", gpu="h100-sxm", scenario="collective", op="all_reduce",
-                num_gpus=4, message_bytes=4096, notes=f"backend={b};kernel=vLLM_custom") for b in ("vllm_graph", "vllm_eager")]
-    rows.append(row(source="aiconfigurator", engine="nccl", gpu="h100-sxm", scenario="collective", op="all_reduce",
-                    num_gpus=4, message_bytes=4096, notes="nccl-tests"))
+    rows = [
+        row(
+            source="aiconfigurator",
+            engine="vllm",
+            gpu="h100-sxm",
+            scenario="collective",
+            op="all_reduce",
+            num_gpus=4,
+            message_bytes=4096,
+            notes=f"backend={b};kernel=vLLM_custom",
+        )
+        for b in ("vllm_graph", "vllm_eager")
+    ]
+    rows.append(
+        row(
+            source="aiconfigurator",
+            engine="nccl",
+            gpu="h100-sxm",
+            scenario="collective",
+            op="all_reduce",
+            num_gpus=4,
+            message_bytes=4096,
+            notes="nccl-tests",
+        )
+    )
     prep, _ = predicted(rows)
-    assert prep.cells == ("aiconfigurator:vllm_eager|collective:all_reduce",
-                          "aiconfigurator:vllm_graph|collective:all_reduce")
+    assert prep.cells == (
+        "aiconfigurator:vllm_eager|collective:all_reduce",
+        "aiconfigurator:vllm_graph|collective:all_reduce",
+    )
     assert list(prep.cell_idx) == [1, 0, -1]  # nccl-tests anchor the latency: no offset

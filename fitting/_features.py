@@ -1,0 +1,142 @@
+"""Kernel rows -> roofline inputs: GEMM, elementwise and attention shapes from the model config,
+TP degree and ``notes``; collective message, group size and link (``_rows.prepare`` calls these).
+
+vidur op rows are one layer of a model's TP shard on one GPU (GEMM N, K from the config);
+aiconfigurator kernel rows carry their shapes in ``notes`` (``n``, ``k``, heads, window).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from functools import lru_cache
+
+import pandas as pd
+
+import perfmodel
+from perfmodel import HardwareSpec, ModelSpec
+from perfmodel._constants import DTYPE_BYTES
+from perfmodel._ops import COLLECTIVE_KINDS, prefill_attention_flops
+
+from ._groups import notes_dict
+
+ACT_BYTES = 2.0  # fp16/bf16 activations in every profiled kernel (vidur fp16, aic bf16)
+_UNGATED = {"phi", "gpt2", "gptj", "gpt_neox", "bloom", "falcon", "opt"}
+LOW_PRECISION = {"fp8", "fp8_block", "fp4", "int8"}
+"""Weight/GEMM dtypes that run at the FP8 (or narrower) tensor-core rate."""
+
+
+@lru_cache(maxsize=64)
+def _model(model_id: str) -> ModelSpec:
+    return perfmodel.load_model(model_id)
+
+
+@lru_cache(maxsize=1)
+def _model_rows() -> dict[str, dict[str, str]]:
+    with open(perfmodel.data_dir() / "models.csv", newline="") as fh:
+        return {r["id"]: r for r in csv.DictReader(fh)}
+
+
+@lru_cache(maxsize=64)
+def mlp_shape(model_id: str) -> tuple[float, bool]:
+    """(per-projection FFN width, gated?) from ``models.csv`` and the config's ``model_type``."""
+    row = _model_rows().get(model_id)
+    if row is None or not row.get("intermediate_size"):
+        raise KeyError(f"no FFN width for {model_id}")
+    mt = ""
+    if row.get("file"):
+        cfg = json.loads((perfmodel.data_dir() / row["file"]).read_text())
+        mt = str(cfg.get("model_type", cfg.get("text_config", {}).get("model_type", "")))
+    return float(row["intermediate_size"]), mt not in _UNGATED
+
+
+def _f(x: object) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float]]:
+    """Block name and numbers of one ``op`` row (raises KeyError/ValueError when not covered)."""
+    op, notes = row["op"], notes_dict(row["notes"])
+    peak_bf16, bw = float(hw.dense_flops_per_s[0]), float(hw.hbm_bytes_per_s)
+    if op == "gemm":
+        dt = notes["gemm_dtype"]
+        low = dt in LOW_PRECISION
+        peak = float(hw.dense_flops_per_s[1]) if low else peak_bf16
+        return "gemm", {
+            "m": _f(row["num_tokens"]),
+            "n": _f(notes["n"]),
+            "k": _f(notes["k"]),
+            "in_bytes": 1.0 if low else ACT_BYTES,
+            "peak": peak,
+            "bw": bw,
+            "low": float(low),
+        }
+    if op in ("attn_prefill", "attn_decode"):
+        h, hkv, d = (_f(notes[k]) for k in ("num_heads", "num_kv_heads", "head_dim"))
+        b = _f(row["batch_size"])
+        kv_b = DTYPE_BYTES.get(row["kv_dtype"], ACT_BYTES)
+        if op == "attn_prefill":
+            s = _f(row["input_len"])
+            flops = float(prefill_attention_flops(b, s, h, d, _f(notes.get("window_size", 0))))
+            moved = b * s * (2 * h * d * ACT_BYTES + 2 * hkv * d * (ACT_BYTES + kv_b))
+            q = s
+        else:
+            c = _f(row["context_len"]) + 1.0
+            w = _f(notes.get("window_size", 0))
+            c = min(c, w) if w > 0 else c  # a sliding-window layer reads only the last W keys
+            flops = b * c * 2.0 * 2.0 * h * d
+            moved = b * c * 2 * hkv * d * kv_b + b * 2 * h * d * ACT_BYTES
+            q = c
+        return "attention", {"flops": flops, "bytes": moved, "q": q, "peak": peak_bf16, "bw": bw}
+    # vidur per-layer ops of a model's TP shard
+    spec = _model(row["model"])
+    tp, m = _f(row["tp"]), _f(row["num_tokens"])
+    hidden, heads = float(spec.hidden_size), float(spec.num_heads)
+    kv, hd = float(spec.num_kv_heads), float(spec.head_dim)
+    inter, gated = mlp_shape(row["model"])
+    up = (2.0 if gated else 1.0) * inter / tp
+    gemms = {
+        "attn_pre_proj": ((heads + 2 * kv) * hd / tp, hidden),
+        "attn_post_proj": (hidden, heads * hd / tp),
+        "mlp_up_proj": (up, hidden),
+        "mlp_down_proj": (hidden, inter / tp),
+    }
+    if op in gemms:
+        n, k = gemms[op]
+        return "gemm", {
+            "m": m,
+            "n": n,
+            "k": k,
+            "in_bytes": ACT_BYTES,
+            "peak": peak_bf16,
+            "bw": bw,
+            "low": 0.0,
+        }
+    widths = {
+        "emb": 2 * hidden,
+        "input_layernorm": 2 * hidden,
+        "post_attention_layernorm": 2 * hidden,
+        "add": 3 * hidden,
+        "attn_rope": 2 * (heads + kv) * hd / tp,
+        "mlp_act": (up + inter / tp),
+    }
+    return "elementwise", {"bytes": m * widths[op] * ACT_BYTES, "bw": bw}
+
+
+def _collective_features(row: pd.Series, hw: HardwareSpec) -> dict[str, float]:
+    cross = "cross-node" in str(row["notes"])
+    link = float(hw.internode_bytes_per_s) if cross else float(hw.link_bytes_per_s)
+    if not math.isfinite(link):
+        raise ValueError("hardware row has no link bandwidth")
+    return {
+        "kind": float(COLLECTIVE_KINDS[row["op"]]),
+        "msg": _f(row["message_bytes"]),
+        "p": _f(row["num_gpus"]),
+        "link": link,
+        "cross": float(cross),
+    }
