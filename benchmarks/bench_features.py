@@ -434,6 +434,9 @@ GRID_MODELS = (
 """(model, TP, speculative draft: None = MTP head) of the two grid deployments on h100-sxm."""
 
 GRID_UTILIZATIONS = (0.3, 0.5, 0.7)
+SPEC_GRID_POINTS = ((2, 0.8), (4, 0.6))
+"""(k, alpha) of the speculative grid: a short draft with high acceptance, a long one with a
+moderate one (each spec simulation steps every iteration: no decode fast-forward)."""
 GRID_PROMPT, GRID_OUTPUT, GRID_PREFIX = 2000, 200, 1536
 
 
@@ -453,6 +456,7 @@ def _agree(rows, rec, hits, label, point, cf, sim):
         err = c / m - 1.0
         hits.append(abs(err))
         rows.append((*point, metric, f"{c * 1e3:.1f}", f"{m * 1e3:.1f}", f"{100 * err:+.0f}%"))
+        print("  row:", " | ".join(str(x) for x in rows[-1]), flush=True)
         rec.append({"grid": label, "point": list(point), "metric": metric, "closed": c, "sim": m})
 
 
@@ -556,57 +560,56 @@ def spec_grid(quick):
     for name, tp, draft_name in GRID_MODELS:
         model, dep = load_model(name), Deployment.create(tp=tp)
         draft = load_model(draft_name) if draft_name else None
-        for k in (2, 4):
-            for alpha in (0.6, 0.8):
+        for k, alpha in SPEC_GRID_POINTS:
 
-                def closed(rate, k=k, alpha=alpha, model=model, dep=dep, draft=draft):
-                    w = Workload(
-                        arrival_rate_per_s=rate,
-                        prompt_tokens_mean=float(GRID_PROMPT),
-                        output_tokens_mean=float(GRID_OUTPUT),
-                    )
-                    return speculative_serving_metrics(
-                        model,
-                        H100,
-                        dep,
-                        EFF,
-                        w,
-                        draft_tokens=float(k),
-                        acceptance=alpha,
-                        draft_model=draft,
-                    )
+            def closed(rate, k=k, alpha=alpha, model=model, dep=dep, draft=draft):
+                w = Workload(
+                    arrival_rate_per_s=rate,
+                    prompt_tokens_mean=float(GRID_PROMPT),
+                    output_tokens_mean=float(GRID_OUTPUT),
+                )
+                return speculative_serving_metrics(
+                    model,
+                    H100,
+                    dep,
+                    EFF,
+                    w,
+                    draft_tokens=float(k),
+                    acceptance=alpha,
+                    draft_model=draft,
+                )
 
-                closed = eqx.filter_jit(closed)
-                for u in GRID_UTILIZATIONS:
-                    rate = _rate_for(closed, u, 5.0)
-                    cf = closed(rate)
-                    n = 400 if quick else 600
-                    arrival = np.cumsum(np.random.default_rng(9).exponential(1.0 / rate, n))
-                    r = simulate(
-                        model,
-                        H100,
-                        dep,
-                        EFF,
-                        Trace(arrival, np.full(n, GRID_PROMPT), np.full(n, GRID_OUTPUT)),
-                        speculation=Speculation(k, alpha, draft),
-                        seed=3,
-                    )
-                    _agree(
-                        rows,
-                        rec,
-                        errs,
-                        "speculative",
-                        (
-                            name.split("/")[1],
-                            "mtp" if draft is None else "1B draft",
-                            k,
-                            alpha,
-                            u,
-                            f"{float(cf.utilization):.2f}",
-                        ),
-                        cf,
-                        summarize(r),
-                    )
+            closed = eqx.filter_jit(closed)
+            for u in GRID_UTILIZATIONS:
+                rate = _rate_for(closed, u, 5.0)
+                cf = closed(rate)
+                n = 300 if quick else 500
+                arrival = np.cumsum(np.random.default_rng(9).exponential(1.0 / rate, n))
+                r = simulate(
+                    model,
+                    H100,
+                    dep,
+                    EFF,
+                    Trace(arrival, np.full(n, GRID_PROMPT), np.full(n, GRID_OUTPUT)),
+                    speculation=Speculation(k, alpha, draft),
+                    seed=3,
+                )
+                _agree(
+                    rows,
+                    rec,
+                    errs,
+                    "speculative",
+                    (
+                        name.split("/")[1],
+                        "mtp" if draft is None else "1B draft",
+                        k,
+                        alpha,
+                        u,
+                        f"{float(cf.utilization):.2f}",
+                    ),
+                    cf,
+                    summarize(r),
+                )
     title = (
         "Speculative decoding under load, closed form vs simulator (prompt 2000, output 200): "
         + _verdict("speculative", errs)

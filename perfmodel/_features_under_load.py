@@ -6,14 +6,16 @@ P - R tokens, so the prefill path sees the two-point law {P - R w.p. w, P w.p. 1
 w = shared_fraction x hit_rate (``prefix_reuse``), moment-matched to the workload's lognormal
 (mean P - wR, variance of the mixture plus the workload's own).  Shared prefix blocks are
 referenced, not copied, so KV seats follow the effective prompt too.  The decode batch still
-attends to the whole prompt: its step is tau_d(n, P + O/2) / tau_d(n, P - wR + O/2) times longer
-at the closed form's decode batch n; TPOT and TTFT (residual, wait and the iteration a prefill
-rides in are all multiples of that iteration time under load) are scaled by that ratio.
+attends to the whole prompt, so TPOT is scaled by r = tau_d(r n, P + O/2) / tau_d(n, P - wR + O/2),
+n the closed form's decode batch: the longer step keeps r times more sequences decoding (Little's
+law n = lambda (O - 1) TPOT), solved by ``CONTEXT_FIXED_POINT_STEPS`` substitutions.  TTFT is left
+as the effective workload gives it (prefill compute dominates it).
 
 Speculative decoding (``speculative_serving_metrics``): a sequence emits E tokens per verification
 step (Leviathan et al. 2023), so its decode phase is (O - 1) / E steps; the plain workload with
 1 + (O - 1) / E output tokens has the same number of decode iterations.  Each of those costs
-draft + verify instead of tau_d, so TPOT = (per-step gap) x (step_spec / tau_d) / E; the prefill
+draft + verify instead of tau_d, so TPOT = (per-step gap) x r / E, r = step_spec(r n) / tau_d(n)
+(the longer step keeps r times more sequences decoding, Little's law; substitutions); the prefill
 chunk's own iteration and the residual of the running one carry the extra verification time, so
 TTFT grows by ``SPEC_TTFT_STEPS`` x (step_spec - tau_d).  Accepted tokens per step are random:
 the steps needed for m tokens have CV sqrt(Var T / (m E)) (renewal CLT), added in quadrature to
@@ -35,6 +37,9 @@ Array = jnp.ndarray
 
 Z95 = 1.6448536269514722
 """Standard normal 0.95 quantile."""
+
+CONTEXT_FIXED_POINT_STEPS = 8
+"""Substitutions of the decode-context ratio r = tau_d(r n, ctx) / tau_d(n, ctx_eff) (contracts fast)."""
 
 SPEC_TTFT_STEPS = (1.5, 2.0, 2.0, 2.0)
 """Extra verification iterations inside TTFT (mean, p50, p95, p99): the prefill's own iteration
@@ -96,12 +101,15 @@ def prefix_serving_metrics(
     )
     n = jnp.maximum(m.decode_batch, 1.0)
     half_o = workload.output_tokens_mean / 2.0
-    ratio = (
-        decode_step(model, hardware, deployment, efficiency, n, p + half_o).total_s
-        / decode_step(model, hardware, deployment, efficiency, n, mean + half_o).total_s
-    )
+    base = decode_step(model, hardware, deployment, efficiency, n, mean + half_o).total_s
+    ratio = jnp.asarray(1.0)
+    for _ in range(CONTEXT_FIXED_POINT_STEPS):
+        ratio = (
+            decode_step(model, hardware, deployment, efficiency, n * ratio, p + half_o).total_s
+            / base
+        )
     return LoadedFeature(
-        ttft_s=_stack(m.ttft_s) * ratio,
+        ttft_s=_stack(m.ttft_s),
         tpot_s=_stack(m.tpot_s) * ratio,
         utilization=m.utilization,
         stable=m.stable,
@@ -135,18 +143,26 @@ def speculative_serving_metrics(
     )
     n = jnp.maximum(m.decode_batch, 1.0)
     ctx = workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0
-    s = speculative_decode(
-        model,
-        hardware,
-        deployment,
-        efficiency,
-        batch_size=n,
-        context_tokens=ctx,
-        draft_tokens=k,
-        acceptance=a,
-        draft_model=draft_model,
-    )
+
+    def spec_at(batch):
+        return speculative_decode(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            batch_size=batch,
+            context_tokens=ctx,
+            draft_tokens=k,
+            acceptance=a,
+            draft_model=draft_model,
+        )
+
+    # the plain workload's batch n decodes with tau_d(n); the longer spec step keeps r times more
+    # sequences in flight (Little's law): r = step_spec(r n) / tau_d(n)
+    s = spec_at(n)
     stretch = s.step_s / s.target_step_s
+    for _ in range(CONTEXT_FIXED_POINT_STEPS):
+        stretch = spec_at(n * stretch).step_s / s.target_step_s
     plain = _stack(m.tpot_s) * stretch / e
     # tokens per step T = 1 + min(G, k), G geometric: E[T^2] = sum_j (2j + 1) a^j over j <= k
     j = jnp.arange(0.0, 17.0)
