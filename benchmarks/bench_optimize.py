@@ -8,6 +8,14 @@ optimum's cost within 1 %, the count of infeasible answers reported feasible (re
 and the time of each (compiled once; static shapes).
 
     python benchmarks/bench_optimize.py --instances 200 --draws 200
+    python benchmarks/bench_optimize.py --features --instances 30 --draws 200
+
+The default grid is the CLI's default knob space without pool splits or speculation: KV and
+weight dtypes bf16/fp8, TP 1-8, PP 1-4, four token budgets, three prefill chunks (<= budget),
+four sequence caps.  ``--features`` adds prefill:decode pool splits (1:1, 2:1, 1:2, prefill pool on
+any candidate GPU) and MTP speculation (k = 0, 2, 4 at a random acceptance in [0.4, 0.9]) on a
+smaller base grid (PP 1-2, bf16 weights, two budgets, two sequence caps) so that the referee can
+still enumerate every point.
 """
 
 from __future__ import annotations
@@ -22,8 +30,17 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from optimize import SearchOptions, meets_confidence, exhaustive_optimum, make_problem, search, slo_probability  # noqa: E402
+from optimize import (  # noqa: E402
+    Grid,
+    SearchOptions,
+    exhaustive_optimum,
+    make_problem,
+    meets_confidence,
+    search,
+    slo_probability,
+)
 from optimize._metrics import Workload  # noqa: E402
+from optimize._grid import KNOBS  # noqa: E402
 from perfmodel import load_model  # noqa: E402
 
 MODELS = (
@@ -37,7 +54,14 @@ MODELS = (
 GPUS = ("h100-sxm", "a100-sxm-80gb", "l40s", "h200-sxm", "a100-pcie-80gb", "h100-pcie", "l4", "b200")
 
 
-def random_instance(rng: np.random.Generator, num_draws: int, seed: int):
+BASE_GRID = Grid(num_gpus=3, kv_dtypes=("bf16", "fp8"), weight_dtypes=("bf16", "fp8"),
+                 chunk_sizes=(512, 2048, 8192))
+FEATURE_GRID = Grid(num_gpus=3, pp=(1, 2), kv_dtypes=("bf16", "fp8"), weight_dtypes=("bf16",),
+                    max_num_batched_tokens=(2048, 8192), max_num_seqs=(128, 256),
+                    chunk_sizes=(512, 2048, 8192), spec_k=(0, 2, 4), pool_ratios=((1, 1), (2, 1), (1, 2)))
+
+
+def random_instance(rng: np.random.Generator, num_draws: int, seed: int, features: bool = False):
     """One random problem (fixed number of GPU candidates: static shapes across instances)."""
     model = load_model(MODELS[rng.integers(len(MODELS))])
     gpus = tuple(rng.choice(GPUS, size=3, replace=False))
@@ -50,11 +74,13 @@ def random_instance(rng: np.random.Generator, num_draws: int, seed: int):
     ttft = None if rng.random() < 0.2 else float(np.exp(rng.uniform(np.log(0.1), np.log(5.0))))
     tpot = None if rng.random() < 0.2 else float(np.exp(rng.uniform(np.log(0.01), np.log(0.2))))
     penalty = {d: float(rng.uniform(0.0, 0.3)) for d in ("fp8", "int8", "int4")}
+    spec = dict(spec_draft="mtp", spec_acceptance=float(rng.uniform(0.4, 0.9))) if features else {}
     return make_problem(
         model, gpus, workload,
         slo_ttft_p95_s=ttft, slo_tpot_p95_s=tpot,
         confidence=float(rng.choice([0.5, 0.8, 0.9, 0.95])),
         num_draws=num_draws, seed=seed, quality_penalty=penalty,
+        grid=FEATURE_GRID if features else BASE_GRID, **spec,
     ), (model.name, gpus, ttft, tpot)
 
 
@@ -68,19 +94,20 @@ def main(argv=None) -> None:
     ap.add_argument("--starts", type=int, default=SearchOptions().num_starts)
     ap.add_argument("--seeds", type=int, default=SearchOptions().num_seeds)
     ap.add_argument("--only", type=int, nargs="*", help="run only these instance indices")
+    ap.add_argument("--features", action="store_true", help="pool splits and speculation in the grid")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     options = SearchOptions(pair_seeds=args.pair_seeds, num_starts=args.starts, num_seeds=args.seeds)
 
     # compile both once, on an instance outside the count
-    warm, _ = random_instance(np.random.default_rng(12345), args.draws, 0)
+    warm, _ = random_instance(np.random.default_rng(12345), args.draws, 0, args.features)
     search(warm, options)
     exhaustive_optimum(warm)
 
-    within, false_feasible, both_infeasible, missed_feasible = 0, 0, 0, 0
+    within, false_feasible, both_infeasible, missed_feasible, split, spec = 0, 0, 0, 0, 0, 0
     t_search, t_grid = [], []
     for i in range(args.instances):
-        problem, label = random_instance(rng, args.draws, i)
+        problem, label = random_instance(rng, args.draws, i, args.features)
         if args.only and i not in args.only:
             continue
         t0 = time.perf_counter()
@@ -104,8 +131,14 @@ def main(argv=None) -> None:
                 print(f"[{i}] grid infeasible, search {cost} {found.configs[0]} x{found.replicas[0]}", flush=True)
         elif cost <= ref.cost_per_hour * 1.01:
             within += 1
+        if ref.config is not None:
+            split += int(ref.config[KNOBS.index("pool_split")] > 0)
+            spec += int(ref.config[KNOBS.index("spec_k")] > 0)
         elif not np.isfinite(cost):
             missed_feasible += 1
+        if len(t_search) % 10 == 0:
+            print(f"... {len(t_search)} done: within {within}, false feasible {false_feasible}, search "
+                  f"{np.mean(t_search):.3f} s, exhaustive {np.mean(t_grid):.3f} s", flush=True)
         if args.verbose or (np.isfinite(ref.cost_per_hour) and not cost <= ref.cost_per_hour * 1.01):
             print(f"[{i}] {label} search {cost:.3f} ({found.configs[0] if len(found.configs) else None} x{found.replicas[0] if len(found.configs) else 0}) "
                   f"grid {ref.cost_per_hour:.3f} ({ref.config} x{ref.replicas})", flush=True)
@@ -114,6 +147,7 @@ def main(argv=None) -> None:
     print(f"instances: {n} (draws {args.draws}, grid {ref.evaluated} configuration x replica points each)")
     print(f"within 1% of the exhaustive optimum: {within}/{n} = {within / n:.1%} (both infeasible: {both_infeasible})")
     print(f"infeasible reported feasible: {false_feasible}; feasible instances reported infeasible: {missed_feasible}")
+    print(f"exhaustive optimum is a pool split in {split}, speculative in {spec} of {n} instances")
     print(f"seconds per answer: search mean {ts.mean():.3f} max {ts.max():.3f}; "
           f"exhaustive mean {tg.mean():.3f}; speed-up {tg.sum() / ts.sum():.1f}x")
 

@@ -78,7 +78,36 @@ def read_demand(path: str | Path) -> list[DemandPeriod]:
         out.append(DemandPeriod(period, values["requests_per_s"], values["requests_per_s_sd"]))
     if not out:
         raise DemandError(f"{path}: no rows; add period,requests_per_s lines")
+    _check_no_missing_period(path, [r.period for r in out])
     return out
+
+
+def _period_index(period: str) -> int | None:
+    """An integer position for integer periods (``3``), quarters (``2027-Q2``) and months
+    (``2027-03``); None otherwise."""
+    text = period.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    year, sep, month = text.partition("-")
+    if sep and year.isdigit() and len(year) == 4:
+        if month.isdigit() and 1 <= int(month) <= 12:
+            return int(year) * 12 + int(month) - 1
+        if month.upper() in ("Q1", "Q2", "Q3", "Q4"):
+            return int(year) * 4 + int(month[1]) - 1
+    return None
+
+
+def _check_no_missing_period(path: Path, periods: list[str]) -> None:
+    """Integer, YYYY-Qn or YYYY-MM periods must advance by one step each row (a skipped period is a gap);
+    other labels (dates, names) are taken in file order."""
+    idx = [_period_index(p) for p in periods]
+    if len(idx) < 2 or any(i is None for i in idx):
+        return
+    for row, (a, b) in enumerate(zip(idx, idx[1:]), start=3):
+        if b != a + 1:
+            what = "is missing (a gap)" if b > a + 1 else "is out of order"
+            raise DemandError(f"{path}:{row}: period {periods[row - 2]!r} follows {periods[row - 3]!r}: "
+                              f"the period between {what}; add one row per period, in order")
 
 
 @eqx.filter_jit

@@ -42,7 +42,19 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
         "weight_dtype": list(g.weight_dtypes),
         "max_num_batched_tokens": list(g.max_num_batched_tokens), "max_num_seqs": list(g.max_num_seqs),
     }
-    return np.asarray([choices[k].index(d[k]) for k in KNOBS], dtype=np.int32)
+    chunk = d.get("chunk_size") or d["max_num_batched_tokens"]
+    sizes = list(g.chunk_sizes)
+    idx = {k: choices[k].index(d[k]) for k in choices}
+    idx["chunk_size"] = sizes.index(chunk) if chunk in sizes else sizes.index(0)
+    idx["spec_k"] = list(g.spec_k).index((d.get("speculative") or {}).get("k", 0))
+    pools = d.get("disaggregation")
+    idx["pool_split"], idx["prefill_gpu"] = 0, 0
+    if pools:
+        p, q = pools["prefill"]["replicas"], pools["decode"]["replicas"]
+        ratios = [r for r in g.pool_ratios if p * r[1] == q * r[0]]
+        idx["pool_split"] = 1 + list(g.pool_ratios).index(ratios[0])
+        idx["prefill_gpu"] = list(gpus).index(pools["prefill"]["gpu"])
+    return np.asarray([idx[k] for k in KNOBS], dtype=np.int32)
 
 
 def replica_tradeoff(problem: Problem, config: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

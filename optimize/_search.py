@@ -177,13 +177,24 @@ def round_relaxed(problem: Problem, x: Relaxed) -> np.ndarray:
     return problem.grid.canonical(np.stack(cols, axis=-1).astype(np.int32), problem.model)
 
 
+def _live_knobs(problem: Problem) -> tuple[int, ...]:
+    """Knob columns a move can change: more than one choice, and the prefill-pool GPU only when
+    pool splits are offered (static per grid, so the neighbour batches keep one shape)."""
+    sizes = problem.grid.sizes()
+    return tuple(k for k, n in enumerate(sizes)
+                 if n > 1 and (k != PREFILL_GPU or problem.grid.disaggregated))
+
+
 def _line_neighbours(problem: Problem, centres: np.ndarray) -> np.ndarray:
     """Every config that differs from a centre in one knob (each knob at every value), made legal
     (``Grid.canonical``: an illegal TP moves to the nearest legal one, a chunk above the budget
     to the largest legal chunk)."""
     out = []
+    live = _live_knobs(problem)
     for c in centres:
         for k, n in enumerate(problem.grid.sizes()):
+            if k not in live:
+                continue
             for v in range(n):
                 row = c.copy()
                 row[k] = v
@@ -195,9 +206,10 @@ def _pair_neighbours(problem: Problem, centre: np.ndarray) -> np.ndarray:
     """Every config that differs from ``centre`` in exactly two knobs (trades such as TP x2 with
     replicas /2, or colocated -> split with a prefill GPU, need two moves at once), made legal."""
     sizes = problem.grid.sizes()
+    live = _live_knobs(problem)
     out = []
-    for a in range(len(sizes)):
-        for b in range(a + 1, len(sizes)):
+    for a in live:
+        for b in (k for k in live if k > a):
             for va in range(sizes[a]):
                 for vb in range(sizes[b]):
                     row = centre.copy()

@@ -21,6 +21,19 @@ BASE = ["--model", "meta-llama/Llama-3.1-8B", "--prior", "--draws", "8"]
         (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--kv-dtypes", "fp9"], "fp9"),
         (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "l40s=4"], "not in --gpus"),
         (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "h100-sxm"], "NAME=NUMBER"),
+        (["fleet", *BASE, "--gpus", "h100-sxm,nope-gpu", "--rate", "5"], "unknown GPU 'nope-gpu'"),
+        (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--confidence", "0"], "between 0 and 1"),
+        (["forecast", *BASE, "--gpus", "nope-gpu", "--demand", "data/examples/demand.csv"], "unknown GPU 'nope-gpu'"),
+        (["forecast", *BASE, "--gpus", "h100-sxm", "--demand", "data/examples/demand.csv", "--confidence", "1"],
+         "between 0 and 1"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--pool-ratios", "2:0"], "--pool-ratios"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--chunk-sizes", "0,512"], "--chunk-sizes"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-draft", "mtp",
+          "--spec-acceptance", "1.5"], "--spec-acceptance must be in [0, 1]"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-acceptance", "0.7"], "needs --spec-draft"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-draft", "meta-llama/Llama-3.1-70B"],
+         "not smaller than"),
+        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--transfer-bw", "0"], "--transfer-bw"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
@@ -42,6 +55,19 @@ def test_malformed_demand_names_line_and_field(tmp_path, capsys):
     assert main(["forecast", *BASE, "--gpus", "h100-sxm", "--demand", str(demand)]) == 2
     err = capsys.readouterr().err
     assert ":3: field 'requests_per_s' = '-3' must be >= 0" in err
+
+
+def test_fleet_and_forecast_missing_price_and_demand_gap(tmp_path, capsys):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("gpu,price_per_gpu_hour\nl40s,1.5\n")
+    assert main(["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--prices", str(prices)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no price for GPU 'h100-sxm'" in err
+    demand = tmp_path / "d.csv"
+    demand.write_text("period,requests_per_s\n2027-01,5\n2027-03,6\n")
+    assert main(["forecast", *BASE, "--gpus", "h100-sxm", "--demand", str(demand)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{demand}:3: period '2027-03' follows '2027-01'" in err
 
 
 def test_optimize_json_keys_and_infeasible_value(capsys):

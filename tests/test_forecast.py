@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from optimize import DemandError, Grid, Workload, forecast_gpus, make_problem, read_demand
+from optimize import KNOBS, DemandError, Grid, Workload, forecast_gpus, make_problem, read_demand
 from optimize._forecast import DemandPeriod, replicas_per_draw
 from perfmodel import load_model
 
@@ -23,6 +23,10 @@ def test_example_demand_reads():
         ("period,requests_per_s\na,-1\n", ":2: field 'requests_per_s' = '-1' must be >= 0"),
         ("period,requests_per_s\na,x\n", ":2: field 'requests_per_s' = 'x' is not a number"),
         ("period,requests_per_s\na,1\na,2\n", ":3: period 'a' appears twice"),
+        ("period,requests_per_s\n2027-01,1\n2027-03,2\n", ":3: period '2027-03' follows '2027-01'"),
+        ("period,requests_per_s\n1,1\n2,2\n4,2\n", ":4: period '4' follows '2'"),
+        ("period,requests_per_s\n2027-Q1,1\n2027-Q3,2\n", ":3: period '2027-Q3' follows '2027-Q1'"),
+        ("period,requests_per_s\n,1\n", ":2: field 'period' is empty"),
     ],
 )
 def test_malformed_demand_names_line_and_field(tmp_path, text, message):
@@ -43,7 +47,7 @@ def _problem():
 
 def test_intervals_nested_monotone_and_widened_by_demand_uncertainty():
     problem = _problem()
-    config = np.zeros(7, dtype=np.int32)
+    config = np.zeros(len(KNOBS), dtype=np.int32)
     demand = [DemandPeriod("a", 5.0, 0.0), DemandPeriod("b", 40.0, 0.0), DemandPeriod("c", 40.0, 15.0)]
     out = forecast_gpus(problem, {"h100-sxm": config}, demand)
     s = [p["gpus"]["h100-sxm"] for p in out]
@@ -57,7 +61,7 @@ def test_intervals_nested_monotone_and_widened_by_demand_uncertainty():
 
 def test_replicas_per_draw_is_the_first_count_that_holds():
     problem = _problem()
-    config = jnp.zeros(7, dtype=jnp.int32)
+    config = jnp.zeros(len(KNOBS), dtype=jnp.int32)
     rates = jnp.full((problem.num_draws,), 30.0)
     reps = np.asarray(replicas_per_draw(problem, config, rates))
     assert reps.min() >= 1

@@ -4,7 +4,7 @@ shadow prices, engine flags naming the recommended knobs."""
 import jax.numpy as jnp
 import numpy as np
 
-from optimize import Grid, Workload, make_problem
+from optimize import KNOBS, Grid, Workload, make_problem
 from optimize._engine_args import engine_args
 from optimize._evaluate import costs_at_min_replicas
 from optimize._explain import SENSITIVITIES, cost_elasticities
@@ -22,7 +22,7 @@ def _problem(rate, ttft=None):
 
 
 def test_throughput_bound_cost_scales_one_for_one_with_rate():
-    config = jnp.zeros(7, dtype=jnp.int32)
+    config = jnp.zeros(len(KNOBS), dtype=jnp.int32)
     r_star, el = cost_elasticities(_problem(200.0), config)
     el = dict(zip(SENSITIVITIES, np.asarray(el)))
     # only stability binds (no SLO): replicas ~ rate, so d log cost / d log rate ~ 1
@@ -35,7 +35,7 @@ def test_throughput_bound_cost_scales_one_for_one_with_rate():
 
 
 def test_tighter_ttft_slo_costs_more():
-    config = jnp.zeros(7, dtype=jnp.int32)
+    config = jnp.zeros(len(KNOBS), dtype=jnp.int32)
     _, el = cost_elasticities(_problem(50.0, ttft=0.2), config)
     el = dict(zip(SENSITIVITIES, np.asarray(el)))
     assert el["slo_ttft_p95_s"] <= 0.0  # loosening the bound never costs more

@@ -53,8 +53,16 @@ def test_plot_helpers_agree_with_the_model():
     gpus = ("h100-sxm",)
     problem = make_problem(load_model("meta-llama/Llama-3.1-8B"), gpus, wl, slo_ttft_p95_s=1.0,
                            slo_tpot_p95_s=0.05, grid=grid, num_draws=16)
-    config = np.asarray([0, 1, 0, 0, 0, 0, 0], dtype=np.int32)
+    config = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.int32)
     assert np.array_equal(config_index(problem, gpus, describe(problem, gpus, config, 3)), config)
+    split_grid = grid._replace(num_gpus=2, pool_ratios=((1, 1), (2, 1)), chunk_sizes=(512, 2048))
+    two = ("h100-sxm", "l40s")
+    split = make_problem(load_model("meta-llama/Llama-3.1-8B"), two, wl, grid=split_grid, num_draws=4)
+    c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1], dtype=np.int32)  # 2:1, prefill on l40s
+    d = describe(split, two, c, 3)
+    assert d["disaggregation"]["prefill"] == {"gpu": "l40s", "num_gpus": 12, "tp": 2, "pp": 1, "replicas": 6}
+    assert d["disaggregation"]["decode"]["num_gpus"] == 6 and d["num_gpus"] == 18 and d["chunk_size"] == 512
+    assert np.array_equal(config_index(split, two, d), c)
     cost, prob = replica_tradeoff(problem, config)
     price = float(problem.hardware.price_per_gpu_hour[0])
     np.testing.assert_allclose(cost, np.arange(1, 9) * 2 * price)  # TP 2: two GPUs per replica
