@@ -224,11 +224,19 @@ def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error():
     assert checked == 9
 
 
-def test_serving_stage_recovers_a_known_engine_offset_and_spread():
+def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     """Serving rows simulated as f(theta_median) * e^(0.7 +/- 0.05): the cut stage's cell offset is
-    0.7 and its sigma about the MAD scale 1.4826 * 0.05."""
-    from fitting._predict import predict_log
+    0.7 and its sigma about the MAD scale 1.4826 * 0.05.  f is a stand-in that depends on the
+    parameters and the row (the queueing solve itself is tested in test_queueing; compiling it
+    here would cost ~30 s of CPU)."""
+    from fitting import _serving_stage
     from fitting._serving_stage import add_serving_stage
+
+    def predict_log(prep, params, cell_offset=None):
+        conc = jnp.asarray(prep.blocks["serving"]["conc"])
+        return jnp.log(params["step_overhead_s"][prep.gpu_idx] * (1.0 + conc))
+
+    monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
 
     post = _toy_posterior()
     rows = [
