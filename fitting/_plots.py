@@ -41,10 +41,11 @@ def plot_posteriors(posterior: Posterior, path: str | Path, *, gpus: tuple[str, 
     """Per-parameter posterior histograms (one colour per GPU) to ``path``."""
     plt = _pyplot()
     gpus = tuple(gpus or posterior.gpus)[:MAX_GPUS_SHOWN]
+    names = [n for n in PARAM_NAMES if n in posterior.idata.posterior]  # older files lack a few
     cols = 4
-    rows = math.ceil(len(PARAM_NAMES) / cols)
+    rows = math.ceil(len(names) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows))
-    for ax, name in zip(axes.flat, PARAM_NAMES):
+    for ax, name in zip(axes.flat, names):
         draws = posterior.flat(name)
         log = PRIORS[name].link == "log"
         for g in gpus:
@@ -54,7 +55,7 @@ def plot_posteriors(posterior: Posterior, path: str | Path, *, gpus: tuple[str, 
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("log10 value" if log else "fraction", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(PARAM_NAMES):]:
+    for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"posterior per GPU ({posterior.num_draws} draws)")
