@@ -5,6 +5,10 @@
 * G/G/1, Kingman (1961): W ~ rho / (1 - rho) * (c_a^2 + c_s^2) / 2 * E[S]; exact for M/G/1.
 * G/G/c, Allen-Cunneen (Allen 1990): W ~ P_wait / (c (1 - rho)) * (c_a^2 + c_s^2) / 2 * E[S],
   with Sakasegawa's (1977) P_wait ~ rho^(sqrt(2 (c + 1)) - 1), smooth in c.
+* Many servers whose speed falls with their load (running slots of an iteration-level engine):
+  the diffusion of Halfin & Whitt (1981) with a general variance V of the busy count,
+  beta = (c - n) / sqrt(V), P(wait) = phi(beta) / (phi(beta) + beta Phi(beta)),
+  E[W | wait] = V / ((c - n) lambda) (the excess over c is a reflected Brownian motion).
 * Tail: P(W > t) ~ rho exp(-t / W_cond), W_cond = W / rho (exponential given a wait; exact for
   M/M/1, the heavy-traffic limit for G/G/1, Kingman 1962).
 
@@ -14,7 +18,7 @@ masked with the jax-md double ``where`` so gradients stay finite in the branch n
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +37,9 @@ def _masked(rho: ArrayLike) -> tuple[Array, Array]:
     return stable, jnp.where(stable, rho, _RHO_SAFE)
 
 
-def mg1_wait_s(rate_per_s: ArrayLike, service_mean_s: ArrayLike, service_second_moment_s2: ArrayLike) -> Array:
+def mg1_wait_s(
+    rate_per_s: ArrayLike, service_mean_s: ArrayLike, service_second_moment_s2: ArrayLike
+) -> Array:
     """Pollaczek-Khinchine mean wait in queue of M/G/1 (inf when rho >= 1).
 
     M/D/1 with S = D: W = rho D / (2 (1 - rho)); M/M/1: W = rho E[S] / (1 - rho).
@@ -43,7 +49,9 @@ def mg1_wait_s(rate_per_s: ArrayLike, service_mean_s: ArrayLike, service_second_
     return jnp.where(stable, w, jnp.inf)
 
 
-def kingman_wait_s(rho: ArrayLike, ca2: ArrayLike, cs2: ArrayLike, service_mean_s: ArrayLike) -> Array:
+def kingman_wait_s(
+    rho: ArrayLike, ca2: ArrayLike, cs2: ArrayLike, service_mean_s: ArrayLike
+) -> Array:
     """Kingman's G/G/1 mean wait: rho / (1 - rho) * (c_a^2 + c_s^2) / 2 * E[S] (inf when rho >= 1)."""
     stable, r = _masked(rho)
     w = r / (1.0 - r) * (jnp.asarray(ca2) + cs2) / 2.0 * service_mean_s
@@ -62,8 +70,45 @@ def allen_cunneen_wait_s(
     """Allen-Cunneen G/G/c mean wait, rho = lambda E[S] / c (inf when rho >= 1)."""
     stable, r = _masked(rho)
     c = jnp.maximum(jnp.asarray(servers), 1.0)
-    w = ggc_wait_probability(r, c) / (c * (1.0 - r)) * (jnp.asarray(ca2) + cs2) / 2.0 * service_mean_s
+    w = (
+        ggc_wait_probability(r, c)
+        / (c * (1.0 - r))
+        * (jnp.asarray(ca2) + cs2)
+        / 2.0
+        * service_mean_s
+    )
     return jnp.where(stable, w, jnp.inf)
+
+
+def diffusion_seat_wait(
+    busy_mean: ArrayLike, busy_var: ArrayLike, servers: ArrayLike, rate_per_s: ArrayLike
+) -> tuple[Array, Array]:
+    """(P(wait), E[W | wait]) of a many-server queue from the diffusion of its busy count
+    (Halfin & Whitt 1981, with the busy count's variance V in place of the Poisson n):
+    beta = (c - n) / sqrt(V), P = phi(beta) / (phi(beta) + beta Phi(beta)),
+    E[W | wait] = V / ((c - n) lambda).  Overload (n >= c): (1, inf).
+
+    M/M/c anchor: V = n = lambda / mu gives Halfin-Whitt's square-root-staffing P(wait).
+    """
+    n = jnp.asarray(busy_mean)
+    c = jnp.asarray(servers)
+    stable = n < c
+    gap = jnp.where(stable, c - n, 1.0)
+    v = jnp.maximum(jnp.asarray(busy_var), 1e-9)
+    beta = gap / jnp.sqrt(v)
+    phi = jnp.exp(-0.5 * jnp.square(beta)) / jnp.sqrt(2.0 * jnp.pi)
+    p = phi / (phi + beta * ndtr(beta))
+    w_cond = v / (gap * jnp.maximum(jnp.asarray(rate_per_s), 1e-30))
+    return jnp.where(stable, p, 1.0), jnp.where(stable, w_cond, jnp.inf)
+
+
+def window_mean_variance_factor(window_over_correlation: ArrayLike) -> Array:
+    """Var of the mean of a stationary Ornstein-Uhlenbeck process over a window of length y
+    correlation times, as a fraction of its variance: 2 (y - 1 + exp(-y)) / y^2 (1 at y -> 0)."""
+    y = jnp.maximum(jnp.asarray(window_over_correlation), 0.0)
+    short = y < 1e-3
+    ys = jnp.where(short, 1.0, y)
+    return jnp.where(short, 1.0 - y / 3.0, 2.0 * (ys + jnp.expm1(-ys)) / jnp.square(ys))
 
 
 def wait_quantile_s(wait_probability: ArrayLike, wait_mean_s: ArrayLike, q: ArrayLike) -> Array:
@@ -81,7 +126,9 @@ def lognormal_nodes(mean: ArrayLike, cv: ArrayLike, count: int) -> Array:
     return jnp.exp(mu[..., None] + sigma[..., None] * z)
 
 
-def solve_quantile(cdf: Callable[[Array], Array], q: ArrayLike, lo: ArrayLike, hi: ArrayLike, iters: int = 60) -> Array:
+def solve_quantile(
+    cdf: Callable[[Array], Array], q: ArrayLike, lo: ArrayLike, hi: ArrayLike, iters: int = 60
+) -> Array:
     """t with cdf(t) = q, by bisection on [lo, hi]; the gradient is the implicit one,
     dt/dtheta = -(dF/dtheta) / (dF/dt), attached with one zero-valued Newton step."""
     lo = jax.lax.stop_gradient(jnp.asarray(lo, dtype=float))

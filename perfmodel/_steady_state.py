@@ -3,10 +3,13 @@
 Solves jointly, by damped fixed-point iteration, for the mean decode batch n_d (Little's law,
 n_d = lambda (E[O] - 1) TPOT, capped by the running slots), the prefill server's utilisation
 rho_p (time per prompt packed into full iterations while a backlog lasts, its own iterations
-otherwise) and the mean gap TPOT = max(lumpy, spread): prompts alone in their iterations,
-tau_d / (1 - lambda E[Delta]), or spread evenly, T(lambda E[P] TPOT prefill tokens, n_d) — by
-Jensen each is a lower bound in the other regime.  All times are ``forward_step`` iterations
-(``_batching.iteration_s``); chunked prefill follows Sarathi-Serve (Agrawal et al. OSDI 2024).
+otherwise) and the mean gap TPOT.  Unchunked, prompts take prefill-only iterations:
+TPOT = tau_d / (1 - lambda E[Delta]).  Chunked, iterations are a mixture of decode-only ones
+(memory-bound) and ones carrying prefill (compute-bound); the gap is the mixture's mean, not T at
+the mean tokens (the roofline max is convex, and the TPOT feedback amplifies the difference near
+saturation).  All times are ``forward_step`` iterations (``_batching.iteration_s``); chunked
+prefill follows Sarathi-Serve (Agrawal et al. OSDI 2024).  Prompts follow the lognormal truncated
+at ``max_model_len`` (longer ones are rejected, as vLLM does).
 """
 
 from __future__ import annotations
@@ -14,21 +17,26 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtr, ndtri
 
 from ._batching import iteration_s, prefill_budget_tokens, seat_capacity
-from ._queueing import lognormal_nodes
-from ._smooth import smooth_max, smooth_min
+from ._smooth import smooth_min
 
 Array = jnp.ndarray
 
 FIXED_POINT_ITERATIONS = 60
-"""Damped iterations of the (n_d, rho_p, TPOT) fixed point; converged to < 1e-6 relative below rho = 0.95."""
+"""Damped iterations of the (n_d, rho_p, TPOT) fixed point (400 iterations change the grid's
+figures by < 1e-3 relative)."""
+
+
+FULL_SLOT_ITERATIONS = 8
+"""Iterations of the gap at full slots (a contraction with factor lambda tau E[m] e^(-x) < 1)."""
 
 
 class Steady(eqx.Module):
     """Steady state of one replica at one arrival rate (seconds, sequences)."""
 
-    slope: Array  # d TPOT / d n_d
+    slope: Array  # d TPOT / d n_d (the gap self-consistent at each decode batch)
     n_d: Array
     tau_d: Array
     tpot: Array
@@ -37,24 +45,45 @@ class Steady(eqx.Module):
     delta2: Array  # E[Delta^2]
     rho_p: Array
     seats: Array
+    extra: Array  # lambda E[Delta]: share of time prefill adds to the decode gaps
+    tpot_full: Array  # mean gap with all ``seats`` decoding, at this arrival rate
 
 
-def prompt_nodes(mean, cv, count):
-    """Equal-probability lognormal nodes rescaled to the exact mean (the nodes cut the far tail)."""
-    x = lognormal_nodes(mean, cv, count)
-    return x * (mean / jnp.mean(x))
+def truncated_lognormal(mean, cv, max_len):
+    """(P(X <= L), E[X | X <= L], Var(X | X <= L)) of the lognormal (mean, cv): the prompts an
+    engine accepts (vLLM rejects prompts longer than ``max_model_len``).  With a = (ln L - mu) / s:
+    P = Phi(a), E = mean Phi(a - s) / Phi(a), E[X^2 | .] = mean^2 (1 + cv^2) Phi(a - 2 s) / Phi(a)."""
+    mean, cv = jnp.asarray(mean), jnp.asarray(cv)
+    s = jnp.maximum(jnp.sqrt(jnp.log1p(jnp.square(cv))), 1e-9)
+    a = (jnp.log(max_len) - jnp.log(mean) + jnp.square(s) / 2.0) / s
+    accept = jnp.maximum(ndtr(a), 1e-12)
+    m = mean * ndtr(a - s) / accept
+    second = jnp.square(mean) * (1.0 + jnp.square(cv)) * ndtr(a - 2.0 * s) / accept
+    return accept, m, jnp.maximum(second - jnp.square(m), 0.0)
 
 
-def tail_ratio(nodes, mean, cv):
+def prompt_nodes(mean, cv, count, max_len=jnp.inf):
+    """Equal-probability nodes of the lognormal truncated at ``max_len``, rescaled to the exact
+    truncated mean (the nodes cut the far tail)."""
+    accept, m, _ = truncated_lognormal(mean, cv, max_len)
+    s = jnp.sqrt(jnp.log1p(jnp.square(jnp.asarray(cv))))
+    mu = jnp.log(jnp.asarray(mean)) - jnp.square(s) / 2.0
+    u = (jnp.arange(count, dtype=float) + 0.5) / count * accept[..., None]
+    x = jnp.exp(mu[..., None] + s[..., None] * ndtri(u))
+    return x * (m / jnp.mean(x, axis=-1))[..., None]
+
+
+def tail_ratio(nodes, true_var):
     """Var(X) / Var(nodes) >= 1: the far tail the nodes cut carries much of a lognormal's variance
     (cv = 2: about half), so second moments (Kingman's c_s^2, E[Delta^2]) are scaled by it."""
     node_var = jnp.var(nodes)
-    true_var = jnp.square(jnp.asarray(cv) * mean)
     ok = node_var > 0
     return jnp.where(ok, true_var / jnp.where(ok, node_var, 1.0), 1.0)
 
 
-def steady_state(model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail=1.0):
+def steady_state(
+    model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail=1.0
+):
     """Fixed point of decode batch and TPOT at arrival rate ``rate`` (one replica)."""
     p_mean = jnp.mean(p_nodes)
     ctx_d = p_mean + o_mean / 2.0
@@ -71,9 +100,11 @@ def steady_state(model, hardware, deployment, efficiency, config, rate, p_nodes,
             budget = prefill_budget_tokens(deployment, config, n_d, temperature)
             small = T(prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
             chunk = T(
-                prefill_tokens=budget, prefill_seqs=1.0,
+                prefill_tokens=budget,
+                prefill_seqs=1.0,
                 prefill_context=jnp.maximum(p - budget, 0.0) / 2.0,
-                decode_seqs=n_d, decode_context=ctx_d,
+                decode_seqs=n_d,
+                decode_context=ctx_d,
             )
             fits = p <= budget
             own = jnp.where(fits, small, p / budget * chunk)
@@ -97,21 +128,32 @@ def steady_state(model, hardware, deployment, efficiency, config, rate, p_nodes,
         return tau_d, own, busy, delta
 
     def mean_gap(n_d, rho_p, tpot):
-        """TPOT = max(lumpy, smooth): prompts alone in their iterations, tau_d / (1 - lambda E[Delta]),
-        or spread evenly, T(lambda E[P] TPOT prefill tokens, n_d) (Jensen: each is a lower bound
-        in the other regime)."""
+        """Mean iteration gap.  Unchunked: prompts get their own iterations, tau_d / (1 - lambda E[Delta]).
+        Chunked: a mixture of decode-only iterations (memory-bound, tau_d) and iterations that
+        carry prefill (compute-bound); the mean of the two is what a decode waits, not T at the
+        mean tokens (Jensen: the roofline max is convex).  A prompt spans m = max(1, P / budget)
+        iterations; prompts in prefill at an iteration are Poisson(x = lambda tau E[m]) (M/G/inf
+        occupancy), so a fraction f = 1 - exp(-x) of iterations carry lambda E[P] tau / f tokens:
+        gap = f T(tokens / f, n_d) + (1 - f) tau_d.  Few prompts: the lumpy law; many: every
+        iteration carries prefill (the spread law)."""
         tau_d, own, busy, delta = costs(n_d, rho_p)
         extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
-        lumpy = tau_d / (1.0 - extra)
-        if config.chunked_prefill:
-            budget = prefill_budget_tokens(deployment, config, n_d, temperature)
-            tokens = smooth_min(rate * p_mean * tpot, budget, temperature)  # full when overloaded
-            spread = T(
-                prefill_tokens=tokens, prefill_seqs=tokens / p_mean,
-                decode_seqs=n_d, decode_context=ctx_d,
-            )
-            lumpy = smooth_max(lumpy, spread, temperature)
-        return tau_d, own, busy, delta, lumpy
+        if not config.chunked_prefill:
+            return tau_d, own, busy, delta, tau_d / (1.0 - extra)
+        budget = prefill_budget_tokens(deployment, config, n_d, temperature)
+        x = rate * tpot * jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
+        small = x < 1e-9
+        f = jnp.where(small, x, -jnp.expm1(-jnp.where(small, 1.0, x)))
+        per_x = jnp.where(small, 1.0, jnp.where(small, 1.0, x) / jnp.where(small, 1.0, f))
+        m_mean = jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
+        tokens = smooth_min(p_mean / m_mean * per_x, budget, temperature)  # full when overloaded
+        carry = T(
+            prefill_tokens=tokens,
+            prefill_seqs=tokens / p_mean,
+            decode_seqs=n_d,
+            decode_context=ctx_d,
+        )
+        return tau_d, own, busy, delta, f * carry + (1.0 - f) * tau_d
 
     def step(_, state):
         n_d, rho_p, tpot = state
@@ -123,11 +165,26 @@ def steady_state(model, hardware, deployment, efficiency, config, rate, p_nodes,
     zero = jnp.zeros_like(rate)
     n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
     tau_d, own, busy, delta, tpot = mean_gap(n_d, rho_p, tpot)
-    # d TPOT / d n_d: how much a request's gaps move with the decode batch around it
-    _, slope = jax.jvp(lambda n: mean_gap(n, rho_p, tpot)[4], (n_d,), (jnp.ones_like(n_d),))
+    # d TPOT / d n_d at state n_d with the gap self-consistent in itself: partial slopes in n_d
+    # and in the gap (through the share of iterations carrying prefill), slope = dn / (1 - dt)
+    one = jnp.ones_like(n_d)
+    _, d_n = jax.jvp(lambda n: mean_gap(n, rho_p, tpot)[4], (n_d,), (one,))
+    _, d_t = jax.jvp(lambda t: mean_gap(n_d, rho_p, t)[4], (tpot,), (one,))
+    slope = d_n / jnp.maximum(1.0 - d_t, 0.05)
+    # the gap with every running slot decoding: what sets the rate at which the slots saturate
+    full = jax.lax.fori_loop(
+        0, FULL_SLOT_ITERATIONS, lambda _, t: mean_gap(seats, rho_p, t)[4], jnp.maximum(tpot, tau_d)
+    )
     return Steady(
         slope=slope,
-        n_d=n_d, tau_d=tau_d, tpot=tpot, own=own, busy=busy,
+        n_d=n_d,
+        tau_d=tau_d,
+        tpot=tpot,
+        own=own,
+        busy=busy,
         delta2=jnp.mean(delta) ** 2 + jnp.var(delta) * tail,
-        rho_p=rate * jnp.mean(busy), seats=seats,
+        rho_p=rate * jnp.mean(busy),
+        seats=seats,
+        extra=jnp.minimum(rate * jnp.mean(delta), 0.99),
+        tpot_full=full,
     )

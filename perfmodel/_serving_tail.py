@@ -1,0 +1,198 @@
+"""Latency laws of one replica at one arrival rate: TTFT, TPOT and E2E means and quantiles.
+
+Given the engine's steady state (``_steady_state``: decode batch n_d, mean gap TPOT, prefill
+server load rho_p, slope dTPOT/dn_d):
+
+* Prefill path: a G/G/1 queue whose backlogged server drains full iterations (Kingman 1961).
+* Running slots: the number of running sequences N is a birth-death process whose departure rate
+  N / (E[O] TPOT(N)) grows more slowly than N (more sequences, slower iterations).  Its
+  diffusion approximation (an Ornstein-Uhlenbeck process, Halfin & Whitt 1981 generalised) has
+  restoring rate r = (1 - g) / (E[O] TPOT), g = n_d TPOT'(n_d) / TPOT the feedback gain, and noise
+  from arrivals (c_a^2 lambda), departures (lambda) and the compound-Poisson prefill work that
+  stalls every decode (lambda^3 c_a^2 E[Delta^2] / (1 - lambda E[Delta])^2), so
+  Var(N) = n [(1 + c_a^2) / 2 + c_a^2 lambda^2 E[Delta^2] / (2 (1 - lambda E[Delta])^2)] / (1 - g).
+  Near saturation g -> 1 and N swings wide: slots fill long before the mean batch reaches them,
+  which a G/G/c law with independent servers (Allen-Cunneen) misses.  The seat wait is the
+  diffusion's (``diffusion_seat_wait``).
+* TPOT of a request: the prefill work landing in its own gaps (compound Poisson through
+  TPOT = tau_d / (1 - u), u = lambda E[Delta]: Var = c_a^2 lambda TPOT E[Delta^2] / ((O - 1)(1 - u)^2))
+  plus its mean gap drifting with N's own noise (variance slope^2 n (1 + c_a^2) / 2 / (1 - g)^2
+  averaged over its (O - 1) gaps against the correlation time 1 / r); slow deviations are
+  amplified by the loop, 1 / (1 - g)^2.
+* Waits have the exponential tail P(W > t) = p exp(-t p / W); quantiles of TTFT and E2E come from
+  equal-probability nodes of the lognormal lengths convolved with it (``wait_plus_quantile_s``).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from ._batching import saturated_output_tokens_per_s
+from ._queueing import (
+    diffusion_seat_wait,
+    kingman_wait_s,
+    lognormal_mixture_quantile,
+    lognormal_nodes,
+    wait_plus_quantile_s,
+    window_mean_variance_factor,
+)
+from ._smooth import smooth_max
+from ._steady_state import prompt_nodes, steady_state, tail_ratio, truncated_lognormal
+
+Array = jnp.ndarray
+
+QUANTILES: tuple[float, float, float] = (0.5, 0.95, 0.99)
+"""Reported quantiles, in the order p50, p95, p99."""
+
+PROMPT_NODES = 64
+"""Equal-probability nodes of the prompt-length lognormal (p99 lies inside the last node)."""
+OUTPUT_NODES = 32
+"""Equal-probability nodes of the output-length lognormal."""
+GAIN_MAX = 0.95
+"""Cap on the slot-feedback gain g (g >= 1 only beyond saturation, where latencies are inf)."""
+CORRECTIONS: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
+"""Discrepancy terms against the simulator (Kennedy & O'Hagan 2001 style), in order:
+
+* ``wait_cs2_gain`` a and ``wait_load_gain`` b: the queue wait (mean and tail) is scaled by
+  1 + a c_s^2 + b rho (c_s^2 the prefill-service SCV, rho the utilisation);
+* ``tpot_var_gain`` c: weight of Var(TPOT | O) (1 = the model's own variance);
+* ``tpot_jensen_gain`` d: weight of the second-order (Jensen) shift of the mean TPOT.
+
+(0, 0, 1, 1) is the uncorrected model (``benchmarks/fit_queueing_corrections.py`` fits them)."""
+
+
+class Percentiles(eqx.Module):
+    """Summary of a latency distribution across requests, seconds."""
+
+    mean: Array
+    p50: Array
+    p95: Array
+    p99: Array
+
+
+def percentiles(mean, quantiles, stable):
+    """``quantiles``: last axis is (p50, p95, p99); ``inf`` everywhere when not ``stable``."""
+    inf = jnp.inf
+    quantiles = [quantiles[..., i] for i in range(3)]
+    return Percentiles(
+        mean=jnp.where(stable, mean, inf),
+        p50=jnp.where(stable, quantiles[0], inf),
+        p95=jnp.where(stable, quantiles[1], inf),
+        p99=jnp.where(stable, quantiles[2], inf),
+    )
+
+
+def open_loop(
+    model,
+    hardware,
+    deployment,
+    efficiency,
+    workload,
+    config,
+    rate,
+    ca2,
+    temperature,
+    quantiles=True,
+    corrections=None,
+):
+    """TTFT/TPOT/E2E (``Percentiles``), utilisation and stability of one replica at ``rate``."""
+    a, b, c, d = jnp.asarray(CORRECTIONS) if corrections is None else corrections
+    # prompts longer than max_model_len are rejected (vLLM): the engine serves the truncated law
+    p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, deployment.max_model_len)
+    accept, p_mean, p_var = truncated_lognormal(*p_args)
+    p_nodes = prompt_nodes(*p_args[:2], PROMPT_NODES, deployment.max_model_len)
+    tail = tail_ratio(p_nodes, p_var)
+    o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
+    offered, rate = rate, rate * accept
+    s = steady_state(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        config,
+        rate,
+        p_nodes,
+        workload.output_tokens_mean,
+        temperature,
+        tail,
+    )
+    o_dec_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
+    o_bar = jnp.mean(o_dec_nodes)
+
+    # prefill server (G/G/1, Kingman); running slots: busy count n_run = lambda E[residence]
+    busy_mean = jnp.mean(s.busy)
+    cs2_p = jnp.var(s.busy) * tail / jnp.square(busy_mean)
+    # slot utilisation: residence with every slot busy (TPOT at n_d = seats), so that rho_s = 1
+    # where the slots saturate; with the TPOT feedback n_d / seats reaches 0.7 only a few per cent
+    # of the rate below that point
+    seats = jnp.maximum(s.seats, 1e-9)
+    resid_time = jnp.mean(s.own) + o_bar * s.tpot
+    rho_s = rate * (jnp.mean(s.own) + o_bar * s.tpot_full) / seats
+    capacity = saturated_output_tokens_per_s(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        p_mean,
+        workload.output_tokens_mean,
+        temperature,
+    )
+    rho_w = rate * workload.output_tokens_mean / capacity
+    utilization = smooth_max(smooth_max(s.rho_p, rho_s, temperature), rho_w, temperature)
+    stable = (utilization < 1.0) & (s.seats >= 1.0)
+    rho_p = jnp.where(stable, s.rho_p, 0.5)
+    rho_s = jnp.where(stable, rho_s, 0.5)
+    w_p = kingman_wait_s(rho_p, ca2, cs2_p, busy_mean)
+
+    # diffusion of the running count: feedback gain g, noise of arrivals/departures/prefill stalls
+    gain = jnp.clip(s.n_d * s.slope / jnp.maximum(s.tpot, 1e-30), 0.0, GAIN_MAX)
+    stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
+    n_run = jnp.where(stable, rate * resid_time, 0.5 * seats)
+    var_run = n_run * ((1.0 + ca2) / 2.0 + stall) / jnp.square(1.0 - gain)
+    p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run, s.seats, rate)
+    w_s = p_seat * w_seat_cond
+    wait = (w_p + w_s) * (1.0 + a * cs2_p + b * utilization)
+    p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), 1e-9, 1.0)
+    w_cond = wait / p_wait
+    residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0
+
+    # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
+    # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
+    # N, OU with correlation time E[O] TPOT / (1 - g), averaged over its (O - 1) gaps); slow
+    # deviations are amplified by the slot feedback, 1 / (1 - g)^2
+    gaps = jnp.maximum(o_dec_nodes, 1.0)
+    loop = jnp.square(1.0 - gain)
+    stalls = ca2 * rate * s.tpot * s.delta2 / (gaps * jnp.square(1.0 - s.extra) * loop)
+    window = gaps * (1.0 - gain) / jnp.maximum(o_bar, 1.0)
+    var_own = n_run * (1.0 + ca2) / 2.0 / loop
+    drift = jnp.square(s.slope) * var_own * window_mean_variance_factor(window)
+    tpot_var = c * (stalls + drift)
+    # Jensen: TPOT is convex in the prefill share u seen over a life, so its mean is
+    # TPOT* (1 + Var(TPOT_stall) / TPOT*^2) to second order (bounded as j / (1 + j))
+    jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
+    tpot_nodes = s.tpot * (1.0 + d * jensen / (1.0 + jensen))
+    tpot = jnp.mean(tpot_nodes)
+
+    ttft_mean = residual + wait + jnp.mean(s.own)
+    e2e_mean = ttft_mean + jnp.mean(o_dec_nodes * tpot_nodes)
+    if not quantiles:  # means only (the closed-loop rate solve)
+        return {"e2e": percentiles(e2e_mean, jnp.stack([e2e_mean] * 3, axis=-1), stable)}
+    ttft_nodes = residual + s.own
+    e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
+    qs = jnp.asarray(QUANTILES)
+    ttft_q = wait_plus_quantile_s(ttft_nodes, p_wait[..., None], w_cond[..., None], qs)
+    e2e_q = wait_plus_quantile_s(e2e_nodes, p_wait[..., None], w_cond[..., None], qs)
+    tpot_q = lognormal_mixture_quantile(tpot_nodes, tpot_var, qs)
+    return {
+        "ttft": percentiles(ttft_mean, ttft_q, stable),
+        "tpot": percentiles(tpot, tpot_q, stable),
+        "e2e": percentiles(e2e_mean, e2e_q, stable),
+        "utilization": utilization,
+        "stable": stable,
+        "steady": s,
+        "wait": wait,
+        "rate": offered,
+        "capacity": capacity,
+        "accepted": accept,
+    }
