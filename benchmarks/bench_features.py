@@ -37,6 +37,10 @@ H100 = load_hardware("h100-sxm")
 EFF = Efficiency()
 L8 = load_model("meta-llama/Llama-3.1-8B")
 
+LONG_LEN = 16384.0
+"""max_model_len of the disaggregation deployments: 8,000-token prompts + 256 outputs fit (at the
+default 8,192 the engine would cap their outputs, as vLLM does)."""
+
 STEADY_SPAN_S = 20.0
 """Seconds of arrivals simulated at least per grid point (about 8 request lifetimes of 2.5 s),
 so the sample reaches the steady state the closed forms describe."""
@@ -326,11 +330,11 @@ def disagg(quick):
     rows, rec = [], []
     n = 500 if quick else 1500
     for prompt in (200, 2000, 8000):
-        co = Deployment.create(replicas=8)
+        co = Deployment.create(replicas=8, max_model_len=LONG_LEN)
         rate = 0.3 * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
         pools = dict(
-            prefill=(H100, Deployment.create(replicas=4)),
-            decode=(H100, Deployment.create(replicas=4)),
+            prefill=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
+            decode=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
         )
         cf = ft.disaggregation(
             L8,
@@ -386,11 +390,11 @@ def agreement_grid(quick):
     n = 600 if quick else 1500
     for prompt in (200, 2000, 8000):
         for load in (0.15, 0.3):
-            co = Deployment.create(replicas=8)
+            co = Deployment.create(replicas=8, max_model_len=LONG_LEN)
             rate = load * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
             pools = dict(
-                prefill=(H100, Deployment.create(replicas=4)),
-                decode=(H100, Deployment.create(replicas=4)),
+                prefill=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
+                decode=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
             )
             w = Workload(
                 arrival_rate_per_s=rate, prompt_tokens_mean=float(prompt), output_tokens_mean=256.0
