@@ -27,10 +27,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
 
-from optimize import (  # noqa: E402
+from optimize import (
     Grid,
     SearchOptions,
     exhaustive_optimum,
@@ -39,9 +39,9 @@ from optimize import (  # noqa: E402
     search,
     slo_probability,
 )
-from optimize._metrics import Workload  # noqa: E402
-from optimize._grid import KNOBS  # noqa: E402
-from perfmodel import load_model  # noqa: E402
+from optimize._grid import KNOBS
+from optimize._metrics import Workload
+from perfmodel import load_model
 
 MODELS = (
     "meta-llama/Llama-3.1-8B",
@@ -51,14 +51,35 @@ MODELS = (
     "mistralai/Mixtral-8x7B-v0.1",
     "Qwen/Qwen3-30B-A3B",
 )
-GPUS = ("h100-sxm", "a100-sxm-80gb", "l40s", "h200-sxm", "a100-pcie-80gb", "h100-pcie", "l4", "b200")
+GPUS = (
+    "h100-sxm",
+    "a100-sxm-80gb",
+    "l40s",
+    "h200-sxm",
+    "a100-pcie-80gb",
+    "h100-pcie",
+    "l4",
+    "b200",
+)
 
 
-BASE_GRID = Grid(num_gpus=3, kv_dtypes=("bf16", "fp8"), weight_dtypes=("bf16", "fp8"),
-                 chunk_sizes=(512, 2048, 8192))
-FEATURE_GRID = Grid(num_gpus=3, pp=(1, 2), kv_dtypes=("bf16", "fp8"), weight_dtypes=("bf16",),
-                    max_num_batched_tokens=(2048, 8192), max_num_seqs=(128, 256),
-                    chunk_sizes=(512, 2048, 8192), spec_k=(0, 2, 4), pool_ratios=((1, 1), (2, 1), (1, 2)))
+BASE_GRID = Grid(
+    num_gpus=3,
+    kv_dtypes=("bf16", "fp8"),
+    weight_dtypes=("bf16", "fp8"),
+    chunk_sizes=(512, 2048, 8192),
+)
+FEATURE_GRID = Grid(
+    num_gpus=3,
+    pp=(1, 2),
+    kv_dtypes=("bf16", "fp8"),
+    weight_dtypes=("bf16",),
+    max_num_batched_tokens=(2048, 8192),
+    max_num_seqs=(128, 256),
+    chunk_sizes=(512, 2048, 8192),
+    spec_k=(0, 2, 4),
+    pool_ratios=((1, 1), (2, 1), (1, 2)),
+)
 
 
 def random_instance(rng: np.random.Generator, num_draws: int, seed: int, features: bool = False):
@@ -74,13 +95,21 @@ def random_instance(rng: np.random.Generator, num_draws: int, seed: int, feature
     ttft = None if rng.random() < 0.2 else float(np.exp(rng.uniform(np.log(0.1), np.log(5.0))))
     tpot = None if rng.random() < 0.2 else float(np.exp(rng.uniform(np.log(0.01), np.log(0.2))))
     penalty = {d: float(rng.uniform(0.0, 0.3)) for d in ("fp8", "int8", "int4")}
-    spec = dict(spec_draft="mtp", spec_acceptance=float(rng.uniform(0.4, 0.9))) if features else {}
+    spec = (
+        {"spec_draft": "mtp", "spec_acceptance": float(rng.uniform(0.4, 0.9))} if features else {}
+    )
     return make_problem(
-        model, gpus, workload,
-        slo_ttft_p95_s=ttft, slo_tpot_p95_s=tpot,
+        model,
+        gpus,
+        workload,
+        slo_ttft_p95_s=ttft,
+        slo_tpot_p95_s=tpot,
         confidence=float(rng.choice([0.5, 0.8, 0.9, 0.95])),
-        num_draws=num_draws, seed=seed, quality_penalty=penalty,
-        grid=FEATURE_GRID if features else BASE_GRID, **spec,
+        num_draws=num_draws,
+        seed=seed,
+        quality_penalty=penalty,
+        grid=FEATURE_GRID if features else BASE_GRID,
+        **spec,
     ), (model.name, gpus, ttft, tpot)
 
 
@@ -94,10 +123,14 @@ def main(argv=None) -> None:
     ap.add_argument("--starts", type=int, default=SearchOptions().num_starts)
     ap.add_argument("--seeds", type=int, default=SearchOptions().num_seeds)
     ap.add_argument("--only", type=int, nargs="*", help="run only these instance indices")
-    ap.add_argument("--features", action="store_true", help="pool splits and speculation in the grid")
+    ap.add_argument(
+        "--features", action="store_true", help="pool splits and speculation in the grid"
+    )
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    options = SearchOptions(pair_seeds=args.pair_seeds, num_starts=args.starts, num_seeds=args.seeds)
+    options = SearchOptions(
+        pair_seeds=args.pair_seeds, num_starts=args.starts, num_seeds=args.seeds
+    )
 
     # compile both once, on an instance outside the count
     warm, _ = random_instance(np.random.default_rng(12345), args.draws, 0, args.features)
@@ -119,16 +152,23 @@ def main(argv=None) -> None:
         t_grid.append(t2 - t1)
         cost = float(found.cost_per_hour[0]) if len(found.configs) else np.inf
         if np.isfinite(cost):
-            prob = float(slo_probability(problem, jnp.asarray(found.configs[0]), float(found.replicas[0])))
+            prob = float(
+                slo_probability(problem, jnp.asarray(found.configs[0]), float(found.replicas[0]))
+            )
             if not meets_confidence(prob, float(problem.confidence)):
                 false_feasible += 1
-                print(f"[{i}] re-check probability {prob} < {float(problem.confidence)}", flush=True)
+                print(
+                    f"[{i}] re-check probability {prob} < {float(problem.confidence)}", flush=True
+                )
         if not np.isfinite(ref.cost_per_hour):
             both_infeasible += not np.isfinite(cost)
             within += not np.isfinite(cost)
             false_feasible += np.isfinite(cost)
             if np.isfinite(cost):
-                print(f"[{i}] grid infeasible, search {cost} {found.configs[0]} x{found.replicas[0]}", flush=True)
+                print(
+                    f"[{i}] grid infeasible, search {cost} {found.configs[0]} x{found.replicas[0]}",
+                    flush=True,
+                )
         elif cost <= ref.cost_per_hour * 1.01:
             within += 1
         if ref.config is not None:
@@ -137,19 +177,35 @@ def main(argv=None) -> None:
         elif not np.isfinite(cost):
             missed_feasible += 1
         if len(t_search) % 10 == 0:
-            print(f"... {len(t_search)} done: within {within}, false feasible {false_feasible}, search "
-                  f"{np.mean(t_search):.3f} s, exhaustive {np.mean(t_grid):.3f} s", flush=True)
-        if args.verbose or (np.isfinite(ref.cost_per_hour) and not cost <= ref.cost_per_hour * 1.01):
-            print(f"[{i}] {label} search {cost:.3f} ({found.configs[0] if len(found.configs) else None} x{found.replicas[0] if len(found.configs) else 0}) "
-                  f"grid {ref.cost_per_hour:.3f} ({ref.config} x{ref.replicas})", flush=True)
+            print(
+                f"... {len(t_search)} done: within {within}, false feasible {false_feasible}, search "
+                f"{np.mean(t_search):.3f} s, exhaustive {np.mean(t_grid):.3f} s",
+                flush=True,
+            )
+        if args.verbose or (
+            np.isfinite(ref.cost_per_hour) and not cost <= ref.cost_per_hour * 1.01
+        ):
+            print(
+                f"[{i}] {label} search {cost:.3f} ({found.configs[0] if len(found.configs) else None} x{found.replicas[0] if len(found.configs) else 0}) "
+                f"grid {ref.cost_per_hour:.3f} ({ref.config} x{ref.replicas})",
+                flush=True,
+            )
     n = len(t_search)
     ts, tg = np.asarray(t_search), np.asarray(t_grid)
-    print(f"instances: {n} (draws {args.draws}, grid {ref.evaluated} configuration x replica points each)")
-    print(f"within 1% of the exhaustive optimum: {within}/{n} = {within / n:.1%} (both infeasible: {both_infeasible})")
-    print(f"infeasible reported feasible: {false_feasible}; feasible instances reported infeasible: {missed_feasible}")
+    print(
+        f"instances: {n} (draws {args.draws}, grid {ref.evaluated} configuration x replica points each)"
+    )
+    print(
+        f"within 1% of the exhaustive optimum: {within}/{n} = {within / n:.1%} (both infeasible: {both_infeasible})"
+    )
+    print(
+        f"infeasible reported feasible: {false_feasible}; feasible instances reported infeasible: {missed_feasible}"
+    )
     print(f"exhaustive optimum is a pool split in {split}, speculative in {spec} of {n} instances")
-    print(f"seconds per answer: search mean {ts.mean():.3f} max {ts.max():.3f}; "
-          f"exhaustive mean {tg.mean():.3f}; speed-up {tg.sum() / ts.sum():.1f}x")
+    print(
+        f"seconds per answer: search mean {ts.mean():.3f} max {ts.max():.3f}; "
+        f"exhaustive mean {tg.mean():.3f}; speed-up {tg.sum() / ts.sum():.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replic
     g = problem.grid
     idx = dict(zip(KNOBS, (int(v) for v in config)))
     tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
-    chunk = g.chunk_sizes[idx["chunk_size"]] or g.max_num_batched_tokens[idx["max_num_batched_tokens"]]
+    chunk = (
+        g.chunk_sizes[idx["chunk_size"]] or g.max_num_batched_tokens[idx["max_num_batched_tokens"]]
+    )
     out = {
         "gpu": gpus[idx["gpu"]],
         "tp": tp,
@@ -38,7 +40,8 @@ def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replic
     if k > 0:
         alpha = float(problem.spec_acceptance[idx["spec_k"]])
         out["speculative"] = {
-            "draft": "mtp" if bool(problem.draft_is_mtp) else "draft model", "k": int(k),
+            "draft": "mtp" if bool(problem.draft_is_mtp) else "draft model",
+            "k": int(k),
             "acceptance": alpha,
             "tokens_per_step": float(expected_tokens_per_step(alpha, float(k))),
         }
@@ -48,8 +51,20 @@ def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replic
         out["replicas"] = r * (p + d)
         out["num_gpus"] = r * (p + d) * tp * pp
         out["disaggregation"] = {
-            "prefill": {"gpu": gpus[idx["prefill_gpu"]], "num_gpus": r * p * tp * pp, "tp": tp, "pp": pp, "replicas": r * p},
-            "decode": {"gpu": gpus[idx["gpu"]], "num_gpus": r * d * tp * pp, "tp": tp, "pp": pp, "replicas": r * d},
+            "prefill": {
+                "gpu": gpus[idx["prefill_gpu"]],
+                "num_gpus": r * p * tp * pp,
+                "tp": tp,
+                "pp": pp,
+                "replicas": r * p,
+            },
+            "decode": {
+                "gpu": gpus[idx["gpu"]],
+                "num_gpus": r * d * tp * pp,
+                "tp": tp,
+                "pp": pp,
+                "replicas": r * d,
+            },
             "prefill_fraction": p / (p + d),
             "kv_transfer_s": _kv_transfer(problem, config),
         }
@@ -63,8 +78,11 @@ def _kv_transfer(problem: Problem, config: np.ndarray) -> float:
     hw = _select(problem.hardware, int(config[PREFILL_GPU]))
     bw = float(problem.transfer_bytes_per_s)
     bw = bw if bw > 0 else float(hw.internode_bytes_per_s)
-    return float(kv_transfer_s(problem.model, dep, problem.workload.prompt_tokens_mean, bw,
-                               problem.transfer_latency_s))
+    return float(
+        kv_transfer_s(
+            problem.model, dep, problem.workload.prompt_tokens_mean, bw, problem.transfer_latency_s
+        )
+    )
 
 
 def _select(tree, i: int):

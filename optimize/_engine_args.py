@@ -59,14 +59,22 @@ def engine_args(model: str, config: dict) -> dict[str, str]:
     if spec:
         k, draft = spec["k"], spec.get("draft_model") or spec["draft"]
         mtp = spec["draft"] == "mtp"
-        cfg = {"method": "mtp", "num_speculative_tokens": k} if mtp else {"model": draft, "num_speculative_tokens": k}
+        cfg = (
+            {"method": "mtp", "num_speculative_tokens": k}
+            if mtp
+            else {"model": draft, "num_speculative_tokens": k}
+        )
         vllm += f" --speculative-config '{json.dumps(cfg, separators=(',', ':'))}'"
-        sglang += (f" --speculative-algorithm {'NEXTN' if mtp else 'EAGLE'} --speculative-num-steps {k} "
-                   f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
+        sglang += (
+            f" --speculative-algorithm {'NEXTN' if mtp else 'EAGLE'} --speculative-num-steps {k} "
+            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}"
+        )
         if not mtp:
             sglang += f" --speculative-draft-model-path {draft}"
-        notes.append(f"speculative k={k}: trtllm-serve takes it as speculative_config "
-                     f"(decoding_type {'MTP' if mtp else 'Eagle'}) in --extra_llm_api_options")
+        notes.append(
+            f"speculative k={k}: trtllm-serve takes it as speculative_config "
+            f"(decoding_type {'MTP' if mtp else 'Eagle'}) in --extra_llm_api_options"
+        )
     if w in _QUANT:
         vllm += f" --quantization {_QUANT[w]}"
         sglang += f" --quantization {_QUANT[w]}"
@@ -83,13 +91,19 @@ def engine_args(model: str, config: dict) -> dict[str, str]:
     if pools:
         for role, kv_role in (("prefill", "kv_producer"), ("decode", "kv_consumer")):
             pool = pools[role]
-            kvt = json.dumps({"kv_connector": "P2pNcclConnector", "kv_role": kv_role}, separators=(",", ":"))
+            kvt = json.dumps(
+                {"kv_connector": "P2pNcclConnector", "kv_role": kv_role}, separators=(",", ":")
+            )
             out[f"vllm_{role}"] = f"{vllm} --kv-transfer-config '{kvt}'"
-            out[f"sglang_{role}"] = f"{sglang} --disaggregation-mode {role} --disaggregation-transfer-backend nixl"
+            out[f"sglang_{role}"] = (
+                f"{sglang} --disaggregation-mode {role} --disaggregation-transfer-backend nixl"
+            )
             notes.append(f"{role} pool: {pool['replicas']} engine(s) on {pool['gpu']}")
         out["vllm"] = f"{out['vllm_prefill']}\n  {out['vllm_decode']}"
         out["sglang"] = f"{out['sglang_prefill']}\n  {out['sglang_decode']}"
-        out["trtllm"] = f"trtllm-serve disaggregated -c disagg.yaml  # context/generation servers: {trtllm}"
+        out["trtllm"] = (
+            f"trtllm-serve disaggregated -c disagg.yaml  # context/generation servers: {trtllm}"
+        )
         notes.append("route requests through a P/D proxy (vLLM's disagg proxy, SGLang's mini_lb)")
     out["notes"] = "; ".join(notes)
     return out

@@ -56,7 +56,9 @@ def spec_step(problem: Problem, weights: tuple[Array, ...]) -> SpecStep | None:
         return None
     ks = grid_tables(problem.grid)["spec_k"]
     e = expected_tokens_per_step(problem.spec_acceptance, ks)
-    return SpecStep(weights[SPEC] @ ks, weights[SPEC] @ e, problem.draft_model, problem.draft_is_mtp)
+    return SpecStep(
+        weights[SPEC] @ ks, weights[SPEC] @ e, problem.draft_model, problem.draft_is_mtp
+    )
 
 
 def pool_units(problem: Problem, weights: tuple[Array, ...]) -> tuple[Array, Array]:
@@ -65,7 +67,9 @@ def pool_units(problem: Problem, weights: tuple[Array, ...]) -> tuple[Array, Arr
     tables = grid_tables(problem.grid)
     w = weights[POOL][1:]
     total = jnp.sum(w)
-    some = total > 1e-12  # a colocated one-hot config: any split (1:1) keeps the unused branch finite
+    some = (
+        total > 1e-12
+    )  # a colocated one-hot config: any split (1:1) keeps the unused branch finite
     w = jnp.where(some, w / jnp.where(some, total, 1.0), 1.0 / w.shape[0])
     return w @ tables["prefill_units"][1:], w @ tables["decode_units"][1:]
 
@@ -87,8 +91,16 @@ def colocated_metrics(
     hardware = mix_gpu(problem.hardware, weights[GPU])
 
     def one(eff):
-        m = slo_metrics(problem.model, hardware, deployment, eff, problem.workload, temperature,
-                        chunk_tokens=chunk, spec=spec)
+        m = slo_metrics(
+            problem.model,
+            hardware,
+            deployment,
+            eff,
+            problem.workload,
+            temperature,
+            chunk_tokens=chunk,
+            spec=spec,
+        )
         if metrics_fn is slo_metrics:
             return m
         dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, deployment, chunk)
@@ -113,11 +125,19 @@ def split_metrics(
     dep_d = eqx.tree_at(lambda d: d.replicas, deployment, replicas * d_units)
     hw_p = mix_gpu(problem.hardware, weights[PREFILL_GPU])
     hw_d = mix_gpu(problem.hardware, weights[GPU])
-    return jax.vmap(lambda ep, ed: split_slo_metrics(
-        problem.model, (hw_p, dep_p, ep), (hw_d, dep_d, ed), problem.workload, temperature,
-        spec=spec, transfer_bytes_per_s=problem.transfer_bytes_per_s,
-        transfer_latency_s=problem.transfer_latency_s, orchestration_s=problem.orchestration_s,
-    ))(mix_gpu(problem.efficiency, weights[PREFILL_GPU]), mix_gpu(problem.efficiency, weights[GPU]))
+    return jax.vmap(
+        lambda ep, ed: split_slo_metrics(
+            problem.model,
+            (hw_p, dep_p, ep),
+            (hw_d, dep_d, ed),
+            problem.workload,
+            temperature,
+            spec=spec,
+            transfer_bytes_per_s=problem.transfer_bytes_per_s,
+            transfer_latency_s=problem.transfer_latency_s,
+            orchestration_s=problem.orchestration_s,
+        )
+    )(mix_gpu(problem.efficiency, weights[PREFILL_GPU]), mix_gpu(problem.efficiency, weights[GPU]))
 
 
 def pool_metrics(
@@ -152,18 +172,23 @@ def draw_metrics(
 
 def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
     """Log-slack of each constraint per draw (>= 0 holds), shape (len(CONSTRAINTS), draws)."""
+
     def log_ratio(bound, value):
         return jnp.log(bound) - jnp.log(jnp.maximum(value, 1e-30))
 
-    return jnp.stack([
-        log_ratio(problem.slo_ttft_p95_s, m.ttft_p95_s),
-        log_ratio(problem.slo_tpot_p95_s, m.tpot_p95_s),
-        -jnp.log(jnp.maximum(m.utilization, 1e-30)),
-        jnp.log(jnp.maximum(m.concurrent_requests, 1e-30)),
-    ])
+    return jnp.stack(
+        [
+            log_ratio(problem.slo_ttft_p95_s, m.ttft_p95_s),
+            log_ratio(problem.slo_tpot_p95_s, m.tpot_p95_s),
+            -jnp.log(jnp.maximum(m.utilization, 1e-30)),
+            jnp.log(jnp.maximum(m.concurrent_requests, 1e-30)),
+        ]
+    )
 
 
-def memory_slack(problem: Problem, weights: tuple[Array, ...], gpu_weights: Array | None = None) -> Array:
+def memory_slack(
+    problem: Problem, weights: tuple[Array, ...], gpu_weights: Array | None = None
+) -> Array:
     """log(HBM the engine may use / (weights + workspace + one sequence's KV)) on one device;
     >= 0 exactly when one sequence fits (up to block rounding).  Smooth in the relaxed knobs, so
     the search feels the memory wall even where the KV capacity is clipped at zero."""
@@ -174,7 +199,9 @@ def memory_slack(problem: Problem, weights: tuple[Array, ...], gpu_weights: Arra
     seq = kv_bytes_per_sequence(
         problem.model, dep.kv_bytes_per_elem, wl.prompt_tokens_mean + wl.output_tokens_mean
     ) * kv_shard_fraction(problem.model, dep.tp, dep.pp)
-    need = weight_bytes_per_gpu(problem.model, dep) + workspace_bytes_per_gpu(problem.model, dep) + seq
+    need = (
+        weight_bytes_per_gpu(problem.model, dep) + workspace_bytes_per_gpu(problem.model, dep) + seq
+    )
     return jnp.log(hw.hbm_bytes * dep.gpu_memory_utilization) - jnp.log(need)
 
 
@@ -215,9 +242,15 @@ def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
     split), times (1 + KV and weight dtype quality surcharges)."""
     t = grid_tables(problem.grid)
     prices = problem.hardware.price_per_gpu_hour
-    price = (t["decode_units"][config[POOL]] * prices[config[GPU]]
-             + t["prefill_units"][config[POOL]] * prices[config[PREFILL_GPU]])
-    surcharge = 1.0 + problem.kv_penalty_fraction[config[KV]] + problem.weight_penalty_fraction[config[WEIGHT]]
+    price = (
+        t["decode_units"][config[POOL]] * prices[config[GPU]]
+        + t["prefill_units"][config[POOL]] * prices[config[PREFILL_GPU]]
+    )
+    surcharge = (
+        1.0
+        + problem.kv_penalty_fraction[config[KV]]
+        + problem.weight_penalty_fraction[config[WEIGHT]]
+    )
     group = t["tp"][config[TP]] * t["pp"][config[PP]]
     return jnp.asarray(replicas, dtype=float) * group * price * surcharge
 
@@ -233,7 +266,9 @@ def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_m
     r_max = problem.grid.max_replicas
 
     def one(config):
-        ok_max = meets_confidence(slo_probability(problem, config, float(r_max), metrics_fn), problem.confidence)
+        ok_max = meets_confidence(
+            slo_probability(problem, config, float(r_max), metrics_fn), problem.confidence
+        )
 
         def step(_, bounds):
             lo, hi = bounds  # lo fails (0 = none tried), hi holds
@@ -243,7 +278,9 @@ def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_m
             )
             return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
 
-        _, hi = jax.lax.fori_loop(0, _bisection_steps(r_max), step, (jnp.asarray(0), jnp.asarray(r_max)))
+        _, hi = jax.lax.fori_loop(
+            0, _bisection_steps(r_max), step, (jnp.asarray(0), jnp.asarray(r_max))
+        )
         return jnp.where(ok_max, hi, r_max + 1)
 
     return jax.vmap(one)(configs)

@@ -49,17 +49,27 @@ def _scaled(problem: Problem, log_scales: Array) -> Problem:
     h, w = problem.hardware, problem.workload
     return eqx.tree_at(
         lambda p: (
-            p.hardware.dense_flops_per_s, p.hardware.hbm_bytes_per_s, p.hardware.hbm_bytes,
-            p.hardware.link_bytes_per_s, p.workload.arrival_rate_per_s,
-            p.workload.prompt_tokens_mean, p.workload.output_tokens_mean,
-            p.slo_ttft_p95_s, p.slo_tpot_p95_s,
+            p.hardware.dense_flops_per_s,
+            p.hardware.hbm_bytes_per_s,
+            p.hardware.hbm_bytes,
+            p.hardware.link_bytes_per_s,
+            p.workload.arrival_rate_per_s,
+            p.workload.prompt_tokens_mean,
+            p.workload.output_tokens_mean,
+            p.slo_ttft_p95_s,
+            p.slo_tpot_p95_s,
         ),
         problem,
         (
-            h.dense_flops_per_s * s[0], h.hbm_bytes_per_s * s[1], h.hbm_bytes * s[2],
-            h.link_bytes_per_s * s[3], w.arrival_rate_per_s * s[4],
-            w.prompt_tokens_mean * s[5], w.output_tokens_mean * s[6],
-            problem.slo_ttft_p95_s * s[7], problem.slo_tpot_p95_s * s[8],
+            h.dense_flops_per_s * s[0],
+            h.hbm_bytes_per_s * s[1],
+            h.hbm_bytes * s[2],
+            h.link_bytes_per_s * s[3],
+            w.arrival_rate_per_s * s[4],
+            w.prompt_tokens_mean * s[5],
+            w.output_tokens_mean * s[6],
+            problem.slo_ttft_p95_s * s[7],
+            problem.slo_tpot_p95_s * s[8],
         ),
     )
 
@@ -74,11 +84,15 @@ def _metrics(problem: Problem, config: Array, replicas: Array, temperature: floa
     return colocated_metrics(problem, w, replicas, temperature)
 
 
-def _smooth_probability(problem: Problem, config: Array, log_r: Array, log_scales: Array, split: bool) -> Array:
+def _smooth_probability(
+    problem: Problem, config: Array, log_r: Array, log_scales: Array, split: bool
+) -> Array:
     p = _scaled(problem, log_scales)
     m = _metrics(p, config, jnp.exp(log_r), 0.02, split)
     slacks = constraint_slacks(p, m)
-    slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
+    slacks = jnp.where(
+        jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0)
+    )  # +inf: unbounded SLO
     return jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / _SIGMOID_WIDTH), axis=0))
 
 
@@ -106,17 +120,19 @@ def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, 
         ok = gap(mid) >= 0
         return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
 
-    lo, hi = jax.lax.fori_loop(
+    _lo, hi = jax.lax.fori_loop(
         0, 40, step, (jnp.log(1e-3), jnp.log(4.0 * problem.grid.max_replicas))
     )
     log_r = hi
     d_log_r = jax.grad(lambda lr: _smooth_probability(problem, config, lr, zero, split))(log_r)
     d_theta = jax.grad(lambda ls: _smooth_probability(problem, config, log_r, ls, split))(zero)
     elasticity = jnp.where(jnp.abs(d_log_r) > 1e-12, -d_theta / d_log_r, 0.0)
-    finite_slo = jnp.concatenate([
-        jnp.ones(7, dtype=bool),
-        jnp.stack([jnp.isfinite(problem.slo_ttft_p95_s), jnp.isfinite(problem.slo_tpot_p95_s)]),
-    ])
+    finite_slo = jnp.concatenate(
+        [
+            jnp.ones(7, dtype=bool),
+            jnp.stack([jnp.isfinite(problem.slo_ttft_p95_s), jnp.isfinite(problem.slo_tpot_p95_s)]),
+        ]
+    )
     return jnp.exp(log_r), jnp.where(finite_slo, elasticity, 0.0)
 
 
@@ -158,18 +174,30 @@ def closest_achievable(problem: Problem) -> dict:
     chunk = 4096
     pad = (-len(configs)) % chunk if len(configs) > chunk else 0
     padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
-    q = np.concatenate([
-        np.asarray(_achievable(problem, jnp.asarray(padded[i:i + chunk])))
-        for i in range(0, len(padded), max(chunk, 1))
-    ])[: len(configs)]
+    q = np.concatenate(
+        [
+            np.asarray(_achievable(problem, jnp.asarray(padded[i : i + chunk])))
+            for i in range(0, len(padded), max(chunk, 1))
+        ]
+    )[: len(configs)]
     best = q.min(axis=0)
     if not np.isfinite(best[0]):
-        return {"scale": None, "ttft_p95_s": None, "tpot_p95_s": None,
-                "binding": "memory_fit_or_stability", "configs": {}}
-    where = {k: configs[int(np.argmin(q[:, j]))] for j, k in enumerate(("scale", "ttft_p95_s", "tpot_p95_s"))}
+        return {
+            "scale": None,
+            "ttft_p95_s": None,
+            "tpot_p95_s": None,
+            "binding": "memory_fit_or_stability",
+            "configs": {},
+        }
+    where = {
+        k: configs[int(np.argmin(q[:, j]))]
+        for j, k in enumerate(("scale", "ttft_p95_s", "tpot_p95_s"))
+    }
     ratios = {}
-    for name, bound, v in (("ttft_p95", problem.slo_ttft_p95_s, best[1]),
-                           ("tpot_p95", problem.slo_tpot_p95_s, best[2])):
+    for name, bound, v in (
+        ("ttft_p95", problem.slo_ttft_p95_s, best[1]),
+        ("tpot_p95", problem.slo_tpot_p95_s, best[2]),
+    ):
         ratios[name] = v / float(bound) if np.isfinite(float(bound)) else 0.0
     return {
         "scale": float(best[0]),

@@ -10,6 +10,7 @@ constraint in that draw is found by bisection (each constraint improves with R).
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from pathlib import Path
 from typing import NamedTuple
@@ -50,8 +51,10 @@ def read_demand(path: str | Path) -> list[DemandPeriod]:
     fields = set(rows[0].keys()) if rows else set()
     for need in ("period", "requests_per_s"):
         if need not in fields:
-            raise DemandError(f"{path}: missing column {need!r}; the header must be "
-                              "period,requests_per_s[,requests_per_s_sd]")
+            raise DemandError(
+                f"{path}: missing column {need!r}; the header must be "
+                "period,requests_per_s[,requests_per_s_sd]"
+            )
     out, seen = [], set()
     for line, row in enumerate(rows, start=2):
         period = (row.get("period") or "").strip()
@@ -71,7 +74,9 @@ def read_demand(path: str | Path) -> list[DemandPeriod]:
             try:
                 v = float(raw)
             except ValueError:
-                raise DemandError(f"{path}:{line}: field {field!r} = {raw!r} is not a number") from None
+                raise DemandError(
+                    f"{path}:{line}: field {field!r} = {raw!r} is not a number"
+                ) from None
             if not math.isfinite(v) or v < 0:
                 raise DemandError(f"{path}:{line}: field {field!r} = {raw!r} must be >= 0")
             values[field] = v
@@ -103,11 +108,13 @@ def _check_no_missing_period(path: Path, periods: list[str]) -> None:
     idx = [_period_index(p) for p in periods]
     if len(idx) < 2 or any(i is None for i in idx):
         return
-    for row, (a, b) in enumerate(zip(idx, idx[1:]), start=3):
+    for row, (a, b) in enumerate(itertools.pairwise(idx), start=3):
         if b != a + 1:
             what = "is missing (a gap)" if b > a + 1 else "is out of order"
-            raise DemandError(f"{path}:{row}: period {periods[row - 2]!r} follows {periods[row - 3]!r}: "
-                              f"the period between {what}; add one row per period, in order")
+            raise DemandError(
+                f"{path}:{row}: period {periods[row - 2]!r} follows {periods[row - 3]!r}: "
+                f"the period between {what}; add one row per period, in order"
+            )
 
 
 @eqx.filter_jit
@@ -153,12 +160,15 @@ def demand_draws(period: DemandPeriod, num_draws: int, seed: int) -> np.ndarray:
         bad = draws < 0
         if not bad.any():
             break
-        draws[bad] = rng.normal(period.requests_per_s, period.requests_per_s_sd, size=int(bad.sum()))
+        draws[bad] = rng.normal(
+            period.requests_per_s, period.requests_per_s_sd, size=int(bad.sum())
+        )
     return np.maximum(draws, 0.0)
 
 
 def summarize(samples: np.ndarray) -> dict:
     """p50 and the 80 % / 95 % central intervals of a sample (integers stay integers)."""
+
     def q(p):
         return float(np.quantile(samples, p, method="inverted_cdf"))
 
@@ -166,7 +176,11 @@ def summarize(samples: np.ndarray) -> dict:
 
 
 def forecast_gpus(
-    problem: Problem, configs: dict[str, np.ndarray], demand: list[DemandPeriod], *, seed: int = 0,
+    problem: Problem,
+    configs: dict[str, np.ndarray],
+    demand: list[DemandPeriod],
+    *,
+    seed: int = 0,
     mesh: MeshLike = None,
 ) -> list[dict]:
     """Per period: GPUs per type (p50 and intervals) and $/hour of the cheapest type at p50.
@@ -188,9 +202,11 @@ def forecast_gpus(
         rates = demand_draws(period, problem.num_draws, seed + k)
         gpus, costs = {}, {}
         for name, config in configs.items():
-            reps = np.asarray(replicas_per_draw(
-                problem_on_devices, jnp.asarray(config), shard_rows(jnp.asarray(rates), mesh)
-            ))
+            reps = np.asarray(
+                replicas_per_draw(
+                    problem_on_devices, jnp.asarray(config), shard_rows(jnp.asarray(rates), mesh)
+                )
+            )
             per = float(gpus_per_replica(problem, jnp.asarray(config)))
             n = np.where(reps > problem.grid.max_replicas, np.inf, reps * per)
             price = float(problem.hardware.price_per_gpu_hour[int(config[0])])
@@ -198,12 +214,14 @@ def forecast_gpus(
             costs[name] = n * price
         best = min(costs, key=lambda g: np.quantile(costs[g], 0.5))
         c = summarize(costs[best])
-        out.append({
-            "period": period.period,
-            "requests_per_s": period.requests_per_s,
-            "requests_per_s_sd": period.requests_per_s_sd,
-            "gpus": gpus,
-            "recommended_gpu": best,
-            "cost_per_hour": {"p50": c["p50"], "p95": c["p95"]},
-        })
+        out.append(
+            {
+                "period": period.period,
+                "requests_per_s": period.requests_per_s,
+                "requests_per_s_sd": period.requests_per_s_sd,
+                "gpus": gpus,
+                "recommended_gpu": best,
+                "cost_per_hour": {"p50": c["p50"], "p95": c["p95"]},
+            }
+        )
     return out

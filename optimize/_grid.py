@@ -22,8 +22,17 @@ from perfmodel import DTYPE_BYTES, Deployment, ModelSpec
 from perfmodel._constants import COMPUTE_DTYPES, WEIGHT_DTYPE_COMPUTE
 
 KNOBS: tuple[str, ...] = (
-    "gpu", "tp", "pp", "kv_dtype", "weight_dtype", "max_num_batched_tokens", "max_num_seqs",
-    "chunk_size", "spec_k", "pool_split", "prefill_gpu",
+    "gpu",
+    "tp",
+    "pp",
+    "kv_dtype",
+    "weight_dtype",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "chunk_size",
+    "spec_k",
+    "pool_split",
+    "prefill_gpu",
 )
 """Index columns of a configuration array, in order; the replica count is kept beside them."""
 
@@ -118,7 +127,8 @@ class Grid(NamedTuple):
         """Every legal index vector (canonical, each once), shape (n, len(KNOBS)), int32."""
         legal, chunk_ok = self.legal_tp(model), self.legal_chunk()
         rows = [
-            c for c in itertools.product(*(range(n) for n in self.sizes()))
+            c
+            for c in itertools.product(*(range(n) for n in self.sizes()))
             if legal[c[TP]] and chunk_ok[c[MNBT], c[CHUNK]] and (c[POOL] > 0 or c[PREFILL_GPU] == 0)
         ]
         return np.asarray(rows, dtype=np.int32)
@@ -148,16 +158,16 @@ def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
 
 def one_hot_weights(config: jnp.ndarray, grid: Grid) -> tuple[jnp.ndarray, ...]:
     """The discrete configuration as the relaxed representation's weights (one-hot per choice)."""
-    return tuple(
-        jnp.eye(n)[config[..., i]] for i, n in enumerate(grid.sizes())
-    )
+    return tuple(jnp.eye(n)[config[..., i]] for i, n in enumerate(grid.sizes()))
 
 
 def _log_mix(w: jnp.ndarray, values: jnp.ndarray) -> jnp.ndarray:
     return jnp.exp2(w @ jnp.log2(values))
 
 
-def chunk_from_weights(weights: tuple[jnp.ndarray, ...], tables: dict[str, jnp.ndarray]) -> jnp.ndarray:
+def chunk_from_weights(
+    weights: tuple[jnp.ndarray, ...], tables: dict[str, jnp.ndarray]
+) -> jnp.ndarray:
     """Prefill chunk c (tokens), log-mixed; a 0 choice stands for the token budget B."""
     budget = _log_mix(weights[MNBT], tables["mnbt"])
     per_choice = jnp.where(tables["chunk"] > 0, tables["chunk"], budget)

@@ -73,8 +73,18 @@ class SpecStep(eqx.Module):
     draft_is_mtp: Array
 
 
-def iteration_s(model, hardware, deployment, efficiency, spec, n_decode, prefill_tokens,
-                tokens_per_prefill_seq, context, temperature=0.0):
+def iteration_s(
+    model,
+    hardware,
+    deployment,
+    efficiency,
+    spec,
+    n_decode,
+    prefill_tokens,
+    tokens_per_prefill_seq,
+    context,
+    temperature=0.0,
+):
     """One engine iteration: ``n_decode`` sequences decode (each verifying k draft tokens under
     ``spec``) beside ``prefill_tokens`` prompt tokens in pieces of ``tokens_per_prefill_seq``.
 
@@ -86,14 +96,26 @@ def iteration_s(model, hardware, deployment, efficiency, spec, n_decode, prefill
     new = prefill_tokens + n_decode * k
     per_seq = jnp.maximum(tokens_per_prefill_seq, 1.0)
     t = forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=new, prefill_seqs=new / per_seq,
-        decode_seqs=n_decode, decode_context=context, temperature=temperature,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=new,
+        prefill_seqs=new / per_seq,
+        decode_seqs=n_decode,
+        decode_context=context,
+        temperature=temperature,
     ).total_s
     if spec is None:
         return t
-    draft = decode_step(spec.draft_model, hardware, deployment, efficiency, n_decode, context, temperature)
-    mtp = MTP_LAYERS_PER_DRAFT_TOKEN * (draft.total_s - draft.overhead_s) / spec.draft_model.num_layers
+    draft = decode_step(
+        spec.draft_model, hardware, deployment, efficiency, n_decode, context, temperature
+    )
+    mtp = (
+        MTP_LAYERS_PER_DRAFT_TOKEN
+        * (draft.total_s - draft.overhead_s)
+        / spec.draft_model.num_layers
+    )
     return t + k * jnp.where(spec.draft_is_mtp, mtp, draft.total_s)
 
 
@@ -103,7 +125,9 @@ def p95_prefills(in_flight: Array) -> Array:
     return 1.0 + in_flight + 1.645 * jnp.sqrt(jnp.maximum(in_flight, 0.0))
 
 
-def queue_waits(rho: Array, mu: Array, interarrival_cv: Array, service_cv2: Array, stable: Array) -> Array:
+def queue_waits(
+    rho: Array, mu: Array, interarrival_cv: Array, service_cv2: Array, stable: Array
+) -> Array:
     """M/G/1 (Kingman) wait quantiles (p50, p95, p99): P(W > t) = rho exp(-t / W_cond)."""
     rho_s = jnp.where(stable, rho, 0.5)
     wait_cond = (interarrival_cv**2 + service_cv2) / 2.0 / mu / (1.0 - rho_s)
@@ -111,7 +135,9 @@ def queue_waits(rho: Array, mu: Array, interarrival_cv: Array, service_cv2: Arra
     return wait_cond * jnp.maximum(jnp.log(jnp.maximum(rho_s, 1e-30) / tails), 0.0)
 
 
-def little_batch(lam: Array, tokens: Array, t_one: Array, t_full: Array, n_max: Array, stable: Array):
+def little_batch(
+    lam: Array, tokens: Array, t_one: Array, t_full: Array, n_max: Array, stable: Array
+):
     """Operating batch n = lam * tokens * t(n), t affine through (1, t_one) and (n_max, t_full);
     returns (n, slope, intercept)."""
     slope = (t_full - t_one) / jnp.maximum(n_max - 1.0, 1e-9)
@@ -154,8 +180,18 @@ def slo_metrics(
     n_max = jnp.maximum(smooth_min(concurrent, deployment.max_num_seqs, temperature), 1.0)
 
     def iteration(n_decode, prefill_tokens, per_seq):
-        return iteration_s(model, hardware, deployment, efficiency, spec, n_decode, prefill_tokens,
-                           per_seq, context, temperature)
+        return iteration_s(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            spec,
+            n_decode,
+            prefill_tokens,
+            per_seq,
+            context,
+            temperature,
+        )
 
     t_full = iteration(n_max, smooth_min(n_max * e * i_len / o_len, budget, temperature), i_len)
     t_one = iteration(1.0, e * i_len / o_len, i_len)
@@ -195,8 +231,11 @@ def serving_slo_metrics(
     budget) as ``SloMetrics``."""
     m = serving_metrics(model, hardware, deployment, efficiency, workload, temperature=temperature)
     concurrent = max_concurrent_requests(
-        model, hardware, deployment,
-        workload.prompt_tokens_mean + workload.output_tokens_mean, temperature,
+        model,
+        hardware,
+        deployment,
+        workload.prompt_tokens_mean + workload.output_tokens_mean,
+        temperature,
     )
     return SloMetrics(
         ttft_p95_s=m.ttft_s.p95,

@@ -38,9 +38,13 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
     """Index vector (``KNOBS`` order) of a described configuration (``_recommend.describe``)."""
     g = problem.grid
     choices = {
-        "gpu": list(gpus), "tp": list(g.tp), "pp": list(g.pp), "kv_dtype": list(g.kv_dtypes),
+        "gpu": list(gpus),
+        "tp": list(g.tp),
+        "pp": list(g.pp),
+        "kv_dtype": list(g.kv_dtypes),
         "weight_dtype": list(g.weight_dtypes),
-        "max_num_batched_tokens": list(g.max_num_batched_tokens), "max_num_seqs": list(g.max_num_seqs),
+        "max_num_batched_tokens": list(g.max_num_batched_tokens),
+        "max_num_seqs": list(g.max_num_seqs),
     }
     chunk = d.get("chunk_size") or d["max_num_batched_tokens"]
     sizes = list(g.chunk_sizes)
@@ -66,7 +70,9 @@ def replica_tradeoff(problem: Problem, config: np.ndarray) -> tuple[np.ndarray, 
     return np.asarray(cost), np.asarray(prob)
 
 
-def latency_draws(problem: Problem, config: np.ndarray, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+def latency_draws(
+    problem: Problem, config: np.ndarray, replicas: int
+) -> tuple[np.ndarray, np.ndarray]:
     """p95 TTFT and p95 TPOT (seconds) of ``config`` in every posterior draw (search model)."""
     m = draw_metrics(problem, one_hot_weights(jnp.asarray(config), problem.grid), float(replicas))
     return np.asarray(m.ttft_p95_s), np.asarray(m.tpot_p95_s)
@@ -79,18 +85,32 @@ def plot_tradeoff(problem: Problem, gpus: tuple[str, ...], out: dict, path: str 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     best = config_index(problem, gpus, out)
     cost, prob = replica_tradeoff(problem, best)
-    keep = cost <= 2.0 * max([out["cost_per_hour"]] + [a["cost_per_hour"] for a in out["alternatives"]])
+    keep = cost <= 2.0 * max(
+        [out["cost_per_hour"]] + [a["cost_per_hour"] for a in out["alternatives"]]
+    )
     keep[: out["replicas"] + 1] = True  # the line reaches one replica past the recommendation
     cost, prob = cost[keep], prob[keep]
-    ax.plot(cost, prob, "-", color="0.6", lw=1, label=f"{out['gpu']} TP{out['tp']} PP{out['pp']} at 1..{len(cost)} replicas")
+    ax.plot(
+        cost,
+        prob,
+        "-",
+        color="0.6",
+        lw=1,
+        label=f"{out['gpu']} TP{out['tp']} PP{out['pp']} at 1..{len(cost)} replicas",
+    )
     rows = [("recommended", out)] + [(f"alt {i + 1}", a) for i, a in enumerate(out["alternatives"])]
     for i, (label, d) in enumerate(rows):
         c = config_index(problem, gpus, d)
         p = float(slo_probability(problem, jnp.asarray(c), float(d["replicas"])))
-        ax.scatter([d["cost_per_hour"]], [p], s=80 if i == 0 else 40, zorder=3,
-                   marker="*" if i == 0 else "o",
-                   label=f"{label}: {d['replicas']} x {d['gpu']} TP{d['tp']} PP{d['pp']} "
-                         f"{d['weight_dtype']}/{d['kv_dtype']}")
+        ax.scatter(
+            [d["cost_per_hour"]],
+            [p],
+            s=80 if i == 0 else 40,
+            zorder=3,
+            marker="*" if i == 0 else "o",
+            label=f"{label}: {d['replicas']} x {d['gpu']} TP{d['tp']} PP{d['pp']} "
+            f"{d['weight_dtype']}/{d['kv_dtype']}",
+        )
     ax.axhline(float(problem.confidence), ls="--", color="k", lw=1, label="required confidence")
     ax.set_xscale("log")
     ax.set_xlabel("$ per hour")
@@ -125,14 +145,18 @@ def plot_latency(problem: Problem, gpus: tuple[str, ...], out: dict, path: str |
             ax.legend(fontsize=8)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("posterior draws")
-    fig.suptitle(f"{out['replicas']} x {out['gpu']} TP{out['tp']} PP{out['pp']}: latency over the posterior")
+    fig.suptitle(
+        f"{out['replicas']} x {out['gpu']} TP{out['tp']} PP{out['pp']}: latency over the posterior"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
 
 
-def write_optimize_plots(problem: Problem, gpus: tuple[str, ...], out: dict, directory: str | Path) -> list[Path]:
+def write_optimize_plots(
+    problem: Problem, gpus: tuple[str, ...], out: dict, directory: str | Path
+) -> list[Path]:
     """Both ``optimize`` figures into ``directory`` (created); none when ``out`` is infeasible."""
     if not out.get("feasible", True):
         return []
@@ -156,10 +180,16 @@ def fan_chart(result: dict, path: str | Path) -> Path:
         def col(f, s=s):
             return [float("nan") if v is None else v for v in map(f, s)]
 
-        line, = ax.plot(x, col(lambda v: v["p50"]), marker="o", label=g)
+        (line,) = ax.plot(x, col(lambda v: v["p50"]), marker="o", label=g)
         for key, alpha in (("p95", 0.15), ("p80", 0.3)):
-            ax.fill_between(x, col(lambda v, key=key: v[key][0]), col(lambda v, key=key: v[key][1]),
-                            color=line.get_color(), alpha=alpha, linewidth=0)
+            ax.fill_between(
+                x,
+                col(lambda v, key=key: v[key][0]),
+                col(lambda v, key=key: v[key][1]),
+                color=line.get_color(),
+                alpha=alpha,
+                linewidth=0,
+            )
     ax.set_xticks(list(x), periods, rotation=45, ha="right")
     ax.set_ylabel("GPUs needed")
     ax.set_title("GPUs per period: median, 80% and 95% intervals")
@@ -179,13 +209,21 @@ def fleet_chart(result: dict, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
     bottom = np.zeros(len(gpus))
     for c, cls in enumerate(result["classes"]):
-        counts = np.asarray([result["plan"][g]["replicas_by_class"].get(str(c), 0) for g in gpus], dtype=float)
-        ax.bar(gpus, counts, bottom=bottom,
-               label=f"class {c}: prompt {cls['prompt_tokens']:.0f}, output {cls['output_tokens']:.0f}, "
-                     f"{cls['requests_per_s']:.2f} req/s")
+        counts = np.asarray(
+            [result["plan"][g]["replicas_by_class"].get(str(c), 0) for g in gpus], dtype=float
+        )
+        ax.bar(
+            gpus,
+            counts,
+            bottom=bottom,
+            label=f"class {c}: prompt {cls['prompt_tokens']:.0f}, output {cls['output_tokens']:.0f}, "
+            f"{cls['requests_per_s']:.2f} req/s",
+        )
         bottom += counts
     for x, (g, top) in enumerate(zip(gpus, bottom)):
-        ax.annotate(f"{result['plan'][g]['gpus']} GPUs", (x, top), ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            f"{result['plan'][g]['gpus']} GPUs", (x, top), ha="center", va="bottom", fontsize=8
+        )
     ax.set_ylabel("replicas")
     cost, exact = result.get("cost_per_hour"), result.get("milp_cost_per_hour")
     title = "infeasible" if cost is None else f"fleet ${cost:.2f}/hour"

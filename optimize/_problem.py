@@ -151,7 +151,9 @@ def make_problem(
     penalty = dict(quality_penalty or {})
     draft, mtp, alphas = _speculation(model, grid, spec_draft, spec_acceptance)
     if transfer_bytes_per_s is not None and not transfer_bytes_per_s > 0:
-        raise ValueError(f"KV transfer bandwidth {transfer_bytes_per_s} must be a positive number of bytes/s")
+        raise ValueError(
+            f"KV transfer bandwidth {transfer_bytes_per_s} must be a positive number of bytes/s"
+        )
     return Problem(
         model=anonymous_model(model),
         hardware=stack_hardware(specs),
@@ -183,7 +185,9 @@ def _speculation(model: ModelSpec, grid: Grid, spec_draft, acceptance: float | N
         raise ValueError(f"spec_draft {spec_draft!r}: pass a draft ModelSpec or 'mtp'")
     draft = model if mtp else spec_draft
     if not mtp and float(draft.total_params) >= float(model.total_params):
-        raise ValueError(f"draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp")
+        raise ValueError(
+            f"draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp"
+        )
     if acceptance is not None:
         if not (math.isfinite(acceptance) and 0.0 <= acceptance <= 1.0):
             raise ValueError(f"speculative acceptance {acceptance} must be in [0, 1], e.g. 0.7")

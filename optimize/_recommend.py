@@ -69,9 +69,22 @@ class Recommendation(NamedTuple):
         c = self.config or {}
         return {
             "feasible": self.feasible,
-            **{k: c.get(k) for k in ("gpu", "num_gpus", "tp", "pp", "replicas",
-                                     "max_num_batched_tokens", "chunk_size", "max_num_seqs",
-                                     "kv_dtype", "weight_dtype", "speculative")},
+            **{
+                k: c.get(k)
+                for k in (
+                    "gpu",
+                    "num_gpus",
+                    "tp",
+                    "pp",
+                    "replicas",
+                    "max_num_batched_tokens",
+                    "chunk_size",
+                    "max_num_seqs",
+                    "kv_dtype",
+                    "weight_dtype",
+                    "speculative",
+                )
+            },
             "disaggregation": c.get("disaggregation"),
             "cost_per_hour": _num(self.cost_per_hour),
             "cost_per_million_output_tokens": _num(self.cost_per_million_output_tokens),
@@ -120,7 +133,7 @@ def recommend(
     gpus: tuple[str, ...],
     model_name: str,
     *,
-    options: SearchOptions = SearchOptions(),
+    options: SearchOptions = SearchOptions(),  # noqa: B008 (an immutable NamedTuple)
     num_verified: int = 4,
     verify: bool = True,
     simulate_requests: int = 0,
@@ -165,15 +178,28 @@ def recommend(
     for i in uniq[1:]:
         if np.isfinite(costs[i]):
             d = describe(problem, gpus, cands[i], int(reps[i]))
-            alternatives.append({**d, "cost_per_hour": float(costs[i]),
-                                 "cost_per_million_output_tokens": _per_million(problem, float(costs[i]))})
+            alternatives.append(
+                {
+                    **d,
+                    "cost_per_hour": float(costs[i]),
+                    "cost_per_million_output_tokens": _per_million(problem, float(costs[i])),
+                }
+            )
     sim = None
     if simulate_requests > 0:
         plain = int(config[POOL]) == 0 and problem.grid.spec_k[int(config[SPEC])] == 0
-        sim = (simulate_check(problem, config, r, simulate_requests) if plain else
-               {"requests": 0, "skipped": "the simulator check covers colocated engines without "
-                "speculation; run `servingmath simulate --disagg/--spec-draft` on this answer"})
-    return out._replace(alternatives=alternatives, search_seconds=time.perf_counter() - t0, simulator=sim)
+        sim = (
+            simulate_check(problem, config, r, simulate_requests)
+            if plain
+            else {
+                "requests": 0,
+                "skipped": "the simulator check covers colocated engines without "
+                "speculation; run `servingmath simulate --disagg/--spec-draft` on this answer",
+            }
+        )
+    return out._replace(
+        alternatives=alternatives, search_seconds=time.perf_counter() - t0, simulator=sim
+    )
 
 
 def simulate_check(problem: Problem, config: np.ndarray, replicas: int, num_requests: int) -> dict:
@@ -187,13 +213,19 @@ def simulate_check(problem: Problem, config: np.ndarray, replicas: int, num_requ
     hw = _select(problem.hardware, int(config[0]))
     eff = _select(problem.efficiency, int(config[0]))
     eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
-    res = summarize(simulate(problem.model, hw, dep, eff, problem.workload, num_requests=num_requests))
+    res = summarize(
+        simulate(problem.model, hw, dep, eff, problem.workload, num_requests=num_requests)
+    )
     ttft = {k: float(res["ttft_s"][k]) for k in ("p50", "p95", "p99")}
     tpot = {k: float(res["tpot_s"][k]) for k in ("p50", "p95", "p99")}
     return {
-        "requests": num_requests, "ttft_s": ttft, "tpot_s": tpot,
-        "meets_slo": bool(ttft["p95"] <= float(problem.slo_ttft_p95_s)
-                          and tpot["p95"] <= float(problem.slo_tpot_p95_s)),
+        "requests": num_requests,
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "meets_slo": bool(
+            ttft["p95"] <= float(problem.slo_ttft_p95_s)
+            and tpot["p95"] <= float(problem.slo_tpot_p95_s)
+        ),
     }
 
 
@@ -228,15 +260,19 @@ def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.n
     flat_c = np.repeat(configs, width, axis=0)
     flat_r = np.asarray(trials, dtype=float).reshape(-1)
     metrics, prob = _verdict(problem, jnp.asarray(flat_c), jnp.asarray(flat_r))
-    ok = np.asarray(meets_confidence(np.asarray(prob), float(problem.confidence))).reshape(len(configs), width)
+    ok = np.asarray(meets_confidence(np.asarray(prob), float(problem.confidence))).reshape(
+        len(configs), width
+    )
     pick = np.where(ok.any(axis=1), ok.argmax(axis=1), width - 1)
     reps = np.where(ok.any(axis=1), np.asarray(trials)[np.arange(len(configs)), pick], 0)
     flat_pick = np.arange(len(configs)) * width + pick
     metrics = jax.tree_util.tree_map(lambda x: np.asarray(x)[flat_pick], metrics)
-    costs = np.asarray([
-        float(cost_per_hour(problem, jnp.asarray(c), float(r))) if r > 0 else np.inf
-        for c, r in zip(configs, reps)
-    ])
+    costs = np.asarray(
+        [
+            float(cost_per_hour(problem, jnp.asarray(c), float(r))) if r > 0 else np.inf
+            for c, r in zip(configs, reps)
+        ]
+    )
     return reps, costs, metrics
 
 
@@ -246,7 +282,9 @@ def _summary(q: np.ndarray) -> dict[str, float]:
     return {k: _num(float(v)) for k, v in zip(("p50", "p95", "p99"), med)}
 
 
-def _explain(problem, gpus, model_name, config, replicas, cost, metrics, draft_name=None) -> Recommendation:
+def _explain(
+    problem, gpus, model_name, config, replicas, cost, metrics, draft_name=None
+) -> Recommendation:
     """Explain ``config``: ``metrics`` are its per-draw verdict metrics (None: search model)."""
     cfg = jnp.asarray(config)
     weights = one_hot_weights(cfg, problem.grid)
@@ -258,7 +296,9 @@ def _explain(problem, gpus, model_name, config, replicas, cost, metrics, draft_n
     shadow = {}
     for name in ("slo_ttft_p95_s", "slo_tpot_p95_s"):
         bound = float(getattr(problem, name))
-        shadow[name.removeprefix("slo_")] = cost * elastic[name] / bound if math.isfinite(bound) else 0.0
+        shadow[name.removeprefix("slo_")] = (
+            cost * elastic[name] / bound if math.isfinite(bound) else 0.0
+        )
     described = describe(problem, gpus, config, replicas)
     if described["speculative"] and draft_name:
         described["speculative"]["draft_model"] = draft_name
@@ -266,8 +306,14 @@ def _explain(problem, gpus, model_name, config, replicas, cost, metrics, draft_n
     eff = _select(problem.efficiency, int(config[0]))
     eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
     dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
-    sheet = budget_sheet(problem.model, hw, dep, eff,
-                         problem.workload.prompt_tokens_mean, problem.workload.output_tokens_mean)
+    sheet = budget_sheet(
+        problem.model,
+        hw,
+        dep,
+        eff,
+        problem.workload.prompt_tokens_mean,
+        problem.workload.output_tokens_mean,
+    )
     return Recommendation(
         feasible=True,
         config=described,
@@ -297,9 +343,19 @@ def _infeasible(problem: Problem, gpus: tuple[str, ...], seconds: float) -> Reco
     r = problem.grid.max_replicas
     near["configs"] = {k: describe(problem, gpus, c, r) for k, c in near.get("configs", {}).items()}
     return Recommendation(
-        feasible=False, config=None, cost_per_hour=math.inf,
-        cost_per_million_output_tokens=math.inf, slo_probability=0.0,
-        ttft_s=None, tpot_s=None, binding_constraint=near.pop("binding"), binding_budget=None,
-        shadow_prices={}, cost_elasticities={}, engine_args=None, alternatives=[],
-        closest_achievable=near, search_seconds=seconds,
+        feasible=False,
+        config=None,
+        cost_per_hour=math.inf,
+        cost_per_million_output_tokens=math.inf,
+        slo_probability=0.0,
+        ttft_s=None,
+        tpot_s=None,
+        binding_constraint=near.pop("binding"),
+        binding_budget=None,
+        shadow_prices={},
+        cost_elasticities={},
+        engine_args=None,
+        alternatives=[],
+        closest_achievable=near,
+        search_seconds=seconds,
     )

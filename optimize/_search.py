@@ -84,7 +84,9 @@ def _masks(problem: Problem) -> tuple[Array, ...]:
 def _smooth_feasibility(problem: Problem, m, mem: Array, w: float) -> tuple[Array, Array]:
     """(P_smooth, far-field hinge) of per-draw metrics ``m`` with memory log-slack ``mem``."""
     slacks = constraint_slacks(problem, m).at[3].set(mem)
-    slacks = jnp.where(jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0))  # +inf: unbounded SLO
+    slacks = jnp.where(
+        jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0)
+    )  # +inf: unbounded SLO
     p_smooth = jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / w), axis=0))
     far = jnp.mean(jnp.sum(jax.nn.relu(-slacks + w) ** 2, axis=0))
     return p_smooth, far
@@ -102,7 +104,11 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     tp = jnp.exp2(weights[TP] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
     pp = jnp.exp2(weights[PP] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
     prices = problem.hardware.price_per_gpu_hour
-    surcharge = 1.0 + weights[KV] @ problem.kv_penalty_fraction + weights[WEIGHT] @ problem.weight_penalty_fraction
+    surcharge = (
+        1.0
+        + weights[KV] @ problem.kv_penalty_fraction
+        + weights[WEIGHT] @ problem.weight_penalty_fraction
+    )
     group = replicas * tp * pp * surcharge
     cost = group * (weights[GPU] @ prices)
 
@@ -113,8 +119,12 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     p_smooth, far = _smooth_feasibility(small, col, memory_slack(small, weights), w)
     if split is not None:
         p_units, d_units = pool_units(small, weights)
-        cost_split = group * (p_units * (weights[PREFILL_GPU] @ prices) + d_units * (weights[GPU] @ prices))
-        mem = jnp.minimum(memory_slack(small, weights), memory_slack(small, weights, weights[PREFILL_GPU]))
+        cost_split = group * (
+            p_units * (weights[PREFILL_GPU] @ prices) + d_units * (weights[GPU] @ prices)
+        )
+        mem = jnp.minimum(
+            memory_slack(small, weights), memory_slack(small, weights, weights[PREFILL_GPU])
+        )
         p_split, far_split = _smooth_feasibility(small, split, mem, w)
         w0 = weights[POOL][0]
         p_smooth = w0 * p_smooth + (1.0 - w0) * p_split
@@ -150,7 +160,9 @@ def relaxed_descent(
         return _descent(problem, options, key, sharding)
 
 
-def _descent(problem: Problem, options: SearchOptions, key: Array, sharding=None) -> tuple[Relaxed, Array]:
+def _descent(
+    problem: Problem, options: SearchOptions, key: Array, sharding=None
+) -> tuple[Relaxed, Array]:
     opt = optax.adam(options.learning_rate)
     x0 = _init(problem, key, options)
     if sharding is not None:
@@ -167,7 +179,7 @@ def _descent(problem: Problem, options: SearchOptions, key: Array, sharding=None
         x = x._replace(log_replicas=optax.projections.projection_box(x.log_replicas, 0.0, hi))
         return (x, state), loss
 
-    (x, _), losses = jax.lax.scan(step, (x0, opt.init(x0)), None, length=options.num_steps)
+    (x, _), _losses = jax.lax.scan(step, (x0, opt.init(x0)), None, length=options.num_steps)
     return x, jax.vmap(lambda xi: relaxed_loss(problem, xi, options))(x)
 
 
@@ -181,8 +193,9 @@ def _live_knobs(problem: Problem) -> tuple[int, ...]:
     """Knob columns a move can change: more than one choice, and the prefill-pool GPU only when
     pool splits are offered (static per grid, so the neighbour batches keep one shape)."""
     sizes = problem.grid.sizes()
-    return tuple(k for k, n in enumerate(sizes)
-                 if n > 1 and (k != PREFILL_GPU or problem.grid.disaggregated))
+    return tuple(
+        k for k, n in enumerate(sizes) if n > 1 and (k != PREFILL_GPU or problem.grid.disaggregated)
+    )
 
 
 def _line_neighbours(problem: Problem, centres: np.ndarray) -> np.ndarray:
@@ -236,7 +249,10 @@ def _starts_sharding(mesh, num_starts: int):
 
 
 def search(
-    problem: Problem, options: SearchOptions = SearchOptions(), *, mesh: MeshLike = None
+    problem: Problem,
+    options: SearchOptions = SearchOptions(),  # noqa: B008 (an immutable NamedTuple)
+    *,
+    mesh: MeshLike = None,
 ) -> SearchResult:
     """Relaxed multi-start descent, rounding, then exact coordinate search from the best roundings.
 
@@ -245,7 +261,9 @@ def search(
     """
     mesh = device_mesh(mesh)
     x, losses = relaxed_descent(
-        replicate(problem, mesh), options._replace(seed=0), jax.random.PRNGKey(options.seed),
+        replicate(problem, mesh),
+        options._replace(seed=0),
+        jax.random.PRNGKey(options.seed),
         _starts_sharding(mesh, options.num_starts),
     )
     rounded = round_relaxed(problem, x)
@@ -271,7 +289,9 @@ def search(
     evaluated = 0
     for _ in range(options.max_rounds):
         lines = _line_neighbours(problem, centres)
-        pairs = np.concatenate([_pair_neighbours(problem, c) for c in centres[: options.pair_seeds]])
+        pairs = np.concatenate(
+            [_pair_neighbours(problem, c) for c in centres[: options.pair_seeds]]
+        )
         cand = np.concatenate([lines, pairs])
         if mesh is None:
             reps, cost = costs_at_min_replicas(problem, jnp.asarray(cand))
@@ -282,8 +302,10 @@ def search(
         for c, r, k in zip(cand, reps, cost):
             table[tuple(int(v) for v in c)] = (int(r), float(k))
         per = cost[: len(lines)].reshape(len(centres), -1)
-        best = lines.reshape(len(centres), -1, lines.shape[-1])[np.arange(len(centres)), per.argmin(1)]
-        pair_cost = cost[len(lines):].reshape(min(options.pair_seeds, len(centres)), -1)
+        best = lines.reshape(len(centres), -1, lines.shape[-1])[
+            np.arange(len(centres)), per.argmin(1)
+        ]
+        pair_cost = cost[len(lines) :].reshape(min(options.pair_seeds, len(centres)), -1)
         pair_best = pairs.reshape(len(pair_cost), -1, pairs.shape[-1])
         for j in range(len(pair_cost)):
             if pair_cost[j].min() < per[j].min():

@@ -61,8 +61,11 @@ def split_slo_metrics(
     rho_p = lam_p * d_pre
     stable_p = rho_p < 1.0
     waits_p = queue_waits(rho_p, 1.0 / d_pre, workload.interarrival_cv, 0.0, stable_p)
-    bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else jnp.where(
-        transfer_bytes_per_s > 0, transfer_bytes_per_s, hw_p.internode_bytes_per_s)
+    bw = (
+        hw_p.internode_bytes_per_s
+        if transfer_bytes_per_s is None
+        else jnp.where(transfer_bytes_per_s > 0, transfer_bytes_per_s, hw_p.internode_bytes_per_s)
+    )
     t_kv = kv_transfer_s(model, dep_p, i_len, bw, transfer_latency_s)
 
     lam_d = workload.arrival_rate_per_s / dep_d.replicas

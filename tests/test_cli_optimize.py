@@ -13,27 +13,98 @@ BASE = ["--model", "meta-llama/Llama-3.1-8B", "--prior", "--draws", "8"]
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["optimize", *BASE, "--gpus", "h100-sxm,nope-gpu", "--rate", "5"], "unknown GPU 'nope-gpu'"),
-        (["optimize", "--model", "no/such-model", "--gpus", "h100-sxm", "--rate", "5"], "no/such-model"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--confidence", "1.5"], "between 0 and 1"),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm,nope-gpu", "--rate", "5"],
+            "unknown GPU 'nope-gpu'",
+        ),
+        (
+            ["optimize", "--model", "no/such-model", "--gpus", "h100-sxm", "--rate", "5"],
+            "no/such-model",
+        ),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--confidence", "1.5"],
+            "between 0 and 1",
+        ),
         (["optimize", *BASE, "--gpus", "h100-sxm"], "--rate"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--ttft-p95", "-1"], "--ttft-p95"),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--ttft-p95", "-1"],
+            "--ttft-p95",
+        ),
         (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--kv-dtypes", "fp9"], "fp9"),
-        (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "l40s=4"], "not in --gpus"),
-        (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "h100-sxm"], "NAME=NUMBER"),
+        (
+            ["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "l40s=4"],
+            "not in --gpus",
+        ),
+        (
+            ["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--max-gpus", "h100-sxm"],
+            "NAME=NUMBER",
+        ),
         (["fleet", *BASE, "--gpus", "h100-sxm,nope-gpu", "--rate", "5"], "unknown GPU 'nope-gpu'"),
-        (["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--confidence", "0"], "between 0 and 1"),
-        (["forecast", *BASE, "--gpus", "nope-gpu", "--demand", "data/examples/demand.csv"], "unknown GPU 'nope-gpu'"),
-        (["forecast", *BASE, "--gpus", "h100-sxm", "--demand", "data/examples/demand.csv", "--confidence", "1"],
-         "between 0 and 1"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--pool-ratios", "2:0"], "--pool-ratios"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--chunk-sizes", "0,512"], "--chunk-sizes"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-draft", "mtp",
-          "--spec-acceptance", "1.5"], "--spec-acceptance must be in [0, 1]"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-acceptance", "0.7"], "needs --spec-draft"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-draft", "meta-llama/Llama-3.1-70B"],
-         "not smaller than"),
-        (["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--transfer-bw", "0"], "--transfer-bw"),
+        (
+            ["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--confidence", "0"],
+            "between 0 and 1",
+        ),
+        (
+            ["forecast", *BASE, "--gpus", "nope-gpu", "--demand", "data/examples/demand.csv"],
+            "unknown GPU 'nope-gpu'",
+        ),
+        (
+            [
+                "forecast",
+                *BASE,
+                "--gpus",
+                "h100-sxm",
+                "--demand",
+                "data/examples/demand.csv",
+                "--confidence",
+                "1",
+            ],
+            "between 0 and 1",
+        ),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--pool-ratios", "2:0"],
+            "--pool-ratios",
+        ),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--chunk-sizes", "0,512"],
+            "--chunk-sizes",
+        ),
+        (
+            [
+                "optimize",
+                *BASE,
+                "--gpus",
+                "h100-sxm",
+                "--rate",
+                "5",
+                "--spec-draft",
+                "mtp",
+                "--spec-acceptance",
+                "1.5",
+            ],
+            "--spec-acceptance must be in [0, 1]",
+        ),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-acceptance", "0.7"],
+            "needs --spec-draft",
+        ),
+        (
+            [
+                "optimize",
+                *BASE,
+                "--gpus",
+                "h100-sxm",
+                "--rate",
+                "5",
+                "--spec-draft",
+                "meta-llama/Llama-3.1-70B",
+            ],
+            "not smaller than",
+        ),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--transfer-bw", "0"],
+            "--transfer-bw",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
@@ -45,7 +116,9 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
 def test_missing_price_is_a_usage_error(tmp_path, capsys):
     prices = tmp_path / "prices.csv"
     prices.write_text("gpu,price_per_gpu_hour\nl40s,1.5\n")
-    assert main(["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--prices", str(prices)]) == 2
+    assert (
+        main(["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--prices", str(prices)]) == 2
+    )
     assert "no price for GPU 'h100-sxm'" in capsys.readouterr().err
 
 
@@ -71,17 +144,50 @@ def test_fleet_and_forecast_missing_price_and_demand_gap(tmp_path, capsys):
 
 
 def test_optimize_json_keys_and_infeasible_value(capsys):
-    argv = ["optimize", *BASE, "--gpus", "h100-sxm,l40s", "--rate", "10", "--input-len", "1024",
-            "--output-len", "256", "--no-verify", "--json", "--max-replicas", "16"]
+    argv = [
+        "optimize",
+        *BASE,
+        "--gpus",
+        "h100-sxm,l40s",
+        "--rate",
+        "10",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "256",
+        "--no-verify",
+        "--json",
+        "--max-replicas",
+        "16",
+    ]
     assert main([*argv, "--ttft-p95", "1.0", "--tpot-p95", "0.05"]) == 0
     out = json.loads(capsys.readouterr().out)
-    for key in ("gpu", "num_gpus", "tp", "pp", "replicas", "max_num_batched_tokens", "kv_dtype",
-                "weight_dtype", "disaggregation", "cost_per_hour", "cost_per_million_output_tokens",
-                "slo_probability", "ttft_s", "tpot_s", "binding_constraint", "shadow_prices",
-                "engine_args", "alternatives"):
+    for key in (
+        "gpu",
+        "num_gpus",
+        "tp",
+        "pp",
+        "replicas",
+        "max_num_batched_tokens",
+        "kv_dtype",
+        "weight_dtype",
+        "disaggregation",
+        "cost_per_hour",
+        "cost_per_million_output_tokens",
+        "slo_probability",
+        "ttft_s",
+        "tpot_s",
+        "binding_constraint",
+        "shadow_prices",
+        "engine_args",
+        "alternatives",
+    ):
         assert key in out
     assert out["feasible"] and out["slo_probability"] >= 0.9 - 1e-6
-    assert out["gpu"] in ("h100-sxm", "l40s") and out["num_gpus"] == out["replicas"] * out["tp"] * out["pp"]
+    assert (
+        out["gpu"] in ("h100-sxm", "l40s")
+        and out["num_gpus"] == out["replicas"] * out["tp"] * out["pp"]
+    )
     assert f"--tensor-parallel-size {out['tp']}" in out["engine_args"]["vllm"]
     assert out["ttft_s"]["p95"] <= 1.0 or out["binding_constraint"]
 

@@ -37,18 +37,41 @@ def test_malformed_demand_names_line_and_field(tmp_path, text, message):
 
 
 def _problem():
-    wl = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1024.0, output_tokens_mean=256.0,
-                  output_tokens_cv=1.0)
-    grid = Grid(num_gpus=1, tp=(1, 2), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
-                max_num_batched_tokens=(2048,), max_num_seqs=(256,), max_replicas=256)
-    return make_problem(load_model("meta-llama/Llama-3.1-8B"), ("h100-sxm",), wl,
-                        slo_ttft_p95_s=1.0, slo_tpot_p95_s=0.05, grid=grid, num_draws=64)
+    wl = Workload(
+        arrival_rate_per_s=10.0,
+        prompt_tokens_mean=1024.0,
+        output_tokens_mean=256.0,
+        output_tokens_cv=1.0,
+    )
+    grid = Grid(
+        num_gpus=1,
+        tp=(1, 2),
+        pp=(1,),
+        kv_dtypes=("bf16",),
+        weight_dtypes=("bf16",),
+        max_num_batched_tokens=(2048,),
+        max_num_seqs=(256,),
+        max_replicas=256,
+    )
+    return make_problem(
+        load_model("meta-llama/Llama-3.1-8B"),
+        ("h100-sxm",),
+        wl,
+        slo_ttft_p95_s=1.0,
+        slo_tpot_p95_s=0.05,
+        grid=grid,
+        num_draws=64,
+    )
 
 
 def test_intervals_nested_monotone_and_widened_by_demand_uncertainty():
     problem = _problem()
     config = np.zeros(len(KNOBS), dtype=np.int32)
-    demand = [DemandPeriod("a", 5.0, 0.0), DemandPeriod("b", 40.0, 0.0), DemandPeriod("c", 40.0, 15.0)]
+    demand = [
+        DemandPeriod("a", 5.0, 0.0),
+        DemandPeriod("b", 40.0, 0.0),
+        DemandPeriod("c", 40.0, 15.0),
+    ]
     out = forecast_gpus(problem, {"h100-sxm": config}, demand)
     s = [p["gpus"]["h100-sxm"] for p in out]
     for x in s:
@@ -56,7 +79,9 @@ def test_intervals_nested_monotone_and_widened_by_demand_uncertainty():
     assert s[1]["p50"] >= s[0]["p50"]
     width = [x["p95"][1] - x["p95"][0] for x in s]
     assert width[2] > width[1]
-    assert out[0]["cost_per_hour"]["p50"] == s[0]["p50"] * float(problem.hardware.price_per_gpu_hour[0])
+    assert out[0]["cost_per_hour"]["p50"] == s[0]["p50"] * float(
+        problem.hardware.price_per_gpu_hour[0]
+    )
 
 
 def test_replicas_per_draw_is_the_first_count_that_holds():

@@ -10,15 +10,33 @@ from optimize._evaluate import costs_at_min_replicas
 from optimize._explain import SENSITIVITIES, cost_elasticities
 from perfmodel import load_model
 
-GRID = Grid(num_gpus=1, tp=(1,), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
-            max_num_batched_tokens=(2048,), max_num_seqs=(256,), max_replicas=512)
+GRID = Grid(
+    num_gpus=1,
+    tp=(1,),
+    pp=(1,),
+    kv_dtypes=("bf16",),
+    weight_dtypes=("bf16",),
+    max_num_batched_tokens=(2048,),
+    max_num_seqs=(256,),
+    max_replicas=512,
+)
 
 
 def _problem(rate, ttft=None):
-    wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=512.0, output_tokens_mean=256.0,
-                  output_tokens_cv=1.0)
-    return make_problem(load_model("meta-llama/Llama-3.1-8B"), ("h100-sxm",), wl,
-                        slo_ttft_p95_s=ttft, grid=GRID, num_draws=32)
+    wl = Workload(
+        arrival_rate_per_s=rate,
+        prompt_tokens_mean=512.0,
+        output_tokens_mean=256.0,
+        output_tokens_cv=1.0,
+    )
+    return make_problem(
+        load_model("meta-llama/Llama-3.1-8B"),
+        ("h100-sxm",),
+        wl,
+        slo_ttft_p95_s=ttft,
+        grid=GRID,
+        num_draws=32,
+    )
 
 
 def test_throughput_bound_cost_scales_one_for_one_with_rate():
@@ -42,8 +60,17 @@ def test_tighter_ttft_slo_costs_more():
 
 
 def test_engine_flags_name_the_knobs():
-    args = engine_args("m", {"tp": 4, "pp": 2, "max_num_batched_tokens": 4096, "max_num_seqs": 128,
-                             "kv_dtype": "fp8", "weight_dtype": "bf16"})
+    args = engine_args(
+        "m",
+        {
+            "tp": 4,
+            "pp": 2,
+            "max_num_batched_tokens": 4096,
+            "max_num_seqs": 128,
+            "kv_dtype": "fp8",
+            "weight_dtype": "bf16",
+        },
+    )
     assert "--tensor-parallel-size 4 --pipeline-parallel-size 2" in args["vllm"]
     assert "--kv-cache-dtype fp8" in args["vllm"] and "--enable-chunked-prefill" in args["vllm"]
     assert "--tp 4" in args["sglang"] and "--chunked-prefill-size 4096" in args["sglang"]

@@ -22,8 +22,24 @@ def _is_png(path):
 
 def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
     out = tmp_path / "figs"
-    argv = ["optimize", *BASE, "--gpus", "h100-sxm,l40s", "--rate", "10", "--no-verify", "--json",
-            "--max-replicas", "16", "--ttft-p95", "1.0", "--tpot-p95", "0.05", "--plot", str(out)]
+    argv = [
+        "optimize",
+        *BASE,
+        "--gpus",
+        "h100-sxm,l40s",
+        "--rate",
+        "10",
+        "--no-verify",
+        "--json",
+        "--max-replicas",
+        "16",
+        "--ttft-p95",
+        "1.0",
+        "--tpot-p95",
+        "0.05",
+        "--plot",
+        str(out),
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["feasible"]  # stdout stays one JSON object
@@ -36,9 +52,29 @@ def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
     demand = tmp_path / "demand.csv"
     demand.write_text("period,requests_per_s,requests_per_s_sd\n2026-01,5,1\n2026-02,10,3\n")
     png = tmp_path / "fan.png"
-    argv = ["forecast", *BASE, "--kv-dtypes", "bf16", "--weight-dtypes", "bf16", "--gpus", "h100-sxm", "--demand", str(demand), "--ttft-p95", "1.0",
-            "--tpot-p95", "0.05", "--max-replicas", "32", "--json", "--plot", str(tmp_path / "figs"),
-            "--png", str(png)]
+    argv = [
+        "forecast",
+        *BASE,
+        "--kv-dtypes",
+        "bf16",
+        "--weight-dtypes",
+        "bf16",
+        "--gpus",
+        "h100-sxm",
+        "--demand",
+        str(demand),
+        "--ttft-p95",
+        "1.0",
+        "--tpot-p95",
+        "0.05",
+        "--max-replicas",
+        "32",
+        "--json",
+        "--plot",
+        str(tmp_path / "figs"),
+        "--png",
+        str(png),
+    ]
     assert main(argv) == 0
     assert "periods" in json.loads(capsys.readouterr().out)
     assert _is_png(tmp_path / "figs" / NAMES["fan"])
@@ -46,22 +82,53 @@ def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
 
 
 def test_plot_helpers_agree_with_the_model():
-    wl = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1024.0, output_tokens_mean=256.0,
-                  output_tokens_cv=1.0)
-    grid = Grid(num_gpus=1, tp=(1, 2), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
-                max_num_batched_tokens=(2048,), max_num_seqs=(256,), max_replicas=8)
+    wl = Workload(
+        arrival_rate_per_s=10.0,
+        prompt_tokens_mean=1024.0,
+        output_tokens_mean=256.0,
+        output_tokens_cv=1.0,
+    )
+    grid = Grid(
+        num_gpus=1,
+        tp=(1, 2),
+        pp=(1,),
+        kv_dtypes=("bf16",),
+        weight_dtypes=("bf16",),
+        max_num_batched_tokens=(2048,),
+        max_num_seqs=(256,),
+        max_replicas=8,
+    )
     gpus = ("h100-sxm",)
-    problem = make_problem(load_model("meta-llama/Llama-3.1-8B"), gpus, wl, slo_ttft_p95_s=1.0,
-                           slo_tpot_p95_s=0.05, grid=grid, num_draws=16)
+    problem = make_problem(
+        load_model("meta-llama/Llama-3.1-8B"),
+        gpus,
+        wl,
+        slo_ttft_p95_s=1.0,
+        slo_tpot_p95_s=0.05,
+        grid=grid,
+        num_draws=16,
+    )
     config = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.int32)
     assert np.array_equal(config_index(problem, gpus, describe(problem, gpus, config, 3)), config)
     split_grid = grid._replace(num_gpus=2, pool_ratios=((1, 1), (2, 1)), chunk_sizes=(512, 2048))
     two = ("h100-sxm", "l40s")
-    split = make_problem(load_model("meta-llama/Llama-3.1-8B"), two, wl, grid=split_grid, num_draws=4)
+    split = make_problem(
+        load_model("meta-llama/Llama-3.1-8B"), two, wl, grid=split_grid, num_draws=4
+    )
     c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1], dtype=np.int32)  # 2:1, prefill on l40s
     d = describe(split, two, c, 3)
-    assert d["disaggregation"]["prefill"] == {"gpu": "l40s", "num_gpus": 12, "tp": 2, "pp": 1, "replicas": 6}
-    assert d["disaggregation"]["decode"]["num_gpus"] == 6 and d["num_gpus"] == 18 and d["chunk_size"] == 512
+    assert d["disaggregation"]["prefill"] == {
+        "gpu": "l40s",
+        "num_gpus": 12,
+        "tp": 2,
+        "pp": 1,
+        "replicas": 6,
+    }
+    assert (
+        d["disaggregation"]["decode"]["num_gpus"] == 6
+        and d["num_gpus"] == 18
+        and d["chunk_size"] == 512
+    )
     assert np.array_equal(config_index(split, two, d), c)
     cost, prob = replica_tradeoff(problem, config)
     price = float(problem.hardware.price_per_gpu_hour[0])
@@ -77,11 +144,16 @@ def test_fleet_chart_from_a_fleet_result(tmp_path):
     from optimize._plots import fleet_chart
 
     result = {
-        "classes": [{"prompt_tokens": 256.0, "output_tokens": 128.0, "requests_per_s": 5.0},
-                    {"prompt_tokens": 12000.0, "output_tokens": 512.0, "requests_per_s": 1.0}],
-        "plan": {"h100-sxm": {"gpus": 2, "replicas_by_class": {"1": 2}},
-                 "l40s": {"gpus": 3, "replicas_by_class": {"0": 3}}},
-        "cost_per_hour": 10.0, "milp_cost_per_hour": 10.0,
+        "classes": [
+            {"prompt_tokens": 256.0, "output_tokens": 128.0, "requests_per_s": 5.0},
+            {"prompt_tokens": 12000.0, "output_tokens": 512.0, "requests_per_s": 1.0},
+        ],
+        "plan": {
+            "h100-sxm": {"gpus": 2, "replicas_by_class": {"1": 2}},
+            "l40s": {"gpus": 3, "replicas_by_class": {"0": 3}},
+        },
+        "cost_per_hour": 10.0,
+        "milp_cost_per_hour": 10.0,
     }
     path = fleet_chart(result, tmp_path / "figs" / NAMES["fleet"])
     assert _is_png(path)

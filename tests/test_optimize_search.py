@@ -21,8 +21,14 @@ from optimize._grid import KNOBS, one_hot_weights
 from perfmodel import load_model
 
 GRID = Grid(
-    num_gpus=2, tp=(1, 2, 4), pp=(1, 2), kv_dtypes=("bf16", "fp8"), weight_dtypes=("bf16", "fp8"),
-    max_num_batched_tokens=(1024, 4096), max_num_seqs=(128, 256), max_replicas=16,
+    num_gpus=2,
+    tp=(1, 2, 4),
+    pp=(1, 2),
+    kv_dtypes=("bf16", "fp8"),
+    weight_dtypes=("bf16", "fp8"),
+    max_num_batched_tokens=(1024, 4096),
+    max_num_seqs=(128, 256),
+    max_replicas=16,
 )
 OPTIONS = SearchOptions(num_starts=16, num_steps=80, relaxed_draws=16)
 
@@ -35,10 +41,23 @@ CASES = [
 
 
 def _problem(name, gpus, rate, i_len, o_len, ttft, tpot, conf, draws=32):
-    wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=float(i_len),
-                  output_tokens_mean=float(o_len), output_tokens_cv=1.0)
-    return make_problem(load_model(name), gpus, wl, slo_ttft_p95_s=ttft, slo_tpot_p95_s=tpot,
-                        confidence=conf, grid=GRID, num_draws=draws, seed=1)
+    wl = Workload(
+        arrival_rate_per_s=rate,
+        prompt_tokens_mean=float(i_len),
+        output_tokens_mean=float(o_len),
+        output_tokens_cv=1.0,
+    )
+    return make_problem(
+        load_model(name),
+        gpus,
+        wl,
+        slo_ttft_p95_s=ttft,
+        slo_tpot_p95_s=tpot,
+        confidence=conf,
+        grid=GRID,
+        num_draws=draws,
+        seed=1,
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0].split("/")[1] for c in CASES])
@@ -59,16 +78,22 @@ def test_min_replicas_is_the_first_feasible_count():
     configs = jnp.asarray(problem.grid.all_configs(problem.model)[:8])
     reps = np.asarray(min_replicas(problem, configs))
     for c, r in zip(configs, reps):
-        probs = [float(slo_probability(problem, c, float(k))) for k in range(1, GRID.max_replicas + 1)]
-        feasible = [k + 1 for k, p in enumerate(probs) if meets_confidence(p, float(problem.confidence))]
+        probs = [
+            float(slo_probability(problem, c, float(k))) for k in range(1, GRID.max_replicas + 1)
+        ]
+        feasible = [
+            k + 1 for k, p in enumerate(probs) if meets_confidence(p, float(problem.confidence))
+        ]
         assert r == (feasible[0] if feasible else GRID.max_replicas + 1)
         # monotone: once feasible, more replicas stay feasible
         if feasible:
-            assert all(meets_confidence(p, float(problem.confidence)) for p in probs[r - 1:])
+            assert all(meets_confidence(p, float(problem.confidence)) for p in probs[r - 1 :])
 
 
 def test_impossible_slo_is_reported_infeasible():
-    problem = _problem("meta-llama/Llama-3.1-70B", ("l4", "a100-sxm-80gb"), 5.0, 4096, 256, 0.001, 0.001, 0.9)
+    problem = _problem(
+        "meta-llama/Llama-3.1-70B", ("l4", "a100-sxm-80gb"), 5.0, 4096, 256, 0.001, 0.001, 0.9
+    )
     assert exhaustive_optimum(problem, chunk=16).config is None
     found = search(problem, OPTIONS)
     assert not np.isfinite(found.cost_per_hour[0])
@@ -77,25 +102,50 @@ def test_impossible_slo_is_reported_infeasible():
 def test_higher_confidence_never_cheaper():
     lo = _problem(*CASES[0][:-1], 0.5)
     hi = _problem(*CASES[0][:-1], 0.99)
-    assert exhaustive_optimum(hi, chunk=16).cost_per_hour >= exhaustive_optimum(lo, chunk=16).cost_per_hour
+    assert (
+        exhaustive_optimum(hi, chunk=16).cost_per_hour
+        >= exhaustive_optimum(lo, chunk=16).cost_per_hour
+    )
 
 
 # ------------------------------------------------------------ pool split, speculation, chunk knobs
 
 FEATURE_GRID = Grid(
-    num_gpus=1, tp=(1, 2), pp=(1,), kv_dtypes=("bf16",), weight_dtypes=("bf16",),
-    max_num_batched_tokens=(2048, 8192), max_num_seqs=(256,), chunk_sizes=(512, 2048, 8192),
-    spec_k=(0, 1, 3), pool_ratios=((1, 1), (2, 1), (1, 2)), max_replicas=16,
+    num_gpus=1,
+    tp=(1, 2),
+    pp=(1,),
+    kv_dtypes=("bf16",),
+    weight_dtypes=("bf16",),
+    max_num_batched_tokens=(2048, 8192),
+    max_num_seqs=(256,),
+    chunk_sizes=(512, 2048, 8192),
+    spec_k=(0, 1, 3),
+    pool_ratios=((1, 1), (2, 1), (1, 2)),
+    max_replicas=16,
 )
 """One grid for every feature test (one compile): pool split, MTP speculation and chunk knobs."""
 
 
 def _feature_problem(i_len, o_len, rate, ttft, tpot, acceptance=0.0):
-    wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=float(i_len),
-                  output_tokens_mean=float(o_len), output_tokens_cv=1.0)
-    return make_problem(load_model("meta-llama/Llama-3.1-8B"), ("h100-sxm",), wl, slo_ttft_p95_s=ttft,
-                        slo_tpot_p95_s=tpot, confidence=0.9, grid=FEATURE_GRID, num_draws=16, seed=2,
-                        spec_draft="mtp", spec_acceptance=acceptance)
+    wl = Workload(
+        arrival_rate_per_s=rate,
+        prompt_tokens_mean=float(i_len),
+        output_tokens_mean=float(o_len),
+        output_tokens_cv=1.0,
+    )
+    return make_problem(
+        load_model("meta-llama/Llama-3.1-8B"),
+        ("h100-sxm",),
+        wl,
+        slo_ttft_p95_s=ttft,
+        slo_tpot_p95_s=tpot,
+        confidence=0.9,
+        grid=FEATURE_GRID,
+        num_draws=16,
+        seed=2,
+        spec_draft="mtp",
+        spec_acceptance=acceptance,
+    )
 
 
 def _col(name, config):
@@ -113,7 +163,10 @@ def test_long_prompts_tight_tpot_pick_a_pool_split():
     _, col_cost = costs_at_min_replicas(problem, jnp.asarray(colocated))
     assert _col("pool_split", ref.config) > 0 and ref.cost_per_hour < float(np.min(col_cost))
     found = search(problem, OPTIONS)
-    assert found.cost_per_hour[0] <= ref.cost_per_hour * 1.01 and _col("pool_split", found.configs[0]) > 0
+    assert (
+        found.cost_per_hour[0] <= ref.cost_per_hour * 1.01
+        and _col("pool_split", found.configs[0]) > 0
+    )
 
 
 def test_short_prompts_stay_colocated():
@@ -155,6 +208,8 @@ def test_smaller_chunk_lowers_p95_tpot_and_chunks_stay_within_the_budget():
     assert problem.grid.canonical(over[None], problem.model)[0][KNOBS.index("chunk_size")] == 1
     every = problem.grid.all_configs(problem.model)
     chunk = np.asarray(problem.grid.chunk_sizes)[every[:, KNOBS.index("chunk_size")]]
-    budget = np.asarray(problem.grid.max_num_batched_tokens)[every[:, KNOBS.index("max_num_batched_tokens")]]
+    budget = np.asarray(problem.grid.max_num_batched_tokens)[
+        every[:, KNOBS.index("max_num_batched_tokens")]
+    ]
     # tp 1|2 x (2048: 512, 2048; 8192: all 3) x k 0|1|3 x (colocated + 3 splits)
     assert np.all(chunk <= budget) and len(every) == 2 * 5 * 3 * 4

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import perfmodel as pm
-
-from .._render import human_seconds, table
 from perfmodel import CatalogError
 
+from .._render import human_seconds, table
 from ..errors import UsageError
 
 HELP = "cheapest deployment meeting p95 TTFT/TPOT SLOs with stated confidence (gradient search)"
@@ -35,40 +34,66 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
     parser.add_argument("--input-len", type=float, help="mean prompt tokens (default 1024)")
     parser.add_argument("--output-len", type=float, help="mean output tokens (default 256)")
     parser.add_argument("--output-cv", type=float, default=1.0, help="output-length CV (default 1)")
-    parser.add_argument("--ttft-p95", "--slo-ttft-p95", dest="ttft_p95", type=float,
-                        help="p95 time-to-first-token bound, seconds")
-    parser.add_argument("--tpot-p95", "--slo-tpot-p95", dest="tpot_p95", type=float,
-                        help="p95 time-per-output-token bound, seconds")
-    parser.add_argument("--confidence", type=float, default=0.9,
-                        help="probability over the posterior that the SLO holds (default 0.9)")
+    parser.add_argument(
+        "--ttft-p95",
+        "--slo-ttft-p95",
+        dest="ttft_p95",
+        type=float,
+        help="p95 time-to-first-token bound, seconds",
+    )
+    parser.add_argument(
+        "--tpot-p95",
+        "--slo-tpot-p95",
+        dest="tpot_p95",
+        type=float,
+        help="p95 time-per-output-token bound, seconds",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=0.9,
+        help="probability over the posterior that the SLO holds (default 0.9)",
+    )
     parser.add_argument("--posterior", help="fitted posterior (.nc); default: the bundled one")
-    parser.add_argument("--prior", action="store_true", help="use spec-sheet prior draws, no posterior")
+    parser.add_argument(
+        "--prior", action="store_true", help="use spec-sheet prior draws, no posterior"
+    )
     parser.add_argument("--draws", type=int, default=200, help="posterior draws (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
     parser.add_argument("--prices", help="prices CSV (columns gpu,price_per_gpu_hour)")
     parser.add_argument("--hardware-csv", help="hardware CSV with your own rows")
-    parser.add_argument("--quality-penalty", default="",
-                        help="cost surcharge per dtype, e.g. int4=0.1,fp8=0.02 (fractions)")
-    parser.add_argument("--kv-dtypes", default="bf16,fp8",
-                        help="KV-cache dtypes to consider (default bf16,fp8; also int8,int4)")
-    parser.add_argument("--weight-dtypes", default="bf16,fp8",
-                        help="weight dtypes to consider (default bf16,fp8; also int4)")
+    parser.add_argument(
+        "--quality-penalty",
+        default="",
+        help="cost surcharge per dtype, e.g. int4=0.1,fp8=0.02 (fractions)",
+    )
+    parser.add_argument(
+        "--kv-dtypes",
+        default="bf16,fp8",
+        help="KV-cache dtypes to consider (default bf16,fp8; also int8,int4)",
+    )
+    parser.add_argument(
+        "--weight-dtypes",
+        default="bf16,fp8",
+        help="weight dtypes to consider (default bf16,fp8; also int4)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
     """The knob grid with the dtypes the user allows."""
-    from perfmodel import DTYPE_BYTES
-
     from optimize import Grid
+    from perfmodel import DTYPE_BYTES
 
     dtypes = {}
     for flag, text in (("--kv-dtypes", args.kv_dtypes), ("--weight-dtypes", args.weight_dtypes)):
         items = tuple(t.strip() for t in text.split(",") if t.strip())
         bad = [t for t in items if t not in DTYPE_BYTES]
         if bad or not items:
-            raise UsageError(f"{flag}: unknown dtype {bad[0] if bad else '(empty)'!r}; use some of "
-                             f"{','.join(DTYPE_BYTES)}")
+            raise UsageError(
+                f"{flag}: unknown dtype {bad[0] if bad else '(empty)'!r}; use some of "
+                f"{','.join(DTYPE_BYTES)}"
+            )
         dtypes[flag] = items
     if max_replicas < 1:
         raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
@@ -76,14 +101,21 @@ def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
     if getattr(args, "chunk_sizes", None) is not None:
         extra["chunk_sizes"] = _int_list(args.chunk_sizes, "--chunk-sizes", "512,2048,8192")
         if min(extra["chunk_sizes"]) > max(Grid(1).max_num_batched_tokens):
-            raise UsageError(f"--chunk-sizes: every chunk exceeds the largest token budget "
-                             f"{max(Grid(1).max_num_batched_tokens)}; pass smaller chunks, e.g. 512,2048")
+            raise UsageError(
+                f"--chunk-sizes: every chunk exceeds the largest token budget "
+                f"{max(Grid(1).max_num_batched_tokens)}; pass smaller chunks, e.g. 512,2048"
+            )
     if getattr(args, "pool_ratios", None) is not None:
         extra["pool_ratios"] = _ratios(args.pool_ratios)
     if getattr(args, "spec_draft", None):
         extra["spec_k"] = SPEC_K
-    return Grid(num_gpus=num_gpus, kv_dtypes=dtypes["--kv-dtypes"],
-                weight_dtypes=dtypes["--weight-dtypes"], max_replicas=max_replicas, **extra)
+    return Grid(
+        num_gpus=num_gpus,
+        kv_dtypes=dtypes["--kv-dtypes"],
+        weight_dtypes=dtypes["--weight-dtypes"],
+        max_replicas=max_replicas,
+        **extra,
+    )
 
 
 SPEC_K = (0, 1, 2, 3, 4, 5, 6, 7, 8)
@@ -99,7 +131,9 @@ def _int_list(text: str, flag: str, example: str) -> tuple[int, ...]:
     except ValueError:
         values = ()
     if not values or min(values) < 1:
-        raise UsageError(f"{flag} {text!r} must be positive integers, comma-separated, e.g. {example}")
+        raise UsageError(
+            f"{flag} {text!r} must be positive integers, comma-separated, e.g. {example}"
+        )
     return tuple(sorted(set(values)))
 
 
@@ -114,8 +148,10 @@ def _ratios(text: str) -> tuple[tuple[int, int], ...]:
         except ValueError:
             p = d = 0
         if p < 1 or d < 1:
-            raise UsageError(f"--pool-ratios: {item!r} is not PREFILL:DECODE engines (each >= 1); "
-                             "pass e.g. --pool-ratios 1:1,2:1 or none")
+            raise UsageError(
+                f"--pool-ratios: {item!r} is not PREFILL:DECODE engines (each >= 1); "
+                "pass e.g. --pool-ratios 1:1,2:1 or none"
+            )
         out.append((p, d))
     return tuple(dict.fromkeys(out))
 
@@ -124,7 +160,9 @@ def enable_compile_cache() -> None:
     """Persist compiled XLA programs between runs (the search compiles once per grid shape)."""
     import jax
 
-    cache = Path(os.environ.get("SERVINGMATH_CACHE", Path.home() / ".cache" / "servingmath" / "jax"))
+    cache = Path(
+        os.environ.get("SERVINGMATH_CACHE", Path.home() / ".cache" / "servingmath" / "jax")
+    )
     try:
         cache.mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(cache))
@@ -143,7 +181,9 @@ def parse_assignments(text: str, flag: str) -> dict[str, float]:
                 raise ValueError
             out[key.strip()] = float(value)
         except ValueError:
-            raise UsageError(f"{flag}: {item!r} is not NAME=NUMBER; write e.g. {flag} h100-sxm=64") from None
+            raise UsageError(
+                f"{flag}: {item!r} is not NAME=NUMBER; write e.g. {flag} h100-sxm=64"
+            ) from None
     return out
 
 
@@ -152,7 +192,9 @@ def resolve_common(args: argparse.Namespace):
     from optimize._draws import efficiency_draws_for
 
     if not 0.0 < args.confidence < 1.0:
-        raise UsageError(f"--confidence {args.confidence} must be strictly between 0 and 1, e.g. 0.9")
+        raise UsageError(
+            f"--confidence {args.confidence} must be strictly between 0 and 1, e.g. 0.9"
+        )
     for flag, v in (("--ttft-p95", args.ttft_p95), ("--tpot-p95", args.tpot_p95)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
@@ -165,13 +207,17 @@ def resolve_common(args: argparse.Namespace):
         raise UsageError(f"--gpus lists a GPU twice: {args.gpus}")
     try:
         model = pm.load_model(args.model)
-        hardware = [pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv)
-                    for g in gpus]
+        hardware = [
+            pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv)
+            for g in gpus
+        ]
     except CatalogError as exc:
         raise UsageError(str(exc)) from None
     for g, h in zip(gpus, hardware):
         if not math.isfinite(float(h.price_per_gpu_hour)):
-            raise UsageError(f"no price for GPU {g!r}; pass --prices with a row gpu={g},price_per_gpu_hour=...")
+            raise UsageError(
+                f"no price for GPU {g!r}; pass --prices with a row gpu={g},price_per_gpu_hour=..."
+            )
     posterior = None
     if not args.prior:
         import fitting
@@ -179,8 +225,10 @@ def resolve_common(args: argparse.Namespace):
         try:
             posterior = fitting.load_posterior(args.posterior)
         except (OSError, ValueError, fitting.PosteriorError) as exc:
-            raise UsageError(f"cannot load posterior {args.posterior or '(bundled)'}: {exc}; "
-                             "pass --posterior FILE.nc or --prior") from None
+            raise UsageError(
+                f"cannot load posterior {args.posterior or '(bundled)'}: {exc}; "
+                "pass --posterior FILE.nc or --prior"
+            ) from None
     efficiency = efficiency_draws_for(gpus, args.draws, posterior=posterior, seed=args.seed)
     return model, gpus, hardware, efficiency
 
@@ -200,8 +248,12 @@ def resolve_workload(args: argparse.Namespace, rate: float | None = None):
     else:
         if rate is None:
             raise UsageError("give the load: --rate R (requests/s) or --workload TRACE")
-        wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=1024.0, output_tokens_mean=256.0,
-                      output_tokens_cv=args.output_cv)
+        wl = Workload(
+            arrival_rate_per_s=rate,
+            prompt_tokens_mean=1024.0,
+            output_tokens_mean=256.0,
+            output_tokens_cv=args.output_cv,
+        )
     updates = {}
     if args.input_len is not None:
         updates["prompt_tokens_mean"] = args.input_len
@@ -209,7 +261,9 @@ def resolve_workload(args: argparse.Namespace, rate: float | None = None):
         updates["output_tokens_mean"] = args.output_len
     for k, v in updates.items():
         if not (math.isfinite(v) and v >= 1):
-            raise UsageError(f"--{k.split('_')[0].replace('prompt', 'input')}-len must be >= 1, got {v}")
+            raise UsageError(
+                f"--{k.split('_')[0].replace('prompt', 'input')}-len must be >= 1, got {v}"
+            )
     fields = {f: getattr(wl, f) for f in wl.__dataclass_fields__}
     fields.update(updates)
     if not float(fields["arrival_rate_per_s"]) > 0:
@@ -222,24 +276,57 @@ def resolve_workload(args: argparse.Namespace, rate: float | None = None):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
-    parser.add_argument("--max-replicas", type=int, default=64, help="largest replica count (default 64)")
-    parser.add_argument("--no-verify", action="store_true",
-                        help="skip the re-check with perfmodel.dynamics.serving_metrics")
-    parser.add_argument("--simulate", type=int, default=0, metavar="N",
-                        help="also run the recommendation through the simulator on N requests")
-    parser.add_argument("--plot", default=None, metavar="DIR",
-                        help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT")
-    parser.add_argument("--chunk-sizes", default=DEFAULT_CHUNKS, metavar="N,...",
-                        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {DEFAULT_CHUNKS})")
-    parser.add_argument("--pool-ratios", default=DEFAULT_POOL_RATIOS, metavar="P:D,...",
-                        help="prefill:decode engine ratios of disaggregated pools to consider, or none "
-                        f"(default {DEFAULT_POOL_RATIOS})")
-    parser.add_argument("--transfer-bw", type=float, metavar="BYTES_PER_S",
-                        help="KV hand-off bandwidth per GPU between pools (default: inter-node network)")
-    parser.add_argument("--spec-draft", metavar="MODEL|mtp",
-                        help="offer speculative decoding with this draft (k = 0..8 becomes a knob)")
-    parser.add_argument("--spec-acceptance", type=float, metavar="A",
-                        help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)")
+    parser.add_argument(
+        "--max-replicas", type=int, default=64, help="largest replica count (default 64)"
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the re-check with perfmodel.dynamics.serving_metrics",
+    )
+    parser.add_argument(
+        "--simulate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run the recommendation through the simulator on N requests",
+    )
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="DIR",
+        help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT",
+    )
+    parser.add_argument(
+        "--chunk-sizes",
+        default=DEFAULT_CHUNKS,
+        metavar="N,...",
+        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {DEFAULT_CHUNKS})",
+    )
+    parser.add_argument(
+        "--pool-ratios",
+        default=DEFAULT_POOL_RATIOS,
+        metavar="P:D,...",
+        help="prefill:decode engine ratios of disaggregated pools to consider, or none "
+        f"(default {DEFAULT_POOL_RATIOS})",
+    )
+    parser.add_argument(
+        "--transfer-bw",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
+    )
+    parser.add_argument(
+        "--spec-draft",
+        metavar="MODEL|mtp",
+        help="offer speculative decoding with this draft (k = 0..8 becomes a knob)",
+    )
+    parser.add_argument(
+        "--spec-acceptance",
+        type=float,
+        metavar="A",
+        help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -253,20 +340,38 @@ def run(args: argparse.Namespace) -> int:
     if args.simulate < 0:
         raise UsageError(f"--simulate must be >= 0 requests, got {args.simulate}")
     draft = _spec_draft(args, model)
-    if args.transfer_bw is not None and not (math.isfinite(args.transfer_bw) and args.transfer_bw > 0):
-        raise UsageError(f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}")
+    if args.transfer_bw is not None and not (
+        math.isfinite(args.transfer_bw) and args.transfer_bw > 0
+    ):
+        raise UsageError(
+            f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}"
+        )
     try:
         problem = make_problem(
-            model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
-            confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
-            efficiency=efficiency, quality_penalty=penalty, hardware=hardware,
-            spec_draft=draft, spec_acceptance=args.spec_acceptance, transfer_bytes_per_s=args.transfer_bw,
+            model,
+            gpus,
+            workload,
+            slo_ttft_p95_s=args.ttft_p95,
+            slo_tpot_p95_s=args.tpot_p95,
+            confidence=args.confidence,
+            grid=grid_from_args(args, len(gpus), args.max_replicas),
+            efficiency=efficiency,
+            quality_penalty=penalty,
+            hardware=hardware,
+            spec_draft=draft,
+            spec_acceptance=args.spec_acceptance,
+            transfer_bytes_per_s=args.transfer_bw,
         )
     except (ValueError, CatalogError) as exc:
         raise UsageError(str(exc)) from None
-    rec = recommend(problem, gpus, model.name, verify=not args.no_verify,
-                    simulate_requests=args.simulate,
-                    draft_name=None if isinstance(draft, str) or draft is None else draft.name)
+    rec = recommend(
+        problem,
+        gpus,
+        model.name,
+        verify=not args.no_verify,
+        simulate_requests=args.simulate,
+        draft_name=None if isinstance(draft, str) or draft is None else draft.name,
+    )
     out = rec.to_json()
     if getattr(args, "plot", None):
         from optimize._plots import write_optimize_plots
@@ -291,7 +396,9 @@ def _spec_draft(args: argparse.Namespace, model):
     if args.spec_acceptance is not None and not (
         math.isfinite(args.spec_acceptance) and 0.0 <= args.spec_acceptance <= 1.0
     ):
-        raise UsageError(f"--spec-acceptance must be in [0, 1], got {args.spec_acceptance}; pass e.g. 0.7")
+        raise UsageError(
+            f"--spec-acceptance must be in [0, 1], got {args.spec_acceptance}; pass e.g. 0.7"
+        )
     if not args.spec_draft:
         if args.spec_acceptance is not None:
             raise UsageError("--spec-acceptance needs --spec-draft MODEL|mtp")
@@ -303,7 +410,9 @@ def _spec_draft(args: argparse.Namespace, model):
     except CatalogError as exc:
         raise UsageError(str(exc)) from None
     if float(draft.total_params) >= float(model.total_params):
-        raise UsageError(f"--spec-draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp")
+        raise UsageError(
+            f"--spec-draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp"
+        )
     return draft
 
 
@@ -311,9 +420,11 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
     """One line: what cannot be met, the closest achievable bound and where, and the flag to relax."""
     near = out["closest_achievable"] or {}
     if near.get("scale") is None:
-        return (f"no candidate in --gpus {','.join(gpus)} fits the model and keeps up with the load at "
-                f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); add larger GPUs "
-                "or raise --max-replicas")
+        return (
+            f"no candidate in --gpus {','.join(gpus)} fits the model and keeps up with the load at "
+            f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); add larger GPUs "
+            "or raise --max-replicas"
+        )
     wanted = []
     if args.ttft_p95 is not None:
         wanted.append(f"p95 TTFT <= {args.ttft_p95:g} s")
@@ -326,8 +437,10 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
     on = f" on {where['gpu']} TP{where['tp']} PP{where['pp']}" if where else ""
     if where.get("disaggregation"):
         on += f" ({where['disaggregation']['prefill']['gpu']} prefill pool)"
-    text = (f"no configuration meets {' and '.join(wanted)} with confidence {args.confidence}; "
-            f"the best achievable is {best:.3g} s{on}; relax {flag} to >= {best:.3g}")
+    text = (
+        f"no configuration meets {' and '.join(wanted)} with confidence {args.confidence}; "
+        f"the best achievable is {best:.3g} s{on}; relax {flag} to >= {best:.3g}"
+    )
     if len(wanted) == 2 and near["scale"] > 1:
         text += f" (or scale both bounds by x{near['scale']:.3g})"
     return text
@@ -336,7 +449,9 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
 def _pct(d: dict | None) -> str:
     if not d:
         return "-"
-    return " / ".join(human_seconds(d[k]) if d[k] is not None else "inf" for k in ("p50", "p95", "p99"))
+    return " / ".join(
+        human_seconds(d[k]) if d[k] is not None else "inf" for k in ("p50", "p95", "p99")
+    )
 
 
 def render(out: dict, args: argparse.Namespace) -> str:
@@ -344,19 +459,34 @@ def render(out: dict, args: argparse.Namespace) -> str:
     if not out["feasible"]:
         near = out["closest_achievable"] or {}
         if near.get("scale") is None:
-            return ("infeasible: no candidate fits the model and keeps up with the load at "
-                    f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); "
-                    "add larger GPUs or raise --max-replicas")
-        return ("infeasible: no candidate meets the SLO with confidence "
-                f"{args.confidence} (binding: {out['binding_constraint']}); closest achievable: "
-                f"TTFT p95 {human_seconds(near['ttft_p95_s'])} alone, TPOT p95 "
-                f"{human_seconds(near['tpot_p95_s'])} alone, or both bounds x{near['scale']:.3g}")
+            return (
+                "infeasible: no candidate fits the model and keeps up with the load at "
+                f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); "
+                "add larger GPUs or raise --max-replicas"
+            )
+        return (
+            "infeasible: no candidate meets the SLO with confidence "
+            f"{args.confidence} (binding: {out['binding_constraint']}); closest achievable: "
+            f"TTFT p95 {human_seconds(near['ttft_p95_s'])} alone, TPOT p95 "
+            f"{human_seconds(near['tpot_p95_s'])} alone, or both bounds x{near['scale']:.3g}"
+        )
     rows = [
-        ("configuration", f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs"),
+        (
+            "configuration",
+            f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs",
+        ),
         ("dtypes", f"weights {out['weight_dtype']}, KV {out['kv_dtype']}"),
-        ("token budget", f"max_num_batched_tokens {out['max_num_batched_tokens']}, prefill chunk "
-                         f"{out['chunk_size']}, max_num_seqs {out['max_num_seqs']}"),
-        ("cost", f"${out['cost_per_hour']:.2f}/hour, ${out['cost_per_million_output_tokens']:.3f} per million output tokens"),
+        (
+            "token budget",
+            (
+                f"max_num_batched_tokens {out['max_num_batched_tokens']}, prefill chunk "
+                f"{out['chunk_size']}, max_num_seqs {out['max_num_seqs']}"
+            ),
+        ),
+        (
+            "cost",
+            f"${out['cost_per_hour']:.2f}/hour, ${out['cost_per_million_output_tokens']:.3f} per million output tokens",
+        ),
         ("SLO probability", f"{out['slo_probability']:.3f} (required {args.confidence})"),
         ("TTFT p50/p95/p99", _pct(out["ttft_s"])),
         ("TPOT p50/p95/p99", _pct(out["tpot_s"])),
@@ -364,13 +494,26 @@ def render(out: dict, args: argparse.Namespace) -> str:
     ]
     if out.get("speculative"):
         s = out["speculative"]
-        rows.insert(3, ("speculative", f"{s.get('draft_model', s['draft'])} k={s['k']}, acceptance "
-                                       f"{s['acceptance']:.2f} -> {s['tokens_per_step']:.2f} tokens/step"))
+        rows.insert(
+            3,
+            (
+                "speculative",
+                (
+                    f"{s.get('draft_model', s['draft'])} k={s['k']}, acceptance "
+                    f"{s['acceptance']:.2f} -> {s['tokens_per_step']:.2f} tokens/step"
+                ),
+            ),
+        )
     if out.get("disaggregation"):
         d = out["disaggregation"]
         p, q = d["prefill"], d["decode"]
-        rows[0] = ("configuration", f"prefill pool {p['replicas']} x {p['gpu']} + decode pool {q['replicas']} x "
-                                    f"{q['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs")
+        rows[0] = (
+            "configuration",
+            (
+                f"prefill pool {p['replicas']} x {p['gpu']} + decode pool {q['replicas']} x "
+                f"{q['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs"
+            ),
+        )
         rows.insert(1, ("KV hand-off", f"{human_seconds(d['kv_transfer_s'])} per mean prompt"))
     for k, v in out["shadow_prices"].items():
         if v:
@@ -379,15 +522,26 @@ def render(out: dict, args: argparse.Namespace) -> str:
     rows.append(("d log cost / d log", el or "-"))
     text = "recommendation\n" + table(rows)
     if out["alternatives"]:
-        text += "\nrunner-up configurations\n" + table([
-            (f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}"
-             + (f" (split, prefill on {a['disaggregation']['prefill']['gpu']})" if a.get("disaggregation") else ""),
-             f"${a['cost_per_hour']:.2f}/hour ({a['weight_dtype']} weights, {a['kv_dtype']} KV)")
-            for a in out["alternatives"]])
+        text += "\nrunner-up configurations\n" + table(
+            [
+                (
+                    f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}"
+                    + (
+                        f" (split, prefill on {a['disaggregation']['prefill']['gpu']})"
+                        if a.get("disaggregation")
+                        else ""
+                    ),
+                    f"${a['cost_per_hour']:.2f}/hour ({a['weight_dtype']} weights, {a['kv_dtype']} KV)",
+                )
+                for a in out["alternatives"]
+            ]
+        )
     if out.get("simulator"):
         sim = out["simulator"]
-        text += (f"\nsimulator ({sim['requests']} requests, median efficiency): TTFT {_pct(sim['ttft_s'])}, "
-                 f"TPOT {_pct(sim['tpot_s'])}; SLO {'met' if sim['meets_slo'] else 'NOT met'}")
+        text += (
+            f"\nsimulator ({sim['requests']} requests, median efficiency): TTFT {_pct(sim['ttft_s'])}, "
+            f"TPOT {_pct(sim['tpot_s'])}; SLO {'met' if sim['meets_slo'] else 'NOT met'}"
+        )
     e = out["engine_args"]
     text += f"\nengine flags\n  {e['vllm']}\n  {e['sglang']}\n  {e['trtllm']}"
     if e["notes"]:
@@ -400,5 +554,7 @@ def _describe_short(problem, gpus, config) -> str:
     from optimize._recommend import describe
 
     d = describe(problem, gpus, config, 1)
-    return (f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
-            f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}")
+    return (
+        f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
+        f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"
+    )
