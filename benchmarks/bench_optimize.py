@@ -171,11 +171,11 @@ def main(argv=None) -> None:
                 )
         elif cost <= ref.cost_per_hour * 1.01:
             within += 1
+        elif not np.isfinite(cost):
+            missed_feasible += 1
         if ref.config is not None:
             split += int(ref.config[KNOBS.index("pool_split")] > 0)
             spec += int(ref.config[KNOBS.index("spec_k")] > 0)
-        elif not np.isfinite(cost):
-            missed_feasible += 1
         if len(t_search) % 10 == 0:
             print(
                 f"... {len(t_search)} done: within {within}, false feasible {false_feasible}, search "
