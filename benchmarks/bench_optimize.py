@@ -82,7 +82,13 @@ FEATURE_GRID = Grid(
 )
 
 
-def random_instance(rng: np.random.Generator, num_draws: int, seed: int, features: bool = False):
+def random_instance(
+    rng: np.random.Generator,
+    num_draws: int,
+    seed: int,
+    features: bool = False,
+    long_prompts: bool = False,
+):
     """One random problem (fixed number of GPU candidates: static shapes across instances)."""
     model = load_model(MODELS[rng.integers(len(MODELS))])
     gpus = tuple(rng.choice(GPUS, size=3, replace=False))
@@ -94,6 +100,15 @@ def random_instance(rng: np.random.Generator, num_draws: int, seed: int, feature
     )
     ttft = None if rng.random() < 0.2 else float(np.exp(rng.uniform(np.log(0.1), np.log(5.0))))
     tpot = None if rng.random() < 0.2 else float(np.exp(rng.uniform(np.log(0.01), np.log(0.2))))
+    if long_prompts:  # the regime where a pool split can pay: long prompts, tight TPOT
+        workload = Workload(
+            arrival_rate_per_s=float(np.exp(rng.uniform(np.log(2.0), np.log(30.0)))),
+            prompt_tokens_mean=float(rng.choice([4096, 8192])),
+            output_tokens_mean=float(rng.choice([128, 256])),
+            output_tokens_cv=float(rng.uniform(0.0, 1.5)),
+        )
+        ttft = float(np.exp(rng.uniform(np.log(1.0), np.log(5.0))))
+        tpot = float(np.exp(rng.uniform(np.log(0.01), np.log(0.03))))
     penalty = {d: float(rng.uniform(0.0, 0.3)) for d in ("fp8", "int8", "int4")}
     spec = (
         {"spec_draft": "mtp", "spec_acceptance": float(rng.uniform(0.4, 0.9))} if features else {}
@@ -133,14 +148,16 @@ def main(argv=None) -> None:
     )
 
     # compile both once, on an instance outside the count
-    warm, _ = random_instance(np.random.default_rng(12345), args.draws, 0, args.features)
+    warm, _ = random_instance(
+        np.random.default_rng(12345), args.draws, 0, args.features, args.long_prompts
+    )
     search(warm, options)
     exhaustive_optimum(warm)
 
     within, false_feasible, both_infeasible, missed_feasible, split, spec = 0, 0, 0, 0, 0, 0
     t_search, t_grid = [], []
     for i in range(args.instances):
-        problem, label = random_instance(rng, args.draws, i, args.features)
+        problem, label = random_instance(rng, args.draws, i, args.features, args.long_prompts)
         if args.only and i not in args.only:
             continue
         t0 = time.perf_counter()
