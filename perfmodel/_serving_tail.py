@@ -167,7 +167,10 @@ def open_loop(
     window = gaps * (1.0 - gain) / jnp.maximum(o_bar, 1.0)
     var_own = n_run * (1.0 + ca2) / 2.0 / loop
     drift = jnp.square(s.slope) * var_own * window_mean_variance_factor(window)
-    tpot_var = c * (stalls + drift)
+    # the loop cannot push a request's gap past the slots' cap: its amplified part is at most
+    # the headroom TPOT(n_d = seats) - TPOT, squared; the prefill in its own gaps stays
+    headroom = jnp.square(jnp.maximum(s.tpot_full - s.tpot, 0.0))
+    tpot_var = c * (stalls * loop + jnp.minimum(stalls * (1.0 - loop) + drift, headroom))
     # Jensen: TPOT is convex in the prefill share u seen over a life, so its mean is
     # TPOT* (1 + Var(TPOT_stall) / TPOT*^2) to second order (bounded as j / (1 + j))
     jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
