@@ -141,6 +141,9 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--features", action="store_true", help="pool splits and speculation in the grid"
     )
+    ap.add_argument(
+        "--long-prompts", action="store_true", help="4-8k prompts, 128-256 outputs, TPOT 10-30 ms"
+    )
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     options = SearchOptions(
