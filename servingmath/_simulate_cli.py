@@ -240,8 +240,10 @@ def render_simulated(sim: dict) -> str:
             ]
         )
         lines += [
-            f"  disaggregation {d['prefill_gpus']}:{d['decode_gpus']}: KV hand-off "
-            f"{d['kv_transfer_s'] * 1e3:.2f} ms{extra}",
+            (
+                f"  disaggregation {d['prefill_gpus']}:{d['decode_gpus']}: KV hand-off "
+                f"{d['kv_transfer_s'] * 1e3:.2f} ms{extra}"
+            ),
             f"    TTFT {pct(d['ttft_s'])}",
             f"    TPOT {pct(d['tpot_s'])}",
             f"    E2E {pct(d['e2e_s'])}",

@@ -53,7 +53,7 @@ def test_che_without_one_shot_traffic_fills_the_cache_proportionally():
 
 
 def test_che_gradient_matches_finite_differences():
-    f = lambda c, r: che_hit_rate(r, 10.0, 100.0, 50.0, c)  # noqa: E731
+    f = lambda c, r: che_hit_rate(r, 10.0, 100.0, 50.0, c)
     check_grads(f, (500.0, 1.0), order=1, modes=["rev"], rtol=1e-4)
 
 
