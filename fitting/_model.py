@@ -13,9 +13,13 @@ delta_c ~ N(0, tau_src) (kernel groups: N(0, tau_kernel)) of their cell c = (sou
 a Kennedy & O'Hagan (2001) discrepancy per lab/engine and operator class, so a different lab or
 engine (an unseen cell) widens the interval by tau_src instead of biasing it.  One offset per cell
 rather than a source effect plus a group effect avoids an additive ridge NUTS mixes badly on.
+A GPU x group interaction eta_gk ~ N(0, tau_gpu) (non-centred; tau_gpu learned, one spread for
+kernel groups and one for whole-model groups) lets each GPU carry its own bias per operator class
+(a GDDR6 card's elementwise kernels reach more of peak than HBM cards'), and a held-out GPU's
+prediction inherits that spread instead of a falsely tight interval.
 Noise is multiplicative Student-t per group k (scenario and operator class):
 
-    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c, sigma_k).
+    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c + eta_gk, sigma_k).
 """
 
 from __future__ import annotations
@@ -88,6 +92,10 @@ SOURCE_SCALE = 0.3
 """Half-normal scale of tau_src, the spread of whole-model (source, scenario) offsets on log time:
 the engine/lab effect a new engine or lab inherits."""
 
+GPU_GROUP_SCALE = 0.2
+"""Half-normal scale of tau_gpu, the spread of GPU x group biases on log time (kernel groups and
+whole-model groups each learn their own)."""
+
 KERNEL_OFFSET_SCALE = 1.0
 """Half-normal scale of tau_kernel, the spread of single-kernel discrepancy offsets (``has_offset``
 kernel groups), kept apart so kernel misfits do not widen whole-model intervals."""
@@ -99,6 +107,11 @@ def kernel_cells(cells) -> np.ndarray:
     return np.asarray(
         [c.split("|")[1].startswith(("op:", "collective:", "comm:")) for c in cells], dtype=bool
     )
+
+
+def kernel_groups(keys) -> np.ndarray:
+    """Mask of noise groups that are single kernels or collectives (``tau_gpu_kernel``)."""
+    return np.asarray([k.startswith(("op:", "collective:")) for k in keys], dtype=bool)
 
 
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
@@ -138,7 +151,13 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
         offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
-    loc = predict_log(prep, params, offset)
+    tau_gk = numpyro.sample("tau_gpu_kernel", dist.HalfNormal(GPU_GROUP_SCALE))
+    tau_gs = numpyro.sample("tau_gpu_step", dist.HalfNormal(GPU_GROUP_SCALE))
+    spread = jnp.where(kernel_groups(prep.noise_keys), tau_gk, tau_gs)
+    with numpyro.plate("gg_key", n_key, dim=-1), numpyro.plate("gg_gpu", n_gpu, dim=-2):
+        z_gg = numpyro.sample("z_gpu_group", dist.Normal(0.0, 1.0))
+    eta = numpyro.deterministic("gpu_group", z_gg * spread)
+    loc = predict_log(prep, params, offset) + eta[prep.gpu_idx, prep.noise_idx]
     with numpyro.plate("row", len(prep.log_value)):
         numpyro.sample(
             "log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed
@@ -149,14 +168,16 @@ POSTERIOR_VARS = (
     tuple(f"mu_{n}" for n in PARAM_NAMES)
     + tuple(f"tau_{n}" for n in PARAM_NAMES)
     + (PARAM_NAMES + ("tau_source", "tau_kernel", "cell_offset", "sigma"))
+    + ("tau_gpu_kernel", "tau_gpu_step", "gpu_group")
 )
 """Sites kept in the saved posterior (natural units for the per-GPU parameters)."""
 
 
 def _dims(prep: Prepared) -> tuple[dict, dict]:
-    coords = {"gpu": list(prep.gpus), "cell": list(prep.cells), "noise_key": list(prep.noise_keys)}
+    keys = list(prep.noise_keys)
+    coords = {"gpu": list(prep.gpus), "cell": list(prep.cells), "noise_key": keys, "group": keys}
     dims = {n: ["gpu"] for n in PARAM_NAMES}
-    dims |= {"cell_offset": ["cell"], "sigma": ["noise_key"]}
+    dims |= {"cell_offset": ["cell"], "sigma": ["noise_key"], "gpu_group": ["gpu", "group"]}
     return coords, dims
 
 

@@ -19,7 +19,7 @@ import perfmodel
 from perfmodel import Efficiency
 from perfmodel._ops import KernelEfficiency
 
-from ._model import PARAM_NAMES, STUDENT_DF, kernel_cells, to_natural
+from ._model import PARAM_NAMES, STUDENT_DF, kernel_cells, kernel_groups, to_natural
 from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
@@ -237,12 +237,43 @@ def kernel_efficiency_draws(
     return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})
 
 
+def gpu_group_draws(
+    posterior: Posterior,
+    gpus: tuple[str, ...],
+    keys: tuple[str, ...],
+    idx: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """GPU x group bias draws eta_gk on log time, (draws, gpus, keys): fitted pairs keep theirs,
+    an unseen GPU or group draws N(0, tau_gpu) (its own bias, unknown); serving groups and older
+    posterior files without the term get 0."""
+    out = np.zeros((len(idx), len(gpus), len(keys)))
+    post = posterior.idata.posterior
+    if "gpu_group" not in post:
+        return out
+    eta = np.asarray(post["gpu_group"].values)
+    eta = eta.reshape((-1,) + eta.shape[2:])[idx]
+    fit_gpus = [str(g) for g in post["gpu_group"].coords["gpu"].values]
+    fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
+    tau_k, tau_s = posterior.flat("tau_gpu_kernel")[idx], posterior.flat("tau_gpu_step")[idx]
+    for j, k in enumerate(keys):
+        if k.startswith("serving:"):
+            continue
+        tau = tau_k if kernel_groups([k])[0] else tau_s
+        for i, g in enumerate(gpus):
+            if g in fit_gpus and k in fit_keys:
+                out[:, i, j] = eta[:, fit_gpus.index(g), fit_keys.index(k)]
+            else:
+                out[:, i, j] = tau * rng.standard_normal(len(idx))
+    return out
+
+
 def predictive_log_draws(
     posterior: Posterior, prep: Prepared, num_draws: int = 200, *, seed: int = 0, noise: bool = True
 ) -> np.ndarray:
     """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
 
-    log y = log f(theta_g; delta_cell) + sigma_group * t_nu (the cell offset adds to log time, or
+    log y = log f(theta_g; delta_cell) + eta_gk + sigma_group * t_nu (the cell offset adds to log time, or
     scales a collective's latency); unseen GPUs and cells take population draws (an unseen group's
     sigma is the largest fitted one).
     """
@@ -267,6 +298,8 @@ def predictive_log_draws(
     batch = max(1, SERVING_ROW_DRAWS_PER_CHUNK // n_serving) if n_serving else num_draws
     f = jax.jit(lambda a: jax.lax.map(lambda x: predict_log(prep, x[0], x[1]), a, batch_size=batch))
     loc = np.asarray(f(xs))
+    eta = gpu_group_draws(posterior, prep.gpus, prep.noise_keys, idx, rng)
+    loc = loc + eta[:, prep.gpu_idx, prep.noise_idx]
     if not noise:
         return loc
     eps = rng.standard_t(STUDENT_DF, size=loc.shape)

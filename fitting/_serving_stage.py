@@ -112,6 +112,9 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         "noise_key": list(keys) + list(sig),
     }
     dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
+    if "gpu_group" in post:  # GPU x group biases of the NUTS groups (serving rows have none)
+        coords["group"] = [str(g) for g in post["gpu_group"].coords["group"].values]
+        dims["gpu_group"] = ["gpu", "group"]
     groups = {"posterior": out, "coords": coords, "dims": dims}
     if "sample_stats" in idata.groups():
         groups["sample_stats"] = {

@@ -9,9 +9,10 @@ Bayes step, Gelman et al., BDA3 ch. 5):
                                      mu_p + tau_p * z (a new or held-out GPU) or of the GPU's own
                                      posterior draws (a GPU the prior already fitted)
     delta_c ~ Normal(m_c, s_c)       a cell the prior fitted, else Normal(0, tau_src or tau_kernel)
+    eta_gk ~ Normal(m_gk, s_gk)      GPU x group bias: the GPU's fitted draws, else N(0, tau_gpu)
     sigma_k = s_k * exp(0.5 z), z ~ N(0, 1)   s_k the prior's posterior median (a new GPU's
                                      misfit may exceed what the fitted GPUs showed)
-    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c, sigma_k)
+    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c + eta_gk, sigma_k)
 
 NUTS on this small model takes seconds.  The result is a full ``Posterior``: every GPU, cell and
 noise key of the prior (resampled draws), with the measured GPUs' parameters and the touched cells
@@ -38,6 +39,7 @@ from ._model import (
     PRIORS,
     STUDENT_DF,
     kernel_cells,
+    kernel_groups,
     prior_center_unconstrained,
     to_natural,
 )
@@ -99,8 +101,40 @@ def _sigma(posterior: Posterior, keys: tuple[str, ...]) -> np.ndarray:
     return np.asarray([med[known.index(k)] if k in known else med.max() for k in keys])
 
 
-def update_model(prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None) -> None:
-    """NumPyro model of the user's rows with the prior's per-GPU and per-cell normals."""
+def _gpu_group_prior(
+    posterior: Posterior, gpus, keys, *, from_population: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, sd) of eta_gk for the measured GPUs x groups: a fitted pair's own draws, else the
+    population N(0, tau_gpu) (zero-width for serving groups and older posterior files)."""
+    loc = np.zeros((len(gpus), len(keys)))
+    scale = np.full((len(gpus), len(keys)), MIN_SCALE)
+    post = posterior.idata.posterior
+    if "gpu_group" not in post:
+        return loc, scale
+    fit_gpus = [str(g) for g in post["gpu_group"].coords["gpu"].values]
+    fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
+    eta = posterior.flat("gpu_group")
+    tau = {
+        True: float(np.sqrt(np.mean(posterior.flat("tau_gpu_kernel") ** 2))),
+        False: float(np.sqrt(np.mean(posterior.flat("tau_gpu_step") ** 2))),
+    }
+    for i, g in enumerate(gpus):
+        for j, k in enumerate(keys):
+            if k.startswith("serving:"):
+                continue
+            if not from_population and g in fit_gpus and k in fit_keys:
+                e = eta[:, fit_gpus.index(g), fit_keys.index(k)]
+                loc[i, j], scale[i, j] = float(e.mean()), max(float(e.std()), MIN_SCALE)
+            else:
+                scale[i, j] = max(tau[bool(kernel_groups([k])[0])], MIN_SCALE)
+    return loc, scale
+
+
+def update_model(
+    prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None, loc_e=None, scale_e=None
+) -> None:
+    """NumPyro model of the user's rows with the prior's per-GPU, per-cell and GPU x group
+    normals (``loc_e``/``scale_e``: (gpus, noise keys); None: no GPU x group term)."""
     params = {}
     for i, name in enumerate(PARAM_NAMES):
         with numpyro.plate("gpu", len(prep.gpus)):
@@ -115,6 +149,14 @@ def update_model(prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None) -> 
         zs = numpyro.sample("z_sigma", dist.Normal(0.0, 1.0))
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
     loc = predict_log(prep, params, offset)
+    if loc_e is not None:
+        with (
+            numpyro.plate("gg_key", len(prep.noise_keys), dim=-1),
+            numpyro.plate("gg_gpu", len(prep.gpus), dim=-2),
+        ):
+            ze = numpyro.sample("z_gpu_group", dist.Normal(0.0, 1.0))
+        eta = numpyro.deterministic("gpu_group", loc_e + scale_e * ze)
+        loc = loc + eta[prep.gpu_idx, prep.noise_idx]
     with numpyro.plate("row", len(prep.log_value)):
         numpyro.sample(
             "log_value", dist.StudentT(STUDENT_DF, loc, sig[prep.noise_idx]), obs=observed
@@ -184,6 +226,12 @@ def update_posterior(
     loc_c = jnp.asarray([c[0] for c in cp]).reshape(-1)
     scale_c = jnp.asarray([c[1] for c in cp]).reshape(-1)
     sigma = jnp.asarray(_sigma(prior, prep.noise_keys))
+    loc_e, scale_e = (
+        jnp.asarray(a)
+        for a in _gpu_group_prior(
+            prior, prep.gpus, prep.noise_keys, from_population=from_population
+        )
+    )
     mcmc = MCMC(
         NUTS(update_model, target_accept_prob=0.9),
         num_warmup=warmup,
@@ -202,6 +250,8 @@ def update_posterior(
             scale_c,
             sigma,
             jnp.asarray(prep.log_value),
+            loc_e,
+            scale_e,
             extra_fields=("diverging",),
         )
     new = {
@@ -238,7 +288,7 @@ def _merge(prior: Posterior, prep, new: dict, diverging, chains: int, draws: int
     keys = list(prior.noise_keys) + [k for k in prep.noise_keys if k not in prior.noise_keys]
     post = {}
     for var in prior.idata.posterior.data_vars:
-        if var not in (*PARAM_NAMES, "cell_offset", "sigma"):
+        if var not in (*PARAM_NAMES, "cell_offset", "sigma", "gpu_group"):
             post[var] = shaped(prior.flat(var)[idx])
     for name in PARAM_NAMES:
         old = (
@@ -273,9 +323,40 @@ def _merge(prior: Posterior, prep, new: dict, diverging, chains: int, draws: int
     post["sigma"] = shaped(sig)
     dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
     coords = {"gpu": gpus, "cell": cells, "noise_key": keys}
+    if "gpu_group" in prior.idata.posterior:
+        groups = _merge_gpu_group(prior, prep, new, idx, gpus, rng)
+        post["gpu_group"], coords["group"] = shaped(groups[0]), groups[1]
+        dims["gpu_group"] = ["gpu", "group"]
     return az.from_dict(
         posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims
     )
+
+
+def _merge_gpu_group(prior: Posterior, prep, new: dict, idx, gpus: list, rng):
+    """GPU x group draws over ``gpus`` x (prior groups + new non-serving groups): the prior's,
+    N(0, tau_gpu) for pairs neither fit saw, the update's for the measured pairs."""
+    da = prior.idata.posterior["gpu_group"]
+    old_gpus = [str(g) for g in da.coords["gpu"].values]
+    old_keys = [str(k) for k in da.coords["group"].values]
+    keys = old_keys + [
+        k for k in prep.noise_keys if k not in old_keys and not k.startswith("serving:")
+    ]
+    old = prior.flat("gpu_group")[idx]
+    tau_k, tau_s = prior.flat("tau_gpu_kernel")[idx], prior.flat("tau_gpu_step")[idx]
+    out = np.empty((len(idx), len(gpus), len(keys)))
+    for j, k in enumerate(keys):
+        tau = tau_k if kernel_groups([k])[0] else tau_s
+        for i, g in enumerate(gpus):
+            if g in old_gpus and k in old_keys:
+                out[:, i, j] = old[:, old_gpus.index(g), old_keys.index(k)]
+            else:
+                out[:, i, j] = tau * rng.standard_normal(len(idx))
+    if "gpu_group" in new:
+        for i, g in enumerate(prep.gpus):
+            for j, k in enumerate(prep.noise_keys):
+                if k in keys:
+                    out[:, gpus.index(g), keys.index(k)] = new["gpu_group"][..., i, j].reshape(-1)
+    return out, keys
 
 
 def without_gpu(posterior: Posterior, gpu: str) -> Posterior:
