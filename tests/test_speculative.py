@@ -2,6 +2,7 @@
 lengths, and when drafting pays (high acceptance, small batch) or loses (low acceptance, large
 compute-bound batches)."""
 
+import equinox as eqx
 import jax.numpy as jnp
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from perfmodel._speculative import (
     load_acceptance,
     speculative_decode,
 )
+from perfmodel._step import decode_step
 
 LLAMA70B = load_model("meta-llama/Llama-3.1-70B")
 DRAFT1B = load_model("meta-llama/Llama-3.2-1B-Instruct")
@@ -185,12 +187,20 @@ def test_speculation_under_load_at_zero_acceptance_only_adds_the_spec_cost():
             acceptance=0.0,
         )
 
-    # TPOT = plain gap x r, r = step_spec(r n) / tau_d(n): the longer step keeps r times more
-    # sequences decoding (Little's law)
+    # TPOT = plain gap x r with the plain engine run at 1 + 199 r decode steps (the longer step
+    # keeps more sequences decoding, Little's law), r = step_spec(n') / tau_d(n') at its batch n'
     assert float(spec.tokens_per_step) == pytest.approx(1.0)
-    r = float(spec.tpot_s[0]) / float(plain.tpot_s.mean)
-    assert r == pytest.approx(float(step(n * r).step_s / step(n).target_step_s), rel=1e-6)
-    assert r >= float(step(n).step_s / step(n).target_step_s)
+    n2 = float(spec.decode_batch)
+    assert n2 > n
+    r = 1.0
+    for _ in range(20):  # the plain step's context 2000 + O'/2 moves with r
+        tau = decode_step(llama8b, H100, dep, EFF, n2, 2000.0 + (1.0 + 199.0 * r) / 2.0)
+        r = float(step(n2).step_s / tau.total_s)
+    stretched = serving_metrics(
+        llama8b, H100, dep, EFF, eqx.tree_at(lambda x: x.output_tokens_mean, w, 1.0 + 199.0 * r)
+    )
+    assert float(spec.tpot_s[0]) == pytest.approx(float(stretched.tpot_s.mean) * r, rel=0.03)
+    assert r > 1.0  # draft + verify cost more than a plain step
     assert float(spec.tpot_s[0]) > float(plain.tpot_s.mean)  # loses at zero acceptance
     good = speculative_serving_metrics(llama8b, H100, dep, EFF, w, draft_tokens=4.0, acceptance=0.8)
     assert float(good.tpot_s[2]) < 0.6 * float(plain.tpot_s.p95)
