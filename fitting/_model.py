@@ -13,10 +13,11 @@ delta_c ~ N(0, tau_src) (kernel groups: N(0, tau_kernel)) of their cell c = (sou
 a Kennedy & O'Hagan (2001) discrepancy per lab/engine and operator class, so a different lab or
 engine (an unseen cell) widens the interval by tau_src instead of biasing it.  One offset per cell
 rather than a source effect plus a group effect avoids an additive ridge NUTS mixes badly on.
-A GPU x group interaction eta_gk ~ N(0, tau_gpu) (non-centred; tau_gpu learned, one spread for
-kernel groups and one for whole-model groups) lets each GPU carry its own bias per operator class
-(a GDDR6 card's elementwise kernels reach more of peak than HBM cards'), and a held-out GPU's
-prediction inherits that spread instead of a falsely tight interval.
+A GPU x kernel-group interaction eta_gk ~ N(0, tau_gpu) (non-centred; tau_gpu learned) lets each
+GPU carry its own bias per operator class (a GDDR6 card's elementwise kernels reach more of peak
+than HBM cards'), and a held-out GPU's kernel predictions inherit that spread instead of a falsely
+tight interval.  Whole-model groups get none: there a GPU's bias is collinear with its sources'
+offsets (most sources measured one GPU), which cost NUTS half its ESS on tau_source.
 Noise is multiplicative Student-t per group k (scenario and operator class):
 
     log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c + eta_gk, sigma_k).
@@ -93,8 +94,7 @@ SOURCE_SCALE = 0.3
 the engine/lab effect a new engine or lab inherits."""
 
 GPU_GROUP_SCALE = 0.2
-"""Half-normal scale of tau_gpu, the spread of GPU x group biases on log time (kernel groups and
-whole-model groups each learn their own)."""
+"""Half-normal scale of tau_gpu, the spread of GPU x kernel-group biases on log time."""
 
 KERNEL_OFFSET_SCALE = 1.0
 """Half-normal scale of tau_kernel, the spread of single-kernel discrepancy offsets (``has_offset``
@@ -152,8 +152,7 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
     tau_gk = numpyro.sample("tau_gpu_kernel", dist.HalfNormal(GPU_GROUP_SCALE))
-    tau_gs = numpyro.sample("tau_gpu_step", dist.HalfNormal(GPU_GROUP_SCALE))
-    spread = jnp.where(kernel_groups(prep.noise_keys), tau_gk, tau_gs)
+    spread = jnp.where(kernel_groups(prep.noise_keys), tau_gk, 0.0)
     with numpyro.plate("gg_key", n_key, dim=-1), numpyro.plate("gg_gpu", n_gpu, dim=-2):
         z_gg = numpyro.sample("z_gpu_group", dist.Normal(0.0, 1.0))
     eta = numpyro.deterministic("gpu_group", z_gg * spread)
@@ -168,7 +167,7 @@ POSTERIOR_VARS = (
     tuple(f"mu_{n}" for n in PARAM_NAMES)
     + tuple(f"tau_{n}" for n in PARAM_NAMES)
     + (PARAM_NAMES + ("tau_source", "tau_kernel", "cell_offset", "sigma"))
-    + ("tau_gpu_kernel", "tau_gpu_step", "gpu_group")
+    + ("tau_gpu_kernel", "gpu_group")
 )
 """Sites kept in the saved posterior (natural units for the per-GPU parameters)."""
 

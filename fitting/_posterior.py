@@ -245,8 +245,8 @@ def gpu_group_draws(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """GPU x group bias draws eta_gk on log time, (draws, gpus, keys): fitted pairs keep theirs,
-    an unseen GPU or group draws N(0, tau_gpu) (its own bias, unknown); serving groups and older
-    posterior files without the term get 0."""
+    an unseen GPU or kernel group draws N(0, tau_gpu) (its own bias, unknown); whole-model and
+    serving groups and older posterior files without the term get 0."""
     out = np.zeros((len(idx), len(gpus), len(keys)))
     post = posterior.idata.posterior
     if "gpu_group" not in post:
@@ -255,7 +255,7 @@ def gpu_group_draws(
     eta = eta.reshape((-1,) + eta.shape[2:])[idx]
     fit_gpus = [str(g) for g in post["gpu_group"].coords["gpu"].values]
     fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
-    tau_k, tau_s = posterior.flat("tau_gpu_kernel")[idx], posterior.flat("tau_gpu_step")[idx]
+    tau_k, tau_s = posterior.flat("tau_gpu_kernel")[idx], np.zeros(len(idx))
     for j, k in enumerate(keys):
         if k.startswith("serving:"):
             continue

@@ -39,12 +39,13 @@ from ._model import (
     PRIORS,
     STUDENT_DF,
     kernel_cells,
-    kernel_groups,
     prior_center_unconstrained,
     to_natural,
 )
 from ._posterior import Posterior, _default_value
 from ._predict import predict_log, prepare
+from ._update_groups import gpu_group_prior as _gpu_group_prior
+from ._update_groups import merge_gpu_group as _merge_gpu_group
 
 SIGMA_LOG_SD = 0.5
 """Log-scale sd of each noise group's sigma around the prior's median: the prior's sigma describes
@@ -99,35 +100,6 @@ def _sigma(posterior: Posterior, keys: tuple[str, ...]) -> np.ndarray:
     med = np.median(posterior.flat("sigma"), axis=0)
     known = posterior.noise_keys
     return np.asarray([med[known.index(k)] if k in known else med.max() for k in keys])
-
-
-def _gpu_group_prior(
-    posterior: Posterior, gpus, keys, *, from_population: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, sd) of eta_gk for the measured GPUs x groups: a fitted pair's own draws, else the
-    population N(0, tau_gpu) (zero-width for serving groups and older posterior files)."""
-    loc = np.zeros((len(gpus), len(keys)))
-    scale = np.full((len(gpus), len(keys)), MIN_SCALE)
-    post = posterior.idata.posterior
-    if "gpu_group" not in post:
-        return loc, scale
-    fit_gpus = [str(g) for g in post["gpu_group"].coords["gpu"].values]
-    fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
-    eta = posterior.flat("gpu_group")
-    tau = {
-        True: float(np.sqrt(np.mean(posterior.flat("tau_gpu_kernel") ** 2))),
-        False: float(np.sqrt(np.mean(posterior.flat("tau_gpu_step") ** 2))),
-    }
-    for i, g in enumerate(gpus):
-        for j, k in enumerate(keys):
-            if k.startswith("serving:"):
-                continue
-            if not from_population and g in fit_gpus and k in fit_keys:
-                e = eta[:, fit_gpus.index(g), fit_keys.index(k)]
-                loc[i, j], scale[i, j] = float(e.mean()), max(float(e.std()), MIN_SCALE)
-            else:
-                scale[i, j] = max(tau[bool(kernel_groups([k])[0])], MIN_SCALE)
-    return loc, scale
 
 
 def update_model(
@@ -330,33 +302,6 @@ def _merge(prior: Posterior, prep, new: dict, diverging, chains: int, draws: int
     return az.from_dict(
         posterior=post, sample_stats={"diverging": diverging}, coords=coords, dims=dims
     )
-
-
-def _merge_gpu_group(prior: Posterior, prep, new: dict, idx, gpus: list, rng):
-    """GPU x group draws over ``gpus`` x (prior groups + new non-serving groups): the prior's,
-    N(0, tau_gpu) for pairs neither fit saw, the update's for the measured pairs."""
-    da = prior.idata.posterior["gpu_group"]
-    old_gpus = [str(g) for g in da.coords["gpu"].values]
-    old_keys = [str(k) for k in da.coords["group"].values]
-    keys = old_keys + [
-        k for k in prep.noise_keys if k not in old_keys and not k.startswith("serving:")
-    ]
-    old = prior.flat("gpu_group")[idx]
-    tau_k, tau_s = prior.flat("tau_gpu_kernel")[idx], prior.flat("tau_gpu_step")[idx]
-    out = np.empty((len(idx), len(gpus), len(keys)))
-    for j, k in enumerate(keys):
-        tau = tau_k if kernel_groups([k])[0] else tau_s
-        for i, g in enumerate(gpus):
-            if g in old_gpus and k in old_keys:
-                out[:, i, j] = old[:, old_gpus.index(g), old_keys.index(k)]
-            else:
-                out[:, i, j] = tau * rng.standard_normal(len(idx))
-    if "gpu_group" in new:
-        for i, g in enumerate(prep.gpus):
-            for j, k in enumerate(prep.noise_keys):
-                if k in keys:
-                    out[:, gpus.index(g), keys.index(k)] = new["gpu_group"][..., i, j].reshape(-1)
-    return out, keys
 
 
 def without_gpu(posterior: Posterior, gpu: str) -> Posterior:

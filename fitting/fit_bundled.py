@@ -14,7 +14,7 @@ import argparse
 import time
 
 PER_STRATUM = 10
-DRAWS = 1000
+DRAWS = 1600
 WARMUP = 500
 CHAINS = 2
 SEED = 0

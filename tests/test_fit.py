@@ -97,6 +97,8 @@ def _truth(prep):
         truth[f"z_{name}"] = jnp.asarray([1.0, -1.0])
     truth["tau_source"] = jnp.asarray(0.1)
     truth["tau_kernel"] = jnp.asarray(0.1)
+    truth["tau_gpu_kernel"] = jnp.asarray(0.05)  # GPU x kernel-group biases: none in the truth
+    truth["z_gpu_group"] = jnp.zeros((len(prep.gpus), len(prep.noise_keys)))
     truth["cell_offset"] = jnp.zeros(len(prep.cells))
     truth["sigma"] = jnp.full(len(prep.noise_keys), 0.03)
     return truth
@@ -119,7 +121,9 @@ def test_nuts_recovers_known_efficiencies_from_simulated_data():
         lo, hi = np.quantile(post[name].values.reshape(-1, 2), [0.005, 0.995], axis=0)
         med = np.median(post[name].values.reshape(-1, 2), axis=0)
         assert np.all((lo <= true_vals) & (true_vals <= hi)), (name, lo, true_vals, hi)
-        np.testing.assert_allclose(med, true_vals, rtol=0.08)
+        # rtol 0.1 (was 0.08 before the GPU x kernel-group term): with two GPUs tau_gpu is barely
+        # identified, so part of a GPU's single-group signal goes to its eta_gk (lead: revisit)
+        np.testing.assert_allclose(med, true_vals, rtol=0.1)
     lo, hi = np.quantile(
         post["sigma"].values.reshape(-1, len(prep.noise_keys)), [0.005, 0.995], axis=0
     )
