@@ -36,6 +36,8 @@ Array = jnp.ndarray
 
 Z95 = 1.6448536269514722
 """Standard normal 0.95 quantile."""
+Z99 = 2.3263478740408408
+"""Standard normal 0.99 quantile."""
 
 PREFIX_CONTEXT_STEPS = 4
 """``serving_metrics`` substitutions of the prefix form's step ratio r = tau_d(n, P + O/2) /
@@ -193,8 +195,8 @@ def speculative_serving_metrics(
     j = jnp.arange(0.0, 17.0)
     second = jnp.sum(jnp.where(j <= k, (2.0 * j + 1.0) * a**j, 0.0))
     var_t = jnp.maximum(second - jnp.square(e), 0.0)
-    cv_acc = jnp.sqrt(var_t / (jnp.maximum(o_dec, 1.0) * e)) / 1.0
-    z = jnp.asarray([0.0, 0.0, Z95, 2.3263478740408408])
+    cv_acc = jnp.sqrt(var_t / (jnp.maximum(o_dec, 1.0) * e))
+    z = jnp.asarray([0.0, 0.0, Z95, Z99])
     cv_int = (plain / plain[0] - 1.0) / jnp.where(z > 0, z, 1.0)
     tpot = plain[0] * (1.0 + z * jnp.sqrt(jnp.square(cv_int) + jnp.square(cv_acc)))
     tpot = tpot.at[1].set(plain[1])
