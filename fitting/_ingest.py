@@ -8,7 +8,6 @@ Checks are vectorized, and catalog look-ups are made once per distinct value.
 
 from __future__ import annotations
 
-import difflib
 import gzip
 import json
 from collections.abc import Collection, Iterable, Sequence
@@ -23,22 +22,15 @@ import pandas as pd
 import perfmodel
 
 from . import _formats as F
+from ._ingest_catalog import SkippedRow
+from ._ingest_catalog import catalog_filter as _catalog_filter
+from ._ingest_catalog import catalog_lookups as _catalog
+from ._ingest_checks import MeasurementFormatError  # re-exported: errors.py looks here
+from ._ingest_checks import check_labels as _check_labels
+from ._ingest_checks import numbers as _numbers
 
 TABLE_SUFFIXES = (".csv", ".csv.gz")
 TOOL_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
-
-
-class MeasurementFormatError(ValueError):
-    """A measurement file is malformed; the message names file, line, field and the fix."""
-
-
-@dataclass(frozen=True)
-class SkippedRow:
-    """A row left out of the table: where it is and why (an unknown GPU or model)."""
-
-    file: str
-    line: int
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -146,147 +138,6 @@ def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndar
     return frame, np.arange(len(frame), dtype=np.int64) + 2  # line 1 is the header
 
 
-def _check_labels(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> None:
-    def fail(mask: pd.Series, col: str, msg: str) -> None:
-        i = np.flatnonzero(mask.to_numpy())[0]
-        value = frame[col].to_numpy()[i]
-        raise MeasurementFormatError(f"{path}:{int(lines[i])}: column {col!r} = {value!r} {msg}")
-
-    dtype_fix = f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"
-    scenario_fix = f"is not a scenario; use one of {', '.join(F.SCENARIO_METRICS)}"
-    for col, allowed, fix in (
-        ("scenario", F.SCENARIO_METRICS, scenario_fix),
-        ("unit", F.UNITS, f"is not a unit; use one of {', '.join(F.UNITS)} (SI: seconds, not ms)"),
-        ("weight_dtype", F.DTYPES, dtype_fix),
-        ("kv_dtype", F.DTYPES, dtype_fix),
-    ):
-        bad = [v for v in frame[col].unique() if v not in allowed]
-        if bad:
-            fail(frame[col].isin(bad), col, fix)
-    bad_stats = [v for v in frame["stat"].unique() if not F.STAT_PATTERN.fullmatch(v)]
-    if bad_stats:
-        fix = "is not a statistic; use mean, median, min, max, pNN (e.g. p99) or leave it empty"
-        fail(frame["stat"].isin(bad_stats), "stat", fix + " for a single measurement")
-    pairs = frame[["scenario", "metric", "unit"]].drop_duplicates()
-    for scenario, metric, unit in pairs.itertuples(index=False):
-        here = (frame["scenario"] == scenario) & (frame["metric"] == metric)
-        if metric not in F.SCENARIO_METRICS[scenario]:
-            fail(here, "metric", f"is not a metric of scenario {scenario!r}; use one of "
-                 f"{', '.join(sorted(F.SCENARIO_METRICS[scenario]))}")
-        if F.METRIC_UNIT[metric] != unit:
-            fail(here & (frame["unit"] == unit), "unit",
-                 f"does not fit metric {metric!r}; write it in {F.METRIC_UNIT[metric]}")
-
-
-def _numbers(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> pd.DataFrame:
-    for col in F.INT_COLUMNS + F.FLOAT_COLUMNS:
-        raw = frame[col]
-        if raw.dtype.kind in "fiu":
-            num = raw.astype("float64")
-            text = None
-        else:
-            text = raw.astype(str).str.strip()
-            num = pd.to_numeric(text.where(text != ""), errors="coerce").astype("float64")
-        given = ~num.isna().to_numpy() if text is None else (text != "").to_numpy()
-        checks = [(num.isna().to_numpy() & given, "is not a number; write "
-                   + ("it in its unit (seconds, tokens/s, ...)" if col == "value" else "it")
-                   + " as a plain number")]
-        values = num.to_numpy()
-        with np.errstate(invalid="ignore"):
-            if col in F.INT_COLUMNS:
-                checks.append((given & ~(np.isfinite(values) & (values == np.round(values))),
-                               "is not a whole number; write a count"))
-                low = 1 if col in ("num_gpus", "tp", "pp", "ep") else 0
-                checks.append((given & (values < low), f"must be at least {low}"))
-            elif col in ("value", "concurrency", "request_rate"):
-                finite = col != "request_rate"  # an open-loop rate may be inf (saturation)
-                checks.append((given & ~((values > 0) & (np.isfinite(values) | (not finite))),
-                               "must be a positive number" + (" (finite)" if finite else "")))
-            else:
-                checks.append((given & ~(np.isfinite(values) & (values >= 0)), "must be >= 0"))
-        if col == "value":
-            checks.insert(0, (~given, "is empty; every row needs its measured value"))
-        for bad, msg in checks:
-            if bad.any():
-                i = np.flatnonzero(bad)[0]
-                shown = raw.to_numpy()[i]
-                raise MeasurementFormatError(
-                    f"{path}:{int(lines[i])}: column {col!r} = {shown!r} {msg}")
-        frame[col] = num.round().astype("Int64") if col in F.INT_COLUMNS else num
-    return frame
-
-
-# ---------------------------------------------------------------- catalog -------------------
-
-
-def _close(name: str, options: Collection[str]) -> str:
-    found = difflib.get_close_matches(name, list(options), n=3, cutoff=0.5)
-    return f" (close: {', '.join(found)})" if found else ""
-
-
-def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
-    if not name:
-        return None, "gpu is empty; fill the gpu column or pass gpu="
-    if name.lower() in known:
-        return known[name.lower()], ""
-    return None, (f"gpu {name!r} is not in the hardware catalog{_close(name, known.values())}; "
-                  "fix the id, or add its row to a hardware CSV and pass its ids as hardware_ids=")
-
-
-def _resolve_model(
-    name: str, known: dict[str, str], bases: dict[str, str]
-) -> tuple[str | None, str]:
-    """Catalog id (exact, any case, or a unique basename such as ``/models/Llama-3.1-8B``)."""
-    if name.lower() in known:
-        return known[name.lower()], ""
-    parts = name.replace("\\", "/").rstrip("/").split("/")
-    for candidate in ("/".join(parts[-2:]).lower(), parts[-1].lower()):
-        if candidate in known:
-            return known[candidate], ""
-        if candidate in bases:
-            return bases[candidate], ""
-    if name.endswith(".json") and Path(name).is_file():
-        try:
-            perfmodel.load_model(name)
-            return name, ""
-        except perfmodel.CatalogError as exc:
-            return None, f"model config {name!r} is not usable: {exc}"
-    return None, (f"model {name!r} is not in the model catalog{_close(name, known.values())} "
-                  "and is not a config.json path; pass model= with a catalog id or a config path")
-
-
-def _catalog_filter(
-    frame: pd.DataFrame,
-    lines: np.ndarray,
-    path: Path,
-    catalog: tuple[dict[str, str], dict[str, str], dict[str, str]],
-    skipped: list[SkippedRow],
-) -> pd.DataFrame:
-    """Canonical GPU/model ids; rows the catalog does not know go to ``skipped``."""
-    gpus, models, bases = catalog
-    reasons = np.full(len(frame), "", dtype=object)
-    for col, resolve in (("gpu", lambda n: _resolve_gpu(n, gpus)),
-                         ("model", lambda n: _resolve_model(n, models, bases))):
-        codes, uniques = pd.factorize(frame[col])
-        mapped = []
-        for u, value in enumerate(uniques):
-            canonical, why = (value, "") if col == "model" and value == "" else resolve(value)
-            mapped.append(canonical if canonical is not None else value)
-            if why:
-                hit = (codes == u) & (reasons == "")
-                reasons[hit] = why
-        labels = np.asarray(mapped, dtype=object)[codes]
-        frame[col] = pd.Series(labels, index=frame.index, dtype=str)
-    needs = ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS).to_numpy()
-    reasons[needs & (frame["model"] == "").to_numpy() & (reasons == "")] = (
-        "model is empty; a row of this scenario needs one (fill the model column or pass model=)"
-    )
-    out = reasons != ""
-    skipped.extend(SkippedRow(str(path), int(line), str(why))
-                   for line, why in zip(lines[out], reasons[out]))
-    return frame.loc[~out]
-
-
 # ---------------------------------------------------------------- public --------------------
 
 
@@ -342,8 +193,13 @@ def load_measurements(
     Raises:
         MeasurementFormatError: a malformed file; the message names file, line, field and fix.
     """
-    fills = {"gpu": gpu, "model": model, "tp": tp, "engine": engine,
-             "num_gpus": num_gpus if num_gpus is not None else tp}
+    fills = {
+        "gpu": gpu,
+        "model": model,
+        "tp": tp,
+        "engine": engine,
+        "num_gpus": num_gpus if num_gpus is not None else tp,
+    }
     files = _expand([paths] if isinstance(paths, (str, PathLike)) else paths)
     if not files:
         raise MeasurementFormatError(
@@ -364,19 +220,6 @@ def load_measurements(
     return IngestResult(table=table, skipped=skipped, files=tuple(map(str, files)))
 
 
-def _catalog(
-    hardware_ids: Collection[str] | None, model_ids: Collection[str] | None
-) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """Lower-case look-ups: GPU ids, model ids, and model basenames owned by exactly one id."""
-    gpus = hardware_ids if hardware_ids is not None else perfmodel.hardware_ids()
-    ids = list(model_ids if model_ids is not None else perfmodel.model_ids())
-    owners: dict[str, list[str]] = {}
-    for m in ids:
-        owners.setdefault(m.split("/")[-1].lower(), []).append(m)
-    bases = {base: found[0] for base, found in owners.items() if len(found) == 1}
-    return {g.lower(): g for g in gpus}, {m.lower(): m for m in ids}, bases
-
-
 def describe(result: IngestResult) -> str:
     """A short human summary: rows per scenario, GPU and source; skipped rows by reason."""
     table = result.table
@@ -385,11 +228,14 @@ def describe(result: IngestResult) -> str:
         vc = table[col].replace("", "(none)").value_counts()
         return ", ".join(f"{k} {v:,}" for k, v in vc.items())
 
-    lines = [f"{len(table):,} measurements from {len(result.files)} file(s); "
-             f"{len(result.skipped):,} skipped"]
+    head = f"{len(table):,} measurements from {len(result.files)} file(s); "
+    lines = [head + f"{len(result.skipped):,} skipped"]
     if len(table):
-        lines += [f"  by scenario: {counts('scenario')}", f"  by gpu: {counts('gpu')}",
-                  f"  by source: {counts('source')}"]
+        lines += [
+            f"  by scenario: {counts('scenario')}",
+            f"  by gpu: {counts('gpu')}",
+            f"  by source: {counts('source')}",
+        ]
     if result.skipped:
         reasons = pd.Series([s.reason for s in result.skipped]).value_counts()
         lines.append("  skipped:")

@@ -1,0 +1,114 @@
+"""Catalog look-ups of ingest (``_ingest``): GPU and model names made canonical catalog ids; rows
+the catalog does not know become ``SkippedRow``s with the reason (never silently dropped).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import perfmodel
+
+from . import _formats as F
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    """A row left out of the table: where it is and why (an unknown GPU or model)."""
+
+    file: str
+    line: int
+    reason: str
+
+
+def _close(name: str, options: Collection[str]) -> str:
+    found = difflib.get_close_matches(name, list(options), n=3, cutoff=0.5)
+    return f" (close: {', '.join(found)})" if found else ""
+
+
+def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
+    if not name:
+        return None, "gpu is empty; fill the gpu column or pass gpu="
+    if name.lower() in known:
+        return known[name.lower()], ""
+    return None, (
+        f"gpu {name!r} is not in the hardware catalog{_close(name, known.values())}; "
+        "fix the id, or add its row to a hardware CSV and pass its ids as hardware_ids="
+    )
+
+
+def _resolve_model(
+    name: str, known: dict[str, str], bases: dict[str, str]
+) -> tuple[str | None, str]:
+    """Catalog id (exact, any case, or a unique basename such as ``/models/Llama-3.1-8B``)."""
+    if name.lower() in known:
+        return known[name.lower()], ""
+    parts = name.replace("\\", "/").rstrip("/").split("/")
+    for candidate in ("/".join(parts[-2:]).lower(), parts[-1].lower()):
+        if candidate in known:
+            return known[candidate], ""
+        if candidate in bases:
+            return bases[candidate], ""
+    if name.endswith(".json") and Path(name).is_file():
+        try:
+            perfmodel.load_model(name)
+            return name, ""
+        except perfmodel.CatalogError as exc:
+            return None, f"model config {name!r} is not usable: {exc}"
+    return None, (
+        f"model {name!r} is not in the model catalog{_close(name, known.values())} "
+        "and is not a config.json path; pass model= with a catalog id or a config path"
+    )
+
+
+def catalog_filter(
+    frame: pd.DataFrame,
+    lines: np.ndarray,
+    path: Path,
+    catalog: tuple[dict[str, str], dict[str, str], dict[str, str]],
+    skipped: list[SkippedRow],
+) -> pd.DataFrame:
+    """Canonical GPU/model ids; rows the catalog does not know go to ``skipped``."""
+    gpus, models, bases = catalog
+    reasons = np.full(len(frame), "", dtype=object)
+    for col, resolve in (
+        ("gpu", lambda n: _resolve_gpu(n, gpus)),
+        ("model", lambda n: _resolve_model(n, models, bases)),
+    ):
+        codes, uniques = pd.factorize(frame[col])
+        mapped = []
+        for u, value in enumerate(uniques):
+            canonical, why = (value, "") if col == "model" and value == "" else resolve(value)
+            mapped.append(canonical if canonical is not None else value)
+            if why:
+                hit = (codes == u) & (reasons == "")
+                reasons[hit] = why
+        labels = np.asarray(mapped, dtype=object)[codes]
+        frame[col] = pd.Series(labels, index=frame.index, dtype=str)
+    needs = ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS).to_numpy()
+    reasons[needs & (frame["model"] == "").to_numpy() & (reasons == "")] = (
+        "model is empty; a row of this scenario needs one (fill the model column or pass model=)"
+    )
+    out = reasons != ""
+    skipped.extend(
+        SkippedRow(str(path), int(line), str(why)) for line, why in zip(lines[out], reasons[out])
+    )
+    return frame.loc[~out]
+
+
+def catalog_lookups(
+    hardware_ids: Collection[str] | None, model_ids: Collection[str] | None
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Lower-case look-ups: GPU ids, model ids, and model basenames owned by exactly one id."""
+    gpus = hardware_ids if hardware_ids is not None else perfmodel.hardware_ids()
+    ids = list(model_ids if model_ids is not None else perfmodel.model_ids())
+    owners: dict[str, list[str]] = {}
+    for m in ids:
+        owners.setdefault(m.split("/")[-1].lower(), []).append(m)
+    bases = {base: found[0] for base, found in owners.items() if len(found) == 1}
+    return {g.lower(): g for g in gpus}, {m.lower(): m for m in ids}, bases

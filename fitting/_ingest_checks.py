@@ -1,0 +1,107 @@
+"""Checks of ingest (``_ingest``): labels (scenario, metric, unit, dtype, stat) and numbers, each
+failure raising ``MeasurementFormatError`` with file, line, field and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import _formats as F
+
+
+class MeasurementFormatError(ValueError):
+    """A measurement file is malformed; the message names file, line, field and the fix."""
+
+
+def check_labels(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> None:
+    def fail(mask: pd.Series, col: str, msg: str) -> None:
+        i = np.flatnonzero(mask.to_numpy())[0]
+        value = frame[col].to_numpy()[i]
+        raise MeasurementFormatError(f"{path}:{int(lines[i])}: column {col!r} = {value!r} {msg}")
+
+    dtype_fix = f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"
+    scenario_fix = f"is not a scenario; use one of {', '.join(F.SCENARIO_METRICS)}"
+    for col, allowed, fix in (
+        ("scenario", F.SCENARIO_METRICS, scenario_fix),
+        ("unit", F.UNITS, f"is not a unit; use one of {', '.join(F.UNITS)} (SI: seconds, not ms)"),
+        ("weight_dtype", F.DTYPES, dtype_fix),
+        ("kv_dtype", F.DTYPES, dtype_fix),
+    ):
+        bad = [v for v in frame[col].unique() if v not in allowed]
+        if bad:
+            fail(frame[col].isin(bad), col, fix)
+    bad_stats = [v for v in frame["stat"].unique() if not F.STAT_PATTERN.fullmatch(v)]
+    if bad_stats:
+        fix = "is not a statistic; use mean, median, min, max, pNN (e.g. p99) or leave it empty"
+        fail(frame["stat"].isin(bad_stats), "stat", fix + " for a single measurement")
+    pairs = frame[["scenario", "metric", "unit"]].drop_duplicates()
+    for scenario, metric, unit in pairs.itertuples(index=False):
+        here = (frame["scenario"] == scenario) & (frame["metric"] == metric)
+        if metric not in F.SCENARIO_METRICS[scenario]:
+            fail(
+                here,
+                "metric",
+                f"is not a metric of scenario {scenario!r}; use one of "
+                f"{', '.join(sorted(F.SCENARIO_METRICS[scenario]))}",
+            )
+        if F.METRIC_UNIT[metric] != unit:
+            fail(
+                here & (frame["unit"] == unit),
+                "unit",
+                f"does not fit metric {metric!r}; write it in {F.METRIC_UNIT[metric]}",
+            )
+
+
+def numbers(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> pd.DataFrame:
+    for col in F.INT_COLUMNS + F.FLOAT_COLUMNS:
+        raw = frame[col]
+        if raw.dtype.kind in "fiu":
+            num = raw.astype("float64")
+            text = None
+        else:
+            text = raw.astype(str).str.strip()
+            num = pd.to_numeric(text.where(text != ""), errors="coerce").astype("float64")
+        given = ~num.isna().to_numpy() if text is None else (text != "").to_numpy()
+        checks = [
+            (
+                num.isna().to_numpy() & given,
+                "is not a number; write "
+                + ("it in its unit (seconds, tokens/s, ...)" if col == "value" else "it")
+                + " as a plain number",
+            )
+        ]
+        values = num.to_numpy()
+        with np.errstate(invalid="ignore"):
+            if col in F.INT_COLUMNS:
+                checks.append(
+                    (
+                        given & ~(np.isfinite(values) & (values == np.round(values))),
+                        "is not a whole number; write a count",
+                    )
+                )
+                low = 1 if col in ("num_gpus", "tp", "pp", "ep") else 0
+                checks.append((given & (values < low), f"must be at least {low}"))
+            elif col in ("value", "concurrency", "request_rate"):
+                finite = col != "request_rate"  # an open-loop rate may be inf (saturation)
+                checks.append(
+                    (
+                        given & ~((values > 0) & (np.isfinite(values) | (not finite))),
+                        "must be a positive number" + (" (finite)" if finite else ""),
+                    )
+                )
+            else:
+                checks.append((given & ~(np.isfinite(values) & (values >= 0)), "must be >= 0"))
+        if col == "value":
+            checks.insert(0, (~given, "is empty; every row needs its measured value"))
+        for bad, msg in checks:
+            if bad.any():
+                i = np.flatnonzero(bad)[0]
+                shown = raw.to_numpy()[i]
+                raise MeasurementFormatError(
+                    f"{path}:{int(lines[i])}: column {col!r} = {shown!r} {msg}"
+                )
+        frame[col] = num.round().astype("Int64") if col in F.INT_COLUMNS else num
+    return frame
