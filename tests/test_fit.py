@@ -1,12 +1,15 @@
 """Calibration: parameter recovery on data simulated from the model, bundled-posterior agreement,
 netCDF round trip and the ``efficiency_draws`` API."""
 
+import functools
+
 import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from _measurement_rows import measurement_row
 from numpyro import handlers
 
 import fitting
@@ -17,30 +20,11 @@ from fitting._model import (
     run_nuts,
     to_natural,
 )
-from fitting.ingest import COLUMNS
 
 GPUS = ("a100-sxm-80gb", "h100-sxm")
 
 
-def _row(**kw):
-    base = {c: np.nan for c in COLUMNS}
-    base.update(
-        engine="",
-        notes="",
-        tp=1,
-        pp=1,
-        ep=1,
-        num_gpus=1,
-        metric="time",
-        unit="s",
-        value=1.0,
-        weight_dtype="",
-        kv_dtype="",
-        model="",
-        op="",
-    )
-    base.update(kw)
-    return base
+_row = functools.partial(measurement_row, value=1.0)
 
 
 def _design() -> pd.DataFrame:

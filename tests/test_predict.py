@@ -5,35 +5,16 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from _measurement_rows import measurement_row
 
 import perfmodel
 from fitting._predict import SERVING_REASON, default_params, predict_log, prepare
-from fitting.ingest import COLUMNS
 from perfmodel._ops import KernelEfficiency, collective_time_s, elementwise_time_s, gemm_time_s
 
 EFF, KER = perfmodel.Efficiency(), KernelEfficiency()
 
 
-def row(**kw):
-    base = {c: np.nan for c in COLUMNS}
-    base.update(
-        source="test",
-        engine="",
-        notes="",
-        tp=1,
-        pp=1,
-        ep=1,
-        num_gpus=1,
-        metric="time",
-        unit="s",
-        value=1e-3,
-        weight_dtype="",
-        kv_dtype="",
-        model="",
-        op="",
-    )
-    base.update(kw)
-    return base
+row = measurement_row
 
 
 def predicted(rows):
@@ -341,7 +322,7 @@ def test_vllm_graph_and_eager_all_reduce_get_their_own_latency_cells():
 
 def test_gpu_group_draws_keep_fitted_pairs_and_widen_unseen_ones():
     """A fitted (GPU, group) pair returns its own draws; an unseen GPU or group draws
-    N(0, tau_gpu) (kernel groups); whole-model and serving groups get no GPU x group term."""
+    N(0, tau_gpu) (kernel groups); whole-model, serving and anchor groups get no GPU x group term."""
     import arviz as az
 
     from fitting._posterior import Posterior, gpu_group_draws
@@ -355,16 +336,17 @@ def test_gpu_group_draws_keep_fitted_pairs_and_widen_unseen_ones():
                 "gpu_group": eta[None],
                 "tau_gpu_kernel": np.full((1, n), 0.5),
             },
-            coords={"gpu": ["a", "b"], "group": ["op:gemm", "decode_step:time"]},
+            coords={"gpu": ["a", "b"], "group": ["op:rope", "decode_step:time"]},
             dims={"gpu_group": ["gpu", "group"]},
         )
     )
-    keys = ("op:gemm", "decode_step:time", "serving:ttft", "op:norm")
+    keys = ("op:rope", "decode_step:time", "serving:ttft", "op:activation", "op:norm")
     out = gpu_group_draws(post, ("b", "new"), keys, np.arange(n), rng)
-    assert out.shape == (n, 2, 4)
+    assert out.shape == (n, 2, 5)
     np.testing.assert_allclose(out[:, 0, 0], -0.2)  # fitted pair: its own draws
     np.testing.assert_allclose(out[:, 0, 1], -0.2)
     assert np.all(out[:, :, 2] == 0.0)  # serving: none
     assert abs(out[:, 1, 0].std() - 0.5) < 0.03  # unseen GPU, kernel group: tau_gpu_kernel
     assert np.all(out[:, 1, 1] == 0.0)  # unseen GPU, whole-model group: none
     assert abs(out[:, 0, 3].std() - 0.5) < 0.03  # seen GPU, unseen kernel group
+    assert np.all(out[:, :, 4] == 0.0)  # anchor group (norm): its GPU's bandwidth carries it
