@@ -10,6 +10,7 @@ workloads with fixed seeds; nothing is measured on hardware.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -17,39 +18,35 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from perfmodel import Deployment, Efficiency, GiB, load_hardware, load_model, prefill_step  # noqa: E402
-from perfmodel import features as ft  # noqa: E402
-from perfmodel._traces import Trace  # noqa: E402
-from perfmodel.simulator import simulate  # noqa: E402
-from perfmodel.simulator._disagg import simulate_disaggregated  # noqa: E402
-from perfmodel.simulator._prefix_cache import (  # noqa: E402
+from benchmarks._feature_grids import (
+    LONG_LEN,
+    disagg_grid,
+    markdown_table,
+    prefix_grid,
+    spec_grid,
+)
+from perfmodel import Deployment, Efficiency, GiB, load_hardware, load_model, prefill_step
+from perfmodel import features as ft
+from perfmodel._traces import Trace
+from perfmodel.simulator import simulate
+from perfmodel.simulator._disagg import simulate_disaggregated
+from perfmodel.simulator._prefix_cache import (
     MOONCAKE_BLOCK_TOKENS,
     load_mooncake_trace,
     replay_reused_tokens,
     shared_prefix_requests,
     simulate_prefix_cache,
 )
-from perfmodel.simulator._speculative import simulate_speculative  # noqa: E402
+from perfmodel.simulator._speculative import simulate_speculative
 
 H100 = load_hardware("h100-sxm")
 EFF = Efficiency()
 L8 = load_model("meta-llama/Llama-3.1-8B")
 
-LONG_LEN = 16384.0
-"""max_model_len of the disaggregation deployments: 8,000-token prompts + 256 outputs fit (at the
-default 8,192 the engine would cap their outputs, as vLLM does)."""
 
-STEADY_SPAN_S = 20.0
-"""Seconds of arrivals simulated at least per grid point (about 8 request lifetimes of 2.5 s),
-so the sample reaches the steady state the closed forms describe."""
-
-
-def _table(title, head, rows):
-    out = [f"### {title}", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
+_table = markdown_table
 
 
 def prefix(quick):
@@ -332,10 +329,10 @@ def disagg(quick):
     for prompt in (200, 2000, 8000):
         co = Deployment.create(replicas=8, max_model_len=LONG_LEN)
         rate = 0.3 * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
-        pools = dict(
-            prefill=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
-            decode=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
-        )
+        pools = {
+            "prefill": (H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
+            "decode": (H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
+        }
         cf = ft.disaggregation(
             L8,
             EFF,
@@ -376,262 +373,6 @@ def disagg(quick):
                 "sim net ms",
                 "colocated E2E s closed/sim",
                 "split E2E s closed/sim",
-            ),
-            rows,
-        )
-    ], rec
-
-
-def agreement_grid(quick):
-    """Closed form vs simulator, mean and p95, for the split system (and A's colocated closed form)."""
-    from perfmodel._workload import Workload
-
-    rows, rec, hits = [], [], []
-    n = 600 if quick else 1500
-    for prompt in (200, 2000, 8000):
-        for load in (0.15, 0.3):
-            co = Deployment.create(replicas=8, max_model_len=LONG_LEN)
-            rate = load * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
-            pools = dict(
-                prefill=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
-                decode=(H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
-            )
-            w = Workload(
-                arrival_rate_per_s=rate, prompt_tokens_mean=float(prompt), output_tokens_mean=256.0
-            )
-            cf = ft.disaggregation_percentiles(L8, EFF, w, colocated=(H100, co), **pools)
-            m = n if quick else max(n, int(rate * STEADY_SPAN_S))
-            arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, m))
-            s = simulate_disaggregated(
-                L8, EFF, Trace(arrival, np.full(m, prompt), np.full(m, 256)), **pools
-            )
-            keep = slice(m // 10, int(0.9 * m))
-            pairs = {
-                "split TTFT p95": (
-                    float(cf.split_ttft_s[2]),
-                    float(np.percentile(s.ttft_s[keep], 95)),
-                ),
-                "split E2E p95": (
-                    float(cf.split_e2e_s[2]),
-                    float(np.percentile(s.e2e_s[keep], 95)),
-                ),
-                "split TPOT mean": (float(cf.split_tpot_s[0]), float(np.nanmean(s.tpot_s[keep]))),
-            }
-            for key, (c, m) in pairs.items():
-                err = c / m - 1.0
-                hits.append(abs(err) <= 0.15)
-                rows.append((prompt, load, key, f"{c:.4f}", f"{m:.4f}", f"{100 * err:+.0f}%"))
-                rec.append({"prompt": prompt, "load": load, "metric": key, "closed": c, "sim": m})
-    title = (
-        f"Split system, closed form vs simulator (>= {n} requests, >= {STEADY_SPAN_S:.0f} s of arrivals unless --quick): "
-        f"{sum(hits)}/{len(hits)} within 15%"
-    )
-    return [
-        _table(title, ("prompt", "prefill load", "metric", "closed", "sim", "error"), rows)
-    ], rec
-
-
-GRID_MODELS = (
-    ("meta-llama/Llama-3.1-8B", 1, None),
-    ("meta-llama/Llama-3.1-70B", 4, "meta-llama/Llama-3.2-1B-Instruct"),
-)
-"""(model, TP, speculative draft: None = MTP head) of the two grid deployments on h100-sxm."""
-
-GRID_UTILIZATIONS = (0.3, 0.5, 0.7)
-SPEC_GRID_POINTS = ((2, 0.8), (4, 0.6))
-"""(k, alpha) of the speculative grid: a short draft with high acceptance, a long one with a
-moderate one (each spec simulation steps every iteration: no decode fast-forward)."""
-GRID_PROMPT, GRID_OUTPUT, GRID_PREFIX = 2000, 200, 1536
-
-
-def _rate_for(closed, target, rate0):
-    """Secant steps on rate so the closed form's utilisation hits ``target`` (about linear)."""
-    rate = rate0
-    for _ in range(4):
-        u = float(closed(rate).utilization)
-        rate = rate * target / max(u, 1e-6)
-    return rate
-
-
-def _agree(rows, rec, hits, label, point, cf, sim):
-    for metric, i, key in (("TTFT p95", 2, "ttft_s"), ("TPOT p95", 2, "tpot_s")):
-        c = float((cf.ttft_s if key == "ttft_s" else cf.tpot_s)[i])
-        m = sim[key]["p95"]
-        err = c / m - 1.0
-        hits.append(abs(err))
-        rows.append((*point, metric, f"{c * 1e3:.1f}", f"{m * 1e3:.1f}", f"{100 * err:+.0f}%"))
-        print("  row:", " | ".join(str(x) for x in rows[-1]), flush=True)
-        rec.append({"grid": label, "point": list(point), "metric": metric, "closed": c, "sim": m})
-
-
-def _verdict(name, errs):
-    errs = np.asarray(errs)
-    return (
-        f"{name}: {int((errs <= 0.15).sum())}/{errs.size} within 15% "
-        f"({100 * (errs <= 0.15).mean():.0f}%, target >= 90%), worst {100 * errs.max():.0f}% (target <= 40%)"
-    )
-
-
-def prefix_grid(quick):
-    """Closed form (``prefix_serving_metrics``) vs the engine with a block-level prefix cache."""
-    import equinox as eqx
-
-    from perfmodel._features_under_load import prefix_serving_metrics
-    from perfmodel._workload import Workload
-    from perfmodel.simulator import PrefixCaching, summarize, synthetic_prefix_hashes
-
-    rows, rec, errs = [], [], []
-    for name, tp, _ in GRID_MODELS:
-        model, dep = load_model(name), Deployment.create(tp=tp)
-        for share in (0.5, 0.9):
-
-            def closed(rate, share=share, model=model, dep=dep):
-                w = Workload(
-                    arrival_rate_per_s=rate,
-                    prompt_tokens_mean=float(GRID_PROMPT),
-                    output_tokens_mean=float(GRID_OUTPUT),
-                )
-                return prefix_serving_metrics(
-                    model,
-                    H100,
-                    dep,
-                    EFF,
-                    w,
-                    shared_fraction=share,
-                    prefix_tokens=float(GRID_PREFIX),
-                )
-
-            closed = eqx.filter_jit(closed)
-            for u in GRID_UTILIZATIONS:
-                rate = _rate_for(closed, u, 5.0)
-                cf = closed(rate)
-                n = 600 if quick else 800
-                arrival = np.cumsum(np.random.default_rng(7).exponential(1.0 / rate, n))
-                prompt = np.full(n, GRID_PROMPT)
-                shared = np.random.default_rng(8).random(n) < share
-                block = int(float(dep.block_size_tokens))
-                pc = PrefixCaching(
-                    synthetic_prefix_hashes(prompt, shared, GRID_PREFIX, block), block
-                )
-                r = simulate(
-                    model,
-                    H100,
-                    dep,
-                    EFF,
-                    Trace(arrival, prompt, np.full(n, GRID_OUTPUT)),
-                    prefix=pc,
-                )
-                _agree(
-                    rows,
-                    rec,
-                    errs,
-                    "prefix",
-                    (name.split("/")[1], share, u, f"{float(cf.utilization):.2f}"),
-                    cf,
-                    summarize(r),
-                )
-    title = (
-        "Prefix cache under load, closed form vs simulator (prompt 2000, shared prefix 1536, output 200): "
-        + _verdict("prefix", errs)
-    )
-    return [
-        _table(
-            title,
-            (
-                "model",
-                "shared",
-                "target util",
-                "closed util",
-                "metric",
-                "closed ms",
-                "sim ms",
-                "error",
-            ),
-            rows,
-        )
-    ], rec
-
-
-def spec_grid(quick):
-    """Closed form (``speculative_serving_metrics``) vs the engine with sampled acceptance."""
-    import equinox as eqx
-
-    from perfmodel._features_under_load import speculative_serving_metrics
-    from perfmodel._workload import Workload
-    from perfmodel.simulator import Speculation, summarize
-
-    rows, rec, errs = [], [], []
-    for name, tp, draft_name in GRID_MODELS:
-        model, dep = load_model(name), Deployment.create(tp=tp)
-        draft = load_model(draft_name) if draft_name else None
-        for k, alpha in SPEC_GRID_POINTS:
-
-            def closed(rate, k=k, alpha=alpha, model=model, dep=dep, draft=draft):
-                w = Workload(
-                    arrival_rate_per_s=rate,
-                    prompt_tokens_mean=float(GRID_PROMPT),
-                    output_tokens_mean=float(GRID_OUTPUT),
-                )
-                return speculative_serving_metrics(
-                    model,
-                    H100,
-                    dep,
-                    EFF,
-                    w,
-                    draft_tokens=float(k),
-                    acceptance=alpha,
-                    draft_model=draft,
-                )
-
-            closed = eqx.filter_jit(closed)
-            for u in GRID_UTILIZATIONS:
-                rate = _rate_for(closed, u, 5.0)
-                cf = closed(rate)
-                n = 300 if quick else 500
-                arrival = np.cumsum(np.random.default_rng(9).exponential(1.0 / rate, n))
-                r = simulate(
-                    model,
-                    H100,
-                    dep,
-                    EFF,
-                    Trace(arrival, np.full(n, GRID_PROMPT), np.full(n, GRID_OUTPUT)),
-                    speculation=Speculation(k, alpha, draft),
-                    seed=3,
-                )
-                _agree(
-                    rows,
-                    rec,
-                    errs,
-                    "speculative",
-                    (
-                        name.split("/")[1],
-                        "mtp" if draft is None else "1B draft",
-                        k,
-                        alpha,
-                        u,
-                        f"{float(cf.utilization):.2f}",
-                    ),
-                    cf,
-                    summarize(r),
-                )
-    title = (
-        "Speculative decoding under load, closed form vs simulator (prompt 2000, output 200): "
-        + _verdict("speculative", errs)
-    )
-    return [
-        _table(
-            title,
-            (
-                "model",
-                "draft",
-                "k",
-                "alpha",
-                "target util",
-                "closed util",
-                "metric",
-                "closed ms",
-                "sim ms",
-                "error",
             ),
             rows,
         )
@@ -681,37 +422,32 @@ def main() -> None:
     ap.add_argument(
         "--grid",
         action="store_true",
-        help="add the split-system p95 agreement grid (serving_metrics; several minutes)",
+        help="add the agreement grids (agreement_grid = disaggregation, prefix_grid, spec_grid)",
     )
     ap.add_argument(
         "--only", nargs="+", help="run only these sections (e.g. prefix_grid spec_grid)"
     )
+    ap.add_argument("--requests", type=int, help="requests per seed per grid point (override)")
     args = ap.parse_args()
     record = {}
-    sections = [
+    basic = [
         ("prefix", prefix),
         ("speculative", speculative),
         ("parallel", parallel),
         ("disaggregation", disagg),
         ("host_tier", host),
     ]
-    if args.grid:
-        sections += [
-            ("agreement_grid", agreement_grid),
+    grids = [
+        (name, functools.partial(fn, requests=args.requests))
+        for name, fn in (
+            ("agreement_grid", disagg_grid),
             ("prefix_grid", prefix_grid),
             ("spec_grid", spec_grid),
-        ]
+        )
+    ]
+    sections = basic + grids if args.grid else basic
     if args.only:
-        sections = [
-            (n, f)
-            for n, f in sections
-            + [
-                ("prefix_grid", prefix_grid),
-                ("spec_grid", spec_grid),
-                ("agreement_grid", agreement_grid),
-            ]
-            if n in args.only
-        ]
+        sections = [(n, f) for n, f in basic + grids if n in args.only]
     for name, fn in sections:
         t0 = time.perf_counter()
         tables, record[name] = fn(args.quick)

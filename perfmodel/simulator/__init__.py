@@ -33,6 +33,7 @@ from ._prefix_cache import (
     simulate_prefix_cache as simulate_prefix_cache,
 )
 from ._records import SimResult as SimResult
+from ._records import kept_requests as kept_requests
 from ._records import summarize as summarize
 from ._requests import length_limits as length_limits
 from ._simulate import (

@@ -63,14 +63,22 @@ def _pct(x: np.ndarray) -> dict[str, float]:
     return {"mean": float(x.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
-def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
-    """Percentiles over requests after dropping the first ``warmup_fraction`` (by arrival) and
-    the last 5 % (drain), utilisation = busy time / (replicas * makespan), output tokens/s."""
+def kept_requests(result: SimResult, warmup_fraction: float = 0.1) -> np.ndarray:
+    """Ids of the requests a summary counts: by arrival, without the first ``warmup_fraction``
+    (warm-up), the last 5 % (drain) and rejected prompts."""
     n = len(result.arrival_s)
     order = np.argsort(result.arrival_s, kind="stable")
     keep = order[int(warmup_fraction * n) : max(int(0.95 * n), int(warmup_fraction * n) + 1)]
     if result.rejected is not None:
         keep = keep[~result.rejected[keep]]
+    return keep
+
+
+def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
+    """Percentiles over ``kept_requests`` (warm-up and drain dropped), utilisation = busy time /
+    (replicas * makespan), output tokens/s."""
+    n = len(result.arrival_s)
+    keep = kept_requests(result, warmup_fraction)
     span = max(result.makespan_s, 1e-12)
     return {
         "ttft_s": _pct(result.ttft_s[keep]),
