@@ -89,6 +89,25 @@ def _decode_fixed_point(step_of_batch, rate, decode_tokens, stretch):
     return n, tpot(n)
 
 
+def decode_seat_waits(step_of_batch, rate, n_decode, tpot, hold_s, seats, ca, cs, quantiles):
+    """(mean, quantiles...) of the wait for a decode seat: the many-server diffusion of the busy
+    count (Halfin & Whitt 1981; Whitt 2004 for G/G/c: variance n (c_a^2 + c_s^2) / 2), amplified by
+    the TPOT feedback 1 / (1 - g)^2, g = n tau'(n) / tau(n) (more running sequences slow each
+    step, so a busy spell lengthens the holds that caused it), as ``_serving_tail`` does for the
+    colocated engine's slots.  n = rate * hold (Little), hold = entry + (O - 1) TPOT."""
+    from ._queueing import diffusion_seat_wait, wait_quantile_s
+
+    slope = step_of_batch(jnp.maximum(n_decode, 1.0) + 1.0) - step_of_batch(
+        jnp.maximum(n_decode, 1.0)
+    )
+    gain = jnp.clip(n_decode * slope / jnp.maximum(tpot, 1e-30), 0.0, 0.9)
+    busy = rate * hold_s
+    var = busy * (jnp.square(ca) + jnp.square(cs)) / 2.0 / jnp.square(1.0 - gain)
+    p_wait, w_cond = diffusion_seat_wait(busy, var, seats, rate)
+    mean = p_wait * w_cond
+    return jnp.stack([mean] + [wait_quantile_s(p_wait, mean, q) for q in quantiles])
+
+
 def kv_transfer_s(
     model: ModelSpec,
     prefill_deployment: Deployment,
@@ -140,8 +159,15 @@ def disaggregation(
     def chunk_c(n):
         """One iteration carrying a prompt chunk and the decode batch."""
         return forward_step(
-            model, hw_c, dep_c, efficiency, prefill_tokens=p / chunks, prefill_seqs=1.0,
-            prefill_context=(p - p / chunks) / 2.0, decode_seqs=n, decode_context=ctx,
+            model,
+            hw_c,
+            dep_c,
+            efficiency,
+            prefill_tokens=p / chunks,
+            prefill_seqs=1.0,
+            prefill_context=(p - p / chunks) / 2.0,
+            decode_seqs=n,
+            decode_context=ctx,
             temperature=temperature,
         ).total_s
 
@@ -177,14 +203,18 @@ def disaggregation(
 
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
     seats_d = max_concurrent_requests(model, hw_d, dep_d, p + o_dec + 1.0, temperature)
-    ttft_s = pre_p + _mdl_wait(rate_p, pre_p) + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * tpot_d
+    ttft_s = (
+        pre_p + _mdl_wait(rate_p, pre_p) + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * tpot_d
+    )
     stable_s = (rate_p * pre_p < 1.0) & (n_d <= seats_d)
 
     ttft_c, tpot_c = jnp.where(stable_c, ttft_c, jnp.inf), jnp.where(stable_c, tpot_c, jnp.inf)
     ttft_s, tpot_d = jnp.where(stable_s, ttft_s, jnp.inf), jnp.where(stable_s, tpot_d, jnp.inf)
     e2e_c = ttft_c + o_dec * tpot_c
     e2e_s = ttft_s + o_dec * tpot_d
-    benefit = e2e_c - (e2e_s - t_kv - orchestration_s)  # the decode-pool entry step counts as split time
+    benefit = e2e_c - (
+        e2e_s - t_kv - orchestration_s
+    )  # the decode-pool entry step counts as split time
     return Disaggregation(
         colocated_ttft_s=ttft_c,
         colocated_tpot_s=tpot_c,
@@ -230,12 +260,11 @@ def disaggregation_percentiles(
 
     Colocated: ``serving_metrics`` as is.  Split: the prefill pool is ``serving_metrics`` with
     one-token outputs, shifted by the hand-off of a mean-length prompt, the orchestration cost,
-    the decode-pool entry step and the wait for a decode seat (Allen-Cunneen G/G/c with the
-    exponential tail); the decode pool's TPOT is the interference-free Little's-law fixed point
+    the decode-pool entry step and the wait for a decode seat (``decode_seat_waits``: a
+    many-server diffusion with the TPOT feedback, exponential tail); the decode pool's TPOT is the interference-free Little's-law fixed point
     (its steps are alike, so one value stands for every quantile); split E2E quantile = TTFT
     quantile + (E[O] - 1) * TPOT (exact for fixed output lengths).
     """
-    from ._queueing import allen_cunneen_wait_s, ggc_wait_probability, wait_quantile_s
     from ._serving import QUANTILES, serving_metrics  # the dynamics layer, imported where used
 
     def stack(p):
@@ -244,7 +273,11 @@ def disaggregation_percentiles(
     hw_c, dep_c = colocated
     co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
     hw_p, dep_p = prefill
-    one = eqx.tree_at(lambda w: (w.output_tokens_mean, w.output_tokens_cv), workload, (jnp.asarray(1.0), jnp.asarray(0.0)))
+    one = eqx.tree_at(
+        lambda w: (w.output_tokens_mean, w.output_tokens_cv),
+        workload,
+        (jnp.asarray(1.0), jnp.asarray(0.0)),
+    )
     pre = serving_metrics(model, hw_p, dep_p, efficiency, one)
     bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
     t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
@@ -262,17 +295,25 @@ def disaggregation_percentiles(
         dep_d.max_num_seqs,
     )
     tpot_d = jnp.where(n_d <= seats, tpot_d, jnp.inf)
-    # a request waits for a decode seat (G/G/c, Allen-Cunneen; Poisson split: c_a^2 = 1, fixed
-    # lengths: c_s^2 = 0); its quantile is added to the prefill quantile (an upper bound)
     entry = DECODE_POOL_ENTRY_STEPS * tpot_d
-    hold = entry + o_dec * tpot_d
-    rho = rate_d * hold / jnp.maximum(seats, 1.0)
-    seat_wait = allen_cunneen_wait_s(rho, seats, 1.0, 0.0, hold)
-    p_wait = ggc_wait_probability(jnp.minimum(rho, 1.0), seats)
-    waits = jnp.stack([seat_wait] + [wait_quantile_s(p_wait, seat_wait, q) for q in QUANTILES])
+    waits = decode_seat_waits(
+        step_d,
+        rate_d,
+        n_d,
+        tpot_d,
+        entry + o_dec * tpot_d,
+        seats,
+        workload.interarrival_cv,
+        workload.output_tokens_cv,
+        QUANTILES,
+    )
     ttft = stack(pre.ttft_s) + t_kv + orchestration_s + entry + waits
     return DisaggregationPercentiles(
-        colocated_ttft_s=stack(co.ttft_s), colocated_tpot_s=stack(co.tpot_s), colocated_e2e_s=stack(co.e2e_s),
-        split_ttft_s=ttft, split_tpot_s=jnp.broadcast_to(tpot_d, (4,)), split_e2e_s=ttft + o_dec * tpot_d,
+        colocated_ttft_s=stack(co.ttft_s),
+        colocated_tpot_s=stack(co.tpot_s),
+        colocated_e2e_s=stack(co.e2e_s),
+        split_ttft_s=ttft,
+        split_tpot_s=jnp.broadcast_to(tpot_d, (4,)),
+        split_e2e_s=ttft + o_dec * tpot_d,
         kv_transfer_s=t_kv,
     )
