@@ -83,7 +83,8 @@ class BlockPrefixCache:
         self._evict()
 
     def _evict(self) -> None:
-        while len(self) > self.capacity_blocks and self._evictable:
+        excess = len(self._pins) + len(self._evictable) - self.capacity_blocks
+        for _ in range(min(max(excess, 0), len(self._evictable))):
             self._evictable.popitem(last=False)
 
 
