@@ -18,9 +18,14 @@ from jax.typing import ArrayLike
 from ._memory import max_concurrent_requests
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._speculative import MTP_LAYERS_PER_DRAFT_TOKEN, expected_tokens_per_step
 from ._step import forward_step
 
 Array = jnp.ndarray
+
+SPEC_MAX_DRAFT = 16
+"""Largest draft length k the tokens-per-step variance sums over (terms j <= k)."""
+
 
 class EngineConfig(eqx.Module):
     """Scheduler knobs that are not ``Deployment`` fields.
@@ -32,6 +37,118 @@ class EngineConfig(eqx.Module):
 
     chunked_prefill: bool = eqx.field(static=True, default=True)
     chunk_tokens: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
+
+
+class DecodeCost(eqx.Module):
+    """What one decode iteration costs and emits; the default is plain decoding (one token).
+
+    Attributes:
+        cached_prompt_tokens: mean prompt tokens per request already in KV at admission (prefix
+            cache hits): not prefilled, but read by every decode and prefill chunk of the request.
+            KV seats leave them out (shared blocks are referenced, not copied, as in vLLM).
+        draft_tokens: speculative draft length k.
+        acceptance: per-token acceptance alpha (i.i.d., Leviathan et al. 2023).
+        draft_model: a separate draft model (k decode passes of its own) or None (MTP heads).
+        speculative: static; True = each decode iteration drafts k tokens per sequence and
+            verifies k + 1 in one target pass (``perfmodel._speculative.speculative_decode``).
+    """
+
+    cached_prompt_tokens: Array = eqx.field(converter=jnp.asarray, default=0.0)
+    draft_tokens: Array = eqx.field(converter=jnp.asarray, default=0.0)
+    acceptance: Array = eqx.field(converter=jnp.asarray, default=0.0)
+    draft_model: ModelSpec | None = None
+    speculative: bool = eqx.field(static=True, default=False)
+
+    def tokens_per_step(self) -> Array:
+        """E[T] = (1 - a^(k+1)) / (1 - a) tokens a sequence emits per iteration (1 when plain)."""
+        if not self.speculative:
+            return jnp.asarray(1.0)
+        return expected_tokens_per_step(self.acceptance, self.draft_tokens)
+
+    def tokens_per_step_var(self) -> Array:
+        """Var T, T = 1 + min(G, k), G geometric: E[T^2] = sum_{j <= k} (2 j + 1) a^j."""
+        if not self.speculative:
+            return jnp.asarray(0.0)
+        j = jnp.arange(0.0, SPEC_MAX_DRAFT + 1.0)
+        a, k = self.acceptance, self.draft_tokens
+        second = jnp.sum(jnp.where(j <= k, (2.0 * j + 1.0) * a[..., None] ** j, 0.0), axis=-1)
+        return jnp.maximum(second - jnp.square(self.tokens_per_step()), 0.0)
+
+
+def decode_iteration_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    cost: DecodeCost,
+    *,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_seqs: ArrayLike = 0.0,
+    prefill_context: ArrayLike = 0.0,
+    decode_seqs: ArrayLike = 0.0,
+    decode_context: ArrayLike = 0.0,
+    temperature: float = 0.0,
+) -> Array:
+    """Wall time of one mixed iteration under ``cost``; contexts count served tokens only.
+
+    The cached prefix is added to both contexts.  Speculative (the simulator's iteration):
+    draft(n) + one target pass over the prefill chunks and k + 1 tokens per decoding sequence,
+    the draft paid when any sequence decodes (weight min(n, 1): a decoding sequence always pays
+    it; a prefill-only iteration, n = 0, never does).  Plain: ``iteration_s``.
+    """
+    p_ctx = jnp.asarray(prefill_context) + cost.cached_prompt_tokens
+    d_ctx = jnp.asarray(decode_context) + cost.cached_prompt_tokens
+    n = jnp.asarray(decode_seqs)
+    if not cost.speculative:
+        return iteration_s(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            prefill_tokens=prefill_tokens,
+            prefill_seqs=prefill_seqs,
+            prefill_context=p_ctx,
+            decode_seqs=n,
+            decode_context=d_ctx,
+            temperature=temperature,
+        )
+    k = cost.draft_tokens
+    target = forward_step(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        decode_seqs=n,
+        decode_context=d_ctx,
+        temperature=temperature,
+    )
+    if cost.draft_model is None:
+        busy = target.total_s - target.overhead_s
+        draft = k * MTP_LAYERS_PER_DRAFT_TOKEN * busy / model.num_layers
+    else:
+        draft = k * iteration_s(
+            cost.draft_model,
+            hardware,
+            deployment,
+            efficiency,
+            decode_seqs=n,
+            decode_context=d_ctx,
+            temperature=temperature,
+        )
+    p_seq = jnp.asarray(prefill_seqs)
+    seqs = p_seq + n
+    ctx = (p_seq * p_ctx + n * d_ctx) / jnp.maximum(seqs, 1.0)
+    verify = iteration_s(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=jnp.asarray(prefill_tokens) + n * (k + 1.0),
+        prefill_seqs=seqs,
+        prefill_context=ctx,
+        temperature=temperature,
+    )
+    return verify + smooth_min(n, 1.0, temperature) * draft
 
 
 def iteration_s(
@@ -91,22 +208,36 @@ def saturated_output_tokens_per_s(
     prompt_tokens: ArrayLike,
     output_tokens: ArrayLike,
     temperature: float = 0.0,
+    cost: DecodeCost | None = None,
 ) -> Array:
     """Output tokens/s of one replica when every iteration is full (batch-service view).
 
     A full chunked iteration carries n_d decodes and B - n_d prefill tokens in the ratio the
-    requests need them, n_d / (B - n_d) = O / P, capped by ``seat_capacity``; the engine then
-    completes n_d / O requests per iteration time.
+    requests need them, n_d / (B - n_d) = (O / E) / P (E tokens per decode iteration, 1 unless
+    speculative), capped by ``seat_capacity``; the engine then completes n_d / (O / E) requests
+    per iteration time (``decode_iteration_s`` under ``cost``; ``prompt_tokens`` are the served,
+    uncached ones).
     """
+    cost = DecodeCost() if cost is None else cost
     p = jnp.asarray(prompt_tokens)
     o = jnp.asarray(output_tokens)
+    e = cost.tokens_per_step()
+    steps = o / e if cost.speculative else o
     b = deployment.max_num_batched_tokens
     seats = seat_capacity(model, hardware, deployment, p + o / 2.0, temperature)
-    n_d = smooth_min(b * o / (p + o), seats, temperature)
-    n_p = n_d * p / o
-    t = iteration_s(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=n_p, prefill_seqs=jnp.maximum(n_p / p, 1e-9), prefill_context=p / 2.0,
-        decode_seqs=n_d, decode_context=p + o / 2.0, temperature=temperature,
+    n_d = smooth_min(b * steps / (p + steps), seats, temperature)
+    n_p = n_d * p / steps
+    t = decode_iteration_s(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        cost,
+        prefill_tokens=n_p,
+        prefill_seqs=jnp.maximum(n_p / p, 1e-9),
+        prefill_context=p / 2.0,
+        decode_seqs=n_d,
+        decode_context=p + o / 2.0,
+        temperature=temperature,
     )
-    return n_d / t
+    return (n_d * e if cost.speculative else n_d) / t

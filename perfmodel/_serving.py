@@ -26,7 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._batching import EngineConfig
+from ._batching import DecodeCost, EngineConfig
 from ._memory import max_concurrent_requests
 from ._queueing import solve_quantile
 from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's names)
@@ -34,6 +34,7 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     OUTPUT_NODES,
     PROMPT_NODES,
     QUANTILES,
+    LoadPoint,
     Percentiles,
     open_loop,
 )
@@ -72,7 +73,7 @@ class ServingMetrics(eqx.Module):
     binding_budget: Array
 
 
-def _binding(model, hardware, deployment, efficiency, workload, out, temperature):
+def _binding(model, hardware, deployment, efficiency, workload, out, temperature, cached=0.0):
     s = out["steady"]
     ctx_d = workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0
     prefill_per_iter = out["rate"] * workload.prompt_tokens_mean * s.tpot
@@ -84,7 +85,7 @@ def _binding(model, hardware, deployment, efficiency, workload, out, temperature
         prefill_tokens=prefill_per_iter,
         prefill_seqs=jnp.minimum(prefill_per_iter, 1.0),
         decode_seqs=s.n_d,
-        decode_context=ctx_d,
+        decode_context=ctx_d + cached,
         temperature=temperature,
     )
     time_code = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
@@ -105,6 +106,7 @@ def serving_metrics(
     chunked_prefill: bool = True,
     chunk_tokens: float | None = None,
     temperature: float = 0.0,
+    decode_cost: DecodeCost | None = None,
 ) -> ServingMetrics:
     """TTFT/TPOT/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
 
@@ -115,6 +117,9 @@ def serving_metrics(
         chunked_prefill: Sarathi-style chunked prefill (True) or prefill-only iterations.
         chunk_tokens: cap on one sequence's prefill chunk (None = the token budget).
         temperature: smoothing of the hard min/max laws (0 = exact).
+        decode_cost: ``DecodeCost`` of a decode iteration (a cached prefix read by every decode,
+            with ``workload`` prompts then the uncached tokens; speculative draft + verify with E
+            tokens per iteration).  None = plain decoding.
 
     Returns:
         ``ServingMetrics``; compiled once per (static options, shapes) with ``eqx.filter_jit``,
@@ -135,6 +140,7 @@ def serving_metrics(
         chunk_tokens,
         temperature,
         closed_loop,
+        DecodeCost() if decode_cost is None else decode_cost,
     )
 
 
@@ -149,6 +155,7 @@ def _serving_metrics(
     chunk_tokens,
     temperature,
     closed_loop,
+    decode_cost,
 ):
     return _serving_metrics_impl(
         model,
@@ -160,6 +167,7 @@ def _serving_metrics(
         chunk_tokens=chunk_tokens,
         temperature=temperature,
         closed_loop=closed_loop,
+        decode_cost=decode_cost,
     )
 
 
@@ -175,6 +183,7 @@ def _serving_metrics_impl(
     temperature: float = 0.0,
     closed_loop: bool = True,
     corrections=None,
+    decode_cost: DecodeCost | None = None,
 ) -> ServingMetrics:
     config = EngineConfig(
         chunked_prefill=chunked_prefill,
@@ -183,26 +192,25 @@ def _serving_metrics_impl(
     replicas = jnp.maximum(deployment.replicas, 1.0)
     ca2 = 1.0 - 1.0 / replicas + jnp.square(workload.interarrival_cv) / replicas
 
+    point = LoadPoint(
+        model=model,
+        hardware=hardware,
+        deployment=deployment,
+        efficiency=efficiency,
+        workload=workload,
+        config=config,
+        cost=DecodeCost() if decode_cost is None else decode_cost,
+        ca2=ca2,
+        corrections=corrections,
+        temperature=temperature,
+    )
+
     def run(rate, quantiles=True):
-        return open_loop(
-            model,
-            hardware,
-            deployment,
-            efficiency,
-            workload,
-            config,
-            rate,
-            ca2,
-            temperature,
-            quantiles,
-            corrections,
-        )
+        return open_loop(point, rate, quantiles)
 
     rate_open = workload.arrival_rate_per_s / replicas
     if not closed_loop:
-        return _finish(
-            model, hardware, deployment, efficiency, workload, replicas, run(rate_open), temperature
-        )
+        return _finish(point, replicas, run(rate_open))
     # closed loop: per-replica N / replicas = rate * E[E2E(rate)]
     n_per = jnp.maximum(workload.concurrency, 0.0) / replicas
     closed = n_per > 0
@@ -215,12 +223,11 @@ def _serving_metrics_impl(
 
     rate_closed = solve_quantile(in_flight, n_safe, 0.0, n_safe / e2e_idle, iters=48)
     rate = jnp.where(closed, rate_closed, rate_open)
-    return _finish(
-        model, hardware, deployment, efficiency, workload, replicas, run(rate), temperature
-    )
+    return _finish(point, replicas, run(rate))
 
 
-def _finish(model, hardware, deployment, efficiency, workload, replicas, out, temperature):
+def _finish(point, replicas, out):
+    workload = point.workload
     rate = out["rate"]
     offered = rate * out["accepted"] * workload.output_tokens_mean  # rejected prompts: no tokens
     tokens = replicas * jnp.where(out["stable"], offered, jnp.minimum(offered, out["capacity"]))
@@ -233,6 +240,13 @@ def _finish(model, hardware, deployment, efficiency, workload, replicas, out, te
         output_tokens_per_s=tokens,
         decode_batch=out["steady"].n_d,
         binding_budget=_binding(
-            model, hardware, deployment, efficiency, workload, out, temperature
+            point.model,
+            point.hardware,
+            point.deployment,
+            point.efficiency,
+            workload,
+            out,
+            point.temperature,
+            point.cost.cached_prompt_tokens,
         ),
     )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from ._batching import saturated_output_tokens_per_s
+from ._batching import DecodeCost, EngineConfig, saturated_output_tokens_per_s
 from ._queueing import (
     diffusion_seat_wait,
     kingman_wait_s,
@@ -38,7 +38,9 @@ from ._queueing import (
     window_mean_variance_factor,
 )
 from ._smooth import smooth_max
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._steady_state import prompt_nodes, steady_state, tail_ratio, truncated_lognormal
+from ._workload import Workload
 
 Array = jnp.ndarray
 
@@ -83,20 +85,47 @@ def percentiles(mean, quantiles, stable):
     )
 
 
-def open_loop(
-    model,
-    hardware,
-    deployment,
-    efficiency,
-    workload,
-    config,
-    rate,
-    ca2,
-    temperature,
-    quantiles=True,
-    corrections=None,
-):
-    """TTFT/TPOT/E2E (``Percentiles``), utilisation and stability of one replica at ``rate``."""
+class LoadPoint(eqx.Module):
+    """Everything ``open_loop`` needs besides the arrival rate (one replica).
+
+    Attributes:
+        model, hardware, deployment, efficiency: the static budgets.
+        workload: lengths and burstiness (its rate is not read here).
+        config: scheduler knobs (``EngineConfig``).
+        cost: decode-iteration cost and tokens per iteration (``DecodeCost``; plain by default).
+        ca2: squared CV of one replica's inter-arrival gaps.
+        corrections: ``CORRECTIONS``-shaped discrepancy terms (None = ``CORRECTIONS``).
+        temperature: smoothing of the hard min/max laws (static; 0 = exact).
+    """
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    deployment: Deployment
+    efficiency: Efficiency
+    workload: Workload
+    config: EngineConfig
+    cost: DecodeCost
+    ca2: Array
+    corrections: Array | None = None
+    temperature: float = eqx.field(static=True, default=0.0)
+
+
+def open_loop(point: LoadPoint, rate, quantiles=True):
+    """TTFT/TPOT/E2E (``Percentiles``), utilisation and stability of one replica at ``rate``.
+
+    Under a speculative ``point.cost`` the queueing runs in decode iterations ((O - 1) / E per
+    request, each iteration's gap from the steady state); TPOT per token is the gap / E, widened
+    by the randomness of accepted tokens (renewal CLT: the iterations m tokens take have
+    variance m Var(T) / E^3, so TPOT's squared CV grows by Var(T) / (m E)).
+    """
+    model, hardware, deployment = point.model, point.hardware, point.deployment
+    efficiency, workload, config = point.efficiency, point.workload, point.config
+    cost, ca2, temperature, corrections = (
+        point.cost,
+        point.ca2,
+        point.temperature,
+        point.corrections,
+    )
     a, b, c, d = jnp.asarray(CORRECTIONS) if corrections is None else corrections
     # prompts longer than max_model_len are rejected (vLLM): the engine serves the truncated law
     p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, deployment.max_model_len)
@@ -116,8 +145,12 @@ def open_loop(
         workload.output_tokens_mean,
         temperature,
         tail,
+        cost,
     )
-    o_dec_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
+    o_tok_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
+    e_step = cost.tokens_per_step()
+    # decode iterations per request (E tokens each when speculative)
+    o_dec_nodes = o_tok_nodes / e_step if cost.speculative else o_tok_nodes
     o_bar = jnp.mean(o_dec_nodes)
 
     # prefill server (G/G/1, Kingman); running slots: busy count n_run = lambda E[residence]
@@ -137,6 +170,7 @@ def open_loop(
         p_mean,
         workload.output_tokens_mean,
         temperature,
+        cost,
     )
     rho_w = rate * workload.output_tokens_mean / capacity
     utilization = smooth_max(smooth_max(s.rho_p, rho_s, temperature), rho_w, temperature)
@@ -186,6 +220,11 @@ def open_loop(
     qs = jnp.asarray(QUANTILES)
     ttft_q = wait_plus_quantile_s(ttft_nodes, p_wait[..., None], w_cond[..., None], qs)
     e2e_q = wait_plus_quantile_s(e2e_nodes, p_wait[..., None], w_cond[..., None], qs)
+    if cost.speculative:  # per token: gap / E, plus the accepted-token spread (renewal CLT)
+        tpot_nodes = tpot_nodes / e_step
+        tpot = tpot / e_step
+        cv2_accept = cost.tokens_per_step_var() / (jnp.maximum(o_tok_nodes, 1.0) * e_step)
+        tpot_var = tpot_var / jnp.square(e_step) + jnp.square(tpot_nodes) * cv2_accept
     tpot_q = lognormal_mixture_quantile(tpot_nodes, tpot_var, qs)
     return {
         "ttft": percentiles(ttft_mean, ttft_q, stable),

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from ._batching import iteration_s, prefill_budget_tokens, seat_capacity
+from ._batching import DecodeCost, decode_iteration_s, prefill_budget_tokens, seat_capacity
 from ._smooth import smooth_min
 
 Array = jnp.ndarray
@@ -82,16 +82,37 @@ def tail_ratio(nodes, true_var):
 
 
 def steady_state(
-    model, hardware, deployment, efficiency, config, rate, p_nodes, o_mean, temperature, tail=1.0
+    model,
+    hardware,
+    deployment,
+    efficiency,
+    config,
+    rate,
+    p_nodes,
+    o_mean,
+    temperature,
+    tail=1.0,
+    cost: DecodeCost | None = None,
 ):
-    """Fixed point of decode batch and TPOT at arrival rate ``rate`` (one replica)."""
+    """Fixed point of decode batch and iteration gap at arrival rate ``rate`` (one replica).
+
+    ``cost`` (``DecodeCost``) prices every iteration (cached prefix read by decodes and chunks;
+    speculative draft + verify) and sets the tokens E a sequence emits per decode iteration, so
+    a request decodes for (E[O] - 1) / E iterations; ``tpot`` is then the iteration gap, and
+    ``p_nodes`` are the served (uncached) prompt tokens.
+    """
+    cost = DecodeCost() if cost is None else cost
     p_mean = jnp.mean(p_nodes)
     ctx_d = p_mean + o_mean / 2.0
     o_dec = jnp.maximum(o_mean - 1.0, 0.0)
+    if cost.speculative:
+        o_dec = o_dec / cost.tokens_per_step()
     seats = seat_capacity(model, hardware, deployment, ctx_d, temperature)
 
     def T(**kw):
-        return iteration_s(model, hardware, deployment, efficiency, temperature=temperature, **kw)
+        return decode_iteration_s(
+            model, hardware, deployment, efficiency, cost, temperature=temperature, **kw
+        )
 
     def costs(n_d, rho_p):
         tau_d = T(decode_seqs=n_d, decode_context=ctx_d)

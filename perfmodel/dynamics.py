@@ -4,7 +4,9 @@ Everything a user calls for latency under load (issue 3); ``perfmodel`` holds th
 """
 
 from ._batching import (
+    DecodeCost as DecodeCost,
     EngineConfig as EngineConfig,
+    decode_iteration_s as decode_iteration_s,
     iteration_s as iteration_s,
     prefill_budget_tokens as prefill_budget_tokens,
     saturated_output_tokens_per_s as saturated_output_tokens_per_s,
