@@ -89,25 +89,6 @@ def _decode_fixed_point(step_of_batch, rate, decode_tokens, stretch):
     return n, tpot(n)
 
 
-def decode_seat_waits(step_of_batch, rate, n_decode, tpot, hold_s, seats, ca, cs, quantiles):
-    """(mean, quantiles...) of the wait for a decode seat: the many-server diffusion of the busy
-    count (Halfin & Whitt 1981; Whitt 2004 for G/G/c: variance n (c_a^2 + c_s^2) / 2), amplified by
-    the TPOT feedback 1 / (1 - g)^2, g = n tau'(n) / tau(n) (more running sequences slow each
-    step, so a busy spell lengthens the holds that caused it), as ``_serving_tail`` does for the
-    colocated engine's slots.  n = rate * hold (Little), hold = entry + (O - 1) TPOT."""
-    from ._queueing import diffusion_seat_wait, wait_quantile_s
-
-    slope = step_of_batch(jnp.maximum(n_decode, 1.0) + 1.0) - step_of_batch(
-        jnp.maximum(n_decode, 1.0)
-    )
-    gain = jnp.clip(n_decode * slope / jnp.maximum(tpot, 1e-30), 0.0, 0.9)
-    busy = rate * hold_s
-    var = busy * (jnp.square(ca) + jnp.square(cs)) / 2.0 / jnp.square(1.0 - gain)
-    p_wait, w_cond = diffusion_seat_wait(busy, var, seats, rate)
-    mean = p_wait * w_cond
-    return jnp.stack([mean] + [wait_quantile_s(p_wait, mean, q) for q in quantiles])
-
-
 def kv_transfer_s(
     model: ModelSpec,
     prefill_deployment: Deployment,
@@ -258,14 +239,21 @@ def disaggregation_percentiles(
 ) -> DisaggregationPercentiles:
     """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
 
-    Colocated: ``serving_metrics`` as is.  Split: the prefill pool is ``serving_metrics`` with
-    one-token outputs, shifted by the hand-off of a mean-length prompt, the orchestration cost,
-    the decode-pool entry step and the wait for a decode seat (``decode_seat_waits``: a
-    many-server diffusion with the TPOT feedback, exponential tail); the decode pool's TPOT is the interference-free Little's-law fixed point
-    (its steps are alike, so one value stands for every quantile); split E2E quantile = TTFT
-    quantile + (E[O] - 1) * TPOT (exact for fixed output lengths).
+    Colocated: ``serving_metrics`` as is.  Split (``_disagg_tail``): the prefill pool's mean wait
+    is ``serving_metrics``' with one-token outputs, its tail Cramer-Lundberg with Gamma service of
+    the prompt CV, each quantile added to the prefill time of the prompt at that quantile; then
+    the hand-off of a mean-length prompt, the orchestration cost, the decode-pool entry step and
+    the wait for a decode seat (many-server diffusion with the TPOT feedback, exponential tail).
+    The decode pool's TPOT is the interference-free Little's-law fixed point (its steps are
+    alike, so one value stands for every quantile).  Quantiles of the sum are sums of quantiles
+    (an upper bound; exact for the fixed parts).  Split E2E quantile = TTFT quantile +
+    (E[O] - 1) * TPOT (exact for fixed output lengths).
     """
+    from jax.scipy.special import ndtri
+
+    from ._disagg_tail import decode_seat_waits, prefill_pool_waits
     from ._serving import QUANTILES, serving_metrics  # the dynamics layer, imported where used
+    from ._workload import lognormal_params
 
     def stack(p):
         return jnp.stack([p.mean, p.p50, p.p95, p.p99])
@@ -279,6 +267,16 @@ def disaggregation_percentiles(
         (jnp.asarray(1.0), jnp.asarray(0.0)),
     )
     pre = serving_metrics(model, hw_p, dep_p, efficiency, one)
+    mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
+    prompts = jnp.stack(
+        [workload.prompt_tokens_mean]
+        + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
+    )
+    own = prefill_step(model, hw_p, dep_p, efficiency, prompts).total_s
+    pre_waits = prefill_pool_waits(
+        pre.ttft_s.mean - own[0], own[0], workload.prompt_tokens_cv, QUANTILES
+    )
+    pre_ttft = jnp.concatenate([pre.ttft_s.mean[None], own[1:] + pre_waits[1:]])
     bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
     t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
     hw_d, dep_d = decode
@@ -307,7 +305,7 @@ def disaggregation_percentiles(
         workload.output_tokens_cv,
         QUANTILES,
     )
-    ttft = stack(pre.ttft_s) + t_kv + orchestration_s + entry + waits
+    ttft = pre_ttft + t_kv + orchestration_s + entry + waits
     return DisaggregationPercentiles(
         colocated_ttft_s=stack(co.ttft_s),
         colocated_tpot_s=stack(co.tpot_s),

@@ -97,10 +97,10 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
     n = 800
     arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
     trace = Trace(arrival, np.full(n, int(prompt)), np.full(n, 256))
-    pools = dict(
-        prefill=(H100, Deployment.create(replicas=4, max_model_len=16384.0)),
-        decode=(H100, Deployment.create(replicas=4, max_model_len=16384.0)),
-    )
+    pools = {
+        "prefill": (H100, Deployment.create(replicas=4, max_model_len=16384.0)),
+        "decode": (H100, Deployment.create(replicas=4, max_model_len=16384.0)),
+    }
     split = simulate_disaggregated(LLAMA8B, EFF, trace, **pools)
     coloc = simulate(LLAMA8B, H100, colocated, EFF, trace)
     keep = slice(n // 10, int(0.9 * n))
@@ -124,9 +124,10 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
 
     colocated = Deployment.create(replicas=8)
     rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, 2000.0).total_s)
-    pools = dict(
-        prefill=(H100, Deployment.create(replicas=4)), decode=(H100, Deployment.create(replicas=4))
-    )
+    pools = {
+        "prefill": (H100, Deployment.create(replicas=4)),
+        "decode": (H100, Deployment.create(replicas=4)),
+    }
     closed = disaggregation_percentiles(
         LLAMA8B,
         EFF,
@@ -145,3 +146,32 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
         e2e = np.mean(sim.e2e_s[keep]) if q is None else np.percentile(sim.e2e_s[keep], q)
         assert float(closed.split_ttft_s[i]) == pytest.approx(ttft, rel=0.15)
         assert float(closed.split_e2e_s[i]) == pytest.approx(e2e, rel=0.15)
+
+
+def _md1_wait_cdf(t, rho):
+    """Erlang's exact M/D/1 wait CDF (D = 1): (1 - rho) sum_{k <= t} (rho (k - t))^k / k! e^{-rho (k - t)}."""
+    import math
+
+    return (1 - rho) * sum(
+        (rho * (k - t)) ** k / math.factorial(k) * math.exp(-rho * (k - t))
+        for k in range(int(t) + 1)
+    )
+
+
+def test_lundberg_tail_anchors_and_gradient():
+    from perfmodel._disagg_tail import lundberg_tail, prefill_pool_waits
+
+    # M/M/1 (Gamma CV 1): theta = mu - lambda, so theta D = 1 - rho, and C = rho
+    x, c = lundberg_tail(jnp.asarray(0.6), 1.0)
+    assert float(x) == pytest.approx(0.4, rel=1e-6) and float(c) == pytest.approx(0.6, rel=1e-6)
+    # M/D/1: rho (e^x - 1) = x; the p95 wait (D = 1, mean wait rho / (2 (1 - rho))) is within
+    # 6 % of Erlang's exact 1.07 at rho = 0.3 (the exponential tail W / rho gives 1.28)
+    x, c = lundberg_tail(jnp.asarray(0.3), 0.0)
+    assert 0.3 * jnp.expm1(x) == pytest.approx(float(x), rel=1e-9)
+    waits = prefill_pool_waits(0.3 / 1.4, 1.0, 0.0, (0.95,))
+    assert float(waits[0]) == pytest.approx(0.3 / 1.4)
+    assert _md1_wait_cdf(float(waits[1]), 0.3) == pytest.approx(0.95, abs=0.01)
+    # differentiable in the load: implicit-function gradient vs a central difference
+    g = jax.grad(lambda r: lundberg_tail(r, 0.25)[0])(0.5)
+    fd = (lundberg_tail(0.5 + 1e-5, 0.25)[0] - lundberg_tail(0.5 - 1e-5, 0.25)[0]) / 2e-5
+    assert float(g) == pytest.approx(float(fd), rel=1e-4)
