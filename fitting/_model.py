@@ -81,6 +81,9 @@ PRIORS: dict[str, Prior] = {
     "internode_bandwidth_fraction": Prior("logit", 0.5, 1.5),
     # vLLM/FlashAttention calls carry metadata and combine kernels: tiny calls take 10-15 us.
     "attention_overhead_s": Prior("log", 6.0e-6, 1.5),
+    # Row-wise elementwise kernels (norms: a block per token, fp32 reductions) cost ~10-50 ns per
+    # token beyond their HBM stream whatever the memory (vidur A40 / A100 / H100): ~1-4 TB/s.
+    "elementwise_onchip_bytes_per_s": Prior("log", 2.0e12, 1.5),
 }
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"

@@ -54,6 +54,10 @@ class KernelEfficiency(eqx.Module):
         attention_overhead_s: fixed cost of a fused attention call beyond ``launch_overhead_s``
             (scheduler metadata, split-KV combine kernels: aiconfigurator's tiniest attention calls
             take 10-15 us where a GEMM launch takes 3-5 us).  Default 0.
+        elementwise_onchip_bytes_per_s: the second ceiling of an elementwise kernel: the rate its
+            SMs issue the loads, reductions and stores of its rows, which does not grow with HBM
+            bandwidth (vidur's Llama-2-7B RMSNorm costs ~16 ns per token beyond its HBM stream on
+            A40, A100 and H100 alike, 0.7 to 3.4 TB/s).  Default inf (HBM-bound only).
     """
 
     launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
@@ -64,6 +68,7 @@ class KernelEfficiency(eqx.Module):
     low_precision_compute_ratio: Array = eqx.field(converter=jnp.asarray, default=0.6)
     internode_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.5)
     attention_overhead_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
+    elementwise_onchip_bytes_per_s: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
 
 
 def gemm_time_s(
@@ -102,9 +107,11 @@ def elementwise_time_s(
     bytes_moved: ArrayLike, hbm_bytes_per_s: ArrayLike, kernel: KernelEfficiency
 ) -> Array:
     """Bandwidth-bound kernel (norm, residual add, activation, rope, embedding gather):
-    bytes / (BW * eta_elem) + launch."""
+    bytes / (BW * eta_elem) + bytes / R_onchip + launch (two ceilings in series: the HBM stream
+    and the SMs' own issue rate, ``elementwise_onchip_bytes_per_s``, inf by default)."""
     bw = hbm_bytes_per_s * kernel.elementwise_bandwidth_fraction
-    return jnp.asarray(bytes_moved) / bw + kernel.launch_overhead_s
+    moved = jnp.asarray(bytes_moved)
+    return moved / bw + moved / kernel.elementwise_onchip_bytes_per_s + kernel.launch_overhead_s
 
 
 def attention_time_s(
@@ -130,7 +137,10 @@ def attention_time_s(
 
 
 def prefill_attention_flops(
-    batch: ArrayLike, new_tokens: ArrayLike, num_heads: ArrayLike, head_dim: ArrayLike,
+    batch: ArrayLike,
+    new_tokens: ArrayLike,
+    num_heads: ArrayLike,
+    head_dim: ArrayLike,
     window_tokens: ArrayLike = 0.0,
 ) -> Array:
     """Causal self-attention FLOPs of ``batch`` prompts of ``new_tokens`` from an empty cache:
@@ -138,8 +148,9 @@ def prefill_attention_flops(
     2 matmuls * 2 FLOPs * heads * head_dim (Kaplan et al. 2020, Table 1)."""
     s = jnp.asarray(new_tokens)
     w = jnp.asarray(window_tokens)
-    pairs = jnp.where(w > 0, s * jnp.minimum((s + 1.0) / 2.0, jnp.where(w > 0, w, 1.0)),
-                      s * (s + 1.0) / 2.0)
+    pairs = jnp.where(
+        w > 0, s * jnp.minimum((s + 1.0) / 2.0, jnp.where(w > 0, w, 1.0)), s * (s + 1.0) / 2.0
+    )
     return batch * pairs * ATTENTION_MATMULS * FLOPS_PER_MAC * num_heads * head_dim
 
 
@@ -175,5 +186,11 @@ def collective_time_s(
     return jnp.where(kind == 0, ar, jnp.where(kind == 1, op, p2p))
 
 
-COLLECTIVE_KINDS = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 1, "alltoall": 1, "send_recv": 2}
+COLLECTIVE_KINDS = {
+    "all_reduce": 0,
+    "all_gather": 1,
+    "reduce_scatter": 1,
+    "alltoall": 1,
+    "send_recv": 2,
+}
 """Kind code of each collective ``op`` name in the measurement schema."""

@@ -82,6 +82,24 @@ def test_ungated_mlp_and_elementwise_bytes():
     np.testing.assert_allclose(y, [up, add], rtol=1e-12)
 
 
+def test_elementwise_time_adds_the_onchip_ceiling_in_series():
+    """A 16 MiB RMSNorm stream on the A40 (696 GB/s): at eta 0.9 and a 1 TB/s on-chip rate,
+    2^24 / (0.9 * 696e9) + 2^24 / 1e12 + 4 us = 26.78 + 16.78 + 4 = 47.56 us; the default rate
+    (inf) leaves the HBM-only roofline."""
+    ker = KernelEfficiency(
+        launch_overhead_s=4e-6,
+        elementwise_bandwidth_fraction=0.9,
+        elementwise_onchip_bytes_per_s=1e12,
+    )
+    t = float(elementwise_time_s(2.0**24, 696e9, ker))
+    assert t == pytest.approx(2.0**24 / (0.9 * 696e9) + 2.0**24 / 1e12 + 4e-6, rel=1e-12)
+    assert t == pytest.approx(47.56e-6, abs=0.01e-6)
+    hbm_only = KernelEfficiency(launch_overhead_s=4e-6, elementwise_bandwidth_fraction=0.9)
+    assert float(elementwise_time_s(2.0**24, 696e9, hbm_only)) == pytest.approx(
+        30.78e-6, abs=0.01e-6
+    )
+
+
 def test_aic_gemm_fp8_reads_notes_and_fp8_peak():
     h = perfmodel.load_hardware("h100-sxm")
     _, y = predicted(
