@@ -76,10 +76,12 @@ def _mdl_wait(rate, service):
 
 
 def _decode_fixed_point(step_of_batch, rate, decode_tokens, stretch):
-    """n = rate * decode_tokens * TPOT(n); a step is timed at batch >= 1 (someone is decoding)."""
+    """n = rate * decode_tokens * TPOT(n), n the time-average decode batch (Little).  A request's
+    own steps carry it plus the others it meets, n on average (M/G/inf: the others' count is
+    Poisson(n) whether or not it is there), so its TPOT is the step at batch 1 + n."""
 
     def tpot(n):
-        return step_of_batch(jnp.maximum(n, 1.0)) / stretch
+        return step_of_batch(1.0 + n) / stretch
 
     def body(_, n):
         return 0.5 * (n + rate * decode_tokens * tpot(n))
