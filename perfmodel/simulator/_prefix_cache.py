@@ -222,7 +222,7 @@ def simulate_prefix_cache(
     from ._features import PrefixCaching
     from ._simulate import simulate
 
-    block = block_size_tokens or int(round(float(deployment.block_size_tokens)))
+    block = block_size_tokens or round(float(deployment.block_size_tokens))
     trace = Trace(
         [r.arrival_s for r in requests],
         [r.prompt_tokens for r in requests],

@@ -95,7 +95,7 @@ def engine_limits(
 ) -> EngineLimits:
     """Integer scheduler limits of one replica: budgets and ``max_model_len`` from ``deployment``,
     KV blocks from the memory budget (``kv_capacity_tokens`` / block size, floored)."""
-    block = int(round(float(deployment.block_size_tokens)))
+    block = round(float(deployment.block_size_tokens))
     capacity = float(kv_capacity_tokens(model, hardware, deployment))
     static = int(float(deployment.max_model_len)) if deployment.kv_allocation == "static" else None
     return EngineLimits(
@@ -122,7 +122,7 @@ def simulate(
     concurrency: int | None = None,
     chunked_prefill: bool = True,
     chunk_tokens: int | None = None,
-    hooks: EngineHooks = EngineHooks(),
+    hooks: EngineHooks | None = None,
     progress: Callable[[int, int], None] | None = None,
     prefix: PrefixCaching | None = None,
     speculation: Speculation | None = None,
@@ -134,7 +134,8 @@ def simulate(
             (used as is; a length-only trace needs ``concurrency`` or a timed trace).
         concurrency: closed loop with N in flight (default: ``Workload.concurrency`` if > 0).
         chunked_prefill, chunk_tokens: scheduler mode (see ``_engine``).
-        hooks: extension points; ``prefix`` / ``speculation`` replace the matching hook.
+        hooks: extension points (default none); ``prefix`` / ``speculation`` replace the
+            matching hook.
         prefix: block-level LRU prefix cache per replica (``PrefixCaching``).
         speculation: draft + verification steps with sampled acceptance (``Speculation``).
         progress: called as ``progress(finished, total)`` now and then.
@@ -143,9 +144,10 @@ def simulate(
         ``SimResult``; replicas get requests by a seeded random split.  Prompts longer than
         ``deployment.max_model_len`` are rejected and outputs capped at it (vLLM).
     """
+    hooks = hooks if hooks is not None else EngineHooks()
     if isinstance(requests, Workload):
         if concurrency is None and float(requests.concurrency) > 0:
-            concurrency = int(round(float(requests.concurrency)))
+            concurrency = round(float(requests.concurrency))
         trace = requests_from_workload(requests, num_requests, seed)
     else:
         trace = requests
@@ -166,7 +168,7 @@ def simulate(
             speculation.draft_model,
         )
         decode_run = None
-    replicas = max(int(round(float(deployment.replicas))), 1)
+    replicas = max(round(float(deployment.replicas)), 1)
     n = len(trace)
     owner = (
         np.random.default_rng(seed + 1).integers(0, replicas, n)
