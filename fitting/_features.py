@@ -125,7 +125,10 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
         "attn_rope": 2 * (heads + kv) * hd / tp,
         "mlp_act": (up + inter / tp),
     }
-    return "elementwise", {"bytes": m * widths[op] * ACT_BYTES, "bw": bw}
+    # a residual add streams with no per-row work: HBM-bound only (vidur: 0.83-0.96 of peak on
+    # A40, A100 and H100 alike); norms, activations, rope and gathers also pay the on-chip ceiling
+    onchip = 0.0 if op == "add" else 1.0
+    return "elementwise", {"bytes": m * widths[op] * ACT_BYTES, "bw": bw, "onchip": onchip}
 
 
 def _collective_features(row: pd.Series, hw: HardwareSpec) -> dict[str, float]:

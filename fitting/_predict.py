@@ -5,7 +5,8 @@ for one of five vectorised blocks, built only from ``perfmodel`` budgets:
 
 * ``gemm``: vidur's projection ops (M = ``num_tokens``; N, K from the model config and TP) and
   aiconfigurator ``gemm`` rows (N, K in ``notes``) -> ``perfmodel._ops.gemm_time_s``.
-* ``elementwise``: norms, residual add, activation, rope, embedding -> bytes / (BW * eta).
+* ``elementwise``: norms, residual add, activation, rope, embedding -> bytes / (BW * eta), plus
+  bytes / R_onchip for kernels with per-row work (all but the residual add).
 * ``attention``: aiconfigurator ``attn_prefill`` / ``attn_decode`` kernels -> FLOPs and KV bytes.
 * ``collective``: ring all-reduce, one-pass gather/scatter/all-to-all, send/recv
   (``perfmodel._parallel`` / ``_ops``), cross-node rows at the inter-node bandwidth.
@@ -142,7 +143,7 @@ def predict_log(
                 b["m"], b["n"], b["k"], b["in_bytes"], b["peak"], b["bw"], eff, ker, b["low"]
             )
         elif name == "elementwise":
-            y = elementwise_time_s(b["bytes"], b["bw"], ker)
+            y = elementwise_time_s(b["bytes"], b["bw"], ker, b["onchip"])
         elif name == "attention":
             y = attention_time_s(b["flops"], b["bytes"], b["q"], b["peak"], b["bw"], eff, ker)
         elif name == "serving":

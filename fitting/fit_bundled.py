@@ -14,8 +14,8 @@ import argparse
 import time
 
 PER_STRATUM = 10
-DRAWS = 1600
-WARMUP = 500
+DRAWS = 1000
+WARMUP = 400
 CHAINS = 2
 SEED = 0
 

@@ -104,14 +104,19 @@ def gemm_time_s(
 
 
 def elementwise_time_s(
-    bytes_moved: ArrayLike, hbm_bytes_per_s: ArrayLike, kernel: KernelEfficiency
+    bytes_moved: ArrayLike,
+    hbm_bytes_per_s: ArrayLike,
+    kernel: KernelEfficiency,
+    onchip: ArrayLike = 1.0,
 ) -> Array:
     """Bandwidth-bound kernel (norm, residual add, activation, rope, embedding gather):
-    bytes / (BW * eta_elem) + bytes / R_onchip + launch (two ceilings in series: the HBM stream
-    and the SMs' own issue rate, ``elementwise_onchip_bytes_per_s``, inf by default)."""
+    bytes / (BW * eta_elem) + onchip * bytes / R_onchip + launch (two ceilings in series: the HBM
+    stream and the SMs' own issue rate, ``elementwise_onchip_bytes_per_s``, inf by default;
+    ``onchip`` = 0 for a pure stream with no per-row work, such as a residual add)."""
     bw = hbm_bytes_per_s * kernel.elementwise_bandwidth_fraction
     moved = jnp.asarray(bytes_moved)
-    return moved / bw + moved / kernel.elementwise_onchip_bytes_per_s + kernel.launch_overhead_s
+    per_row = jnp.asarray(onchip) * moved / kernel.elementwise_onchip_bytes_per_s
+    return moved / bw + per_row + kernel.launch_overhead_s
 
 
 def attention_time_s(
