@@ -160,11 +160,16 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
     # strongly identified groups); non-centred for ``comm:latency`` cells, which only the
     # communication share of multi-GPU steps informs (a funnel with tau_kernel when centred).
     weak = np.asarray([c.endswith("|" + COMM_GROUP) for c in prep.cells], dtype=float)
-    with (
-        numpyro.plate("cell", n_cell),
-        handlers.reparam(config={"cell_offset": LocScaleReparam(centered=jnp.asarray(1.0 - weak))}),
-    ):
-        offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
+    if n_cell:
+        with (
+            numpyro.plate("cell", n_cell),
+            handlers.reparam(
+                config={"cell_offset": LocScaleReparam(centered=jnp.asarray(1.0 - weak))}
+            ),
+        ):
+            offset = numpyro.sample("cell_offset", dist.Normal(0.0, scale))
+    else:  # only anchor-group kernel rows: no discrepancy offsets (a plate cannot be empty)
+        offset = numpyro.deterministic("cell_offset", jnp.zeros(0))
     with numpyro.plate("noise_key", n_key):
         sigma = numpyro.sample("sigma", dist.HalfNormal(NOISE_SCALE))
     tau_gk = numpyro.sample("tau_gpu_kernel", dist.HalfNormal(GPU_GROUP_SCALE))

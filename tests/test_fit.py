@@ -54,21 +54,6 @@ def _design() -> pd.DataFrame:
                     num_tokens=m,
                 )
             )
-        for b in (1, 8, 32):
-            rows.append(
-                _row(
-                    source="splitwise",
-                    gpu=gpu,
-                    model="meta-llama/Llama-2-70b-hf",
-                    scenario="decode_step",
-                    tp=4,
-                    num_gpus=4,
-                    weight_dtype="fp16",
-                    batch_size=b,
-                    input_len=512,
-                    output_len=128,
-                )
-            )
     return pd.DataFrame(rows)
 
 
@@ -89,6 +74,10 @@ def _truth(prep):
 
 
 def test_nuts_recovers_known_efficiencies_from_simulated_data():
+    """GEMMs from 1 to 16k tokens (memory- then compute-bound: bandwidth_fraction and
+    compute_fraction_max) and norms on two GPUs, simulated at known values, are recovered within
+    their 99 % intervals and 8 %; kernel rows only, so the step model is not compiled here (the
+    short refit below runs it)."""
     prep = fitting.prepare(_design())
     assert prep.gpus == GPUS and not prep.skipped
     truth = _truth(prep)
@@ -98,7 +87,7 @@ def test_nuts_recovers_known_efficiencies_from_simulated_data():
         ).get_trace(prep, None)
     simulated = np.asarray(tr["log_value"]["value"])
     prep.log_value = simulated
-    idata = run_nuts(prep, num_draws=200, num_warmup=200, num_chains=1, seed=2)
+    idata = run_nuts(prep, num_draws=150, num_warmup=150, num_chains=1, seed=2)
     post = idata.posterior
     for name in ("compute_fraction_max", "bandwidth_fraction"):
         true_vals = np.asarray(to_natural(name, truth[f"mu_{name}"] + 0.3 * truth[f"z_{name}"]))
