@@ -161,12 +161,12 @@ def disaggregation(
 
     def body(_, n):
         stretch = 1.0 - jnp.minimum(share_c(n), MAX_PREFILL_SHARE)
-        return 0.5 * (n + rate_c * o_dec * tau_c(jnp.maximum(n, 1.0)) / stretch)
+        return 0.5 * (n + rate_c * o_dec * tau_c(1.0 + n) / stretch)  # batch seen: 1 + n
 
     n_c = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, body, jnp.ones_like(rate_c))
     share = share_c(n_c)
     stretch = 1.0 - jnp.minimum(share, MAX_PREFILL_SHARE)
-    tpot_c = tau_c(jnp.maximum(n_c, 1.0)) / stretch
+    tpot_c = tau_c(1.0 + n_c) / stretch
     own_c = chunks * chunk_c(n_c)
     ttft_c = own_c + _mdl_wait(rate_c, own_c)
     seats_c = max_concurrent_requests(model, hw_c, dep_c, p + o_dec + 1.0, temperature)
