@@ -102,7 +102,7 @@ def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
     return _elasticities(problem, jnp.asarray(config), bool(int(np.asarray(config)[POOL]) > 0))
 
 
-@eqx.filter_jit
+@eqx.filter_jit(compiler_options={"xla_backend_optimization_level": 0})  # run once: compile-bound
 def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, Array]:
     """(continuous replicas r*, d log cost / d log theta for ``SENSITIVITIES``) at ``config``.
 
@@ -124,8 +124,9 @@ def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, 
         0, 40, step, (jnp.log(1e-3), jnp.log(4.0 * problem.grid.max_replicas))
     )
     log_r = hi
-    d_log_r = jax.grad(lambda lr: _smooth_probability(problem, config, lr, zero, split))(log_r)
-    d_theta = jax.grad(lambda ls: _smooth_probability(problem, config, log_r, ls, split))(zero)
+    d_log_r, d_theta = jax.grad(  # one backward pass for both
+        lambda lr, ls: _smooth_probability(problem, config, lr, ls, split), argnums=(0, 1)
+    )(log_r, zero)
     elasticity = jnp.where(jnp.abs(d_log_r) > 1e-12, -d_theta / d_log_r, 0.0)
     finite_slo = jnp.concatenate(
         [

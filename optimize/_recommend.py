@@ -1,19 +1,21 @@
 """The answer a person reads: cheapest verified configuration, its cost, metrics and reasons.
 
 ``recommend`` runs the gradient search on the search model, re-checks the best distinct
-configurations with the verdict model (``perfmodel.dynamics.serving_metrics``; fewest replicas
-by bisection), ranks them by verified cost, and explains the winner.  An infeasible problem is a
-value: ``feasible = False`` with the closest achievable SLO.
+configurations with the verdict model of their kind (``_verify``: ``serving_metrics``, its
+speculative form, or the two-pool decomposition; fewest replicas among counts near the search
+model's), ranks them by verified cost, explains the winner and, on request, runs it in the
+simulator (``_simcheck``).  An infeasible problem is a value: ``feasible = False`` with the
+closest achievable SLO.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -21,26 +23,13 @@ from perfmodel import BINDING_BUDGETS, Efficiency, budget_sheet
 
 from ._describe import _select, describe
 from ._engine_args import engine_args
-from ._evaluate import (
-    constraint_slacks,
-    cost_per_hour,
-    costs_at_min_replicas,
-    draw_metrics,
-    holds,
-    meets_confidence,
-)
+from ._evaluate import constraint_slacks, draw_metrics
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
-from ._grid import (
-    POOL,
-    PREFILL_GPU,
-    SPEC,
-    deployment_from_weights,
-    grid_tables,
-    one_hot_weights,
-)
-from ._metrics import serving_slo_metrics
+from ._grid import POOL, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
 from ._problem import Problem
 from ._search import SearchOptions, search
+from ._simcheck import simulate_check
+from ._verify import verify_replicas, warm_up
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -64,6 +53,7 @@ class Recommendation(NamedTuple):
     closest_achievable: dict[str, Any] | None
     search_seconds: float
     simulator: dict[str, Any] | None = None
+    metrics_model: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         c = self.config or {}
@@ -99,6 +89,7 @@ class Recommendation(NamedTuple):
             "alternatives": self.alternatives,
             "closest_achievable": self.closest_achievable,
             "simulator": self.simulator,
+            "metrics_model": self.metrics_model,
         }
 
 
@@ -112,20 +103,20 @@ def _per_million(problem: Problem, cost: float) -> float:
     return cost / tokens_per_hour * 1e6
 
 
-def _candidates(problem: Problem, found, count: int) -> np.ndarray:
-    """The cheapest search results, at most one per (GPU, TP, PP, pool split, prefill GPU),
-    ``count`` rows (padded)."""
+def _candidates(found, count: int) -> np.ndarray:
+    """Rows of the cheapest search results, at most one per (GPU, TP, PP, pool split, prefill
+    GPU), ``count`` of them (padded by repeats: one compiled verdict shape)."""
     picked, seen = [], set()
-    for c, k in zip(found.configs, found.cost_per_hour):
+    for i, (c, k) in enumerate(zip(found.configs, found.cost_per_hour)):
         key = (c[0], c[1], c[2], c[POOL], c[PREFILL_GPU])
         if np.isfinite(k) and key not in seen:
             seen.add(key)
-            picked.append(c)
+            picked.append(i)
         if len(picked) == count:
             break
     while len(picked) < count:
-        picked.append(picked[-1] if picked else found.configs[0])
-    return np.asarray(picked, dtype=np.int32)
+        picked.append(picked[-1] if picked else 0)
+    return np.asarray(picked)
 
 
 def recommend(
@@ -147,23 +138,30 @@ def recommend(
         model_name: Hugging Face id (for engine command lines).
         options: search options.
         num_verified: distinct configurations re-checked with the verdict model.
-        verify: re-check with ``perfmodel.dynamics.serving_metrics`` (False: search model only).
-        simulate_requests: > 0 runs the discrete-event simulator (``perfmodel.dynamics.simulate``)
-            on that many requests at the posterior-median efficiency and reports its percentiles.
+        verify: re-check with the verdict model of each kind (``_verify.VERDICT_MODELS``; False:
+            search model only); ``metrics_model`` names the one that produced the numbers.
+        simulate_requests: > 0 runs the simulator of the answer's kind (colocated, speculative,
+            two pools: ``_simcheck``) on that many requests at the posterior-median efficiency.
         draft_name: the speculative draft model's id (engine flags), when it is not MTP.
     """
     t0 = time.perf_counter()
-    found = search(problem, options)
+    with ThreadPoolExecutor(1) as pool:  # the verdict compiles on a second core meanwhile
+        warm = pool.submit(_warm_up, problem, num_verified) if verify else None
+        found = search(problem, options)
+        if warm is not None:
+            warm.exception()  # a failed warm-up only means the verdict compiles when called
     feasible_any = bool(len(found.cost_per_hour)) and np.isfinite(found.cost_per_hour[0])
     if not feasible_any:
         return _infeasible(problem, gpus, time.perf_counter() - t0)
-    cands = _candidates(problem, found, num_verified)
-    reps, costs = costs_at_min_replicas(problem, jnp.asarray(cands))
-    reps, costs = np.asarray(reps), np.asarray(costs)
-    verdict = None
+    rows = _candidates(found, num_verified)  # the search's own exact costs: no re-evaluation
+    cands = found.configs[rows]
+    reps, costs = found.replicas[rows], found.cost_per_hour[rows]
+    models = ["search model"] * len(rows)
+    verdict = [None] * len(rows)
     if verify:
-        reps, costs, verdict = verify_replicas(problem, cands, reps)
-    order = np.argsort(costs, kind="stable")
+        reps, costs, verdict, models = verify_replicas(problem, cands, reps)
+    verified = np.asarray([m != "search model" for m in models])
+    order = np.lexsort((~verified, costs))  # cheapest first; a re-checked answer wins a tie
     uniq = []
     for i in order:
         if not any(np.array_equal(cands[i], cands[j]) for j in uniq):
@@ -172,7 +170,7 @@ def recommend(
     if not np.isfinite(costs[best]):
         return _infeasible(problem, gpus, time.perf_counter() - t0)
     config, r = cands[best], int(reps[best])
-    metrics = None if verdict is None else jax.tree_util.tree_map(lambda x: x[best], verdict)
+    metrics = verdict[best]
     out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics, draft_name)
     alternatives = []
     for i in uniq[1:]:
@@ -183,97 +181,25 @@ def recommend(
                     **d,
                     "cost_per_hour": float(costs[i]),
                     "cost_per_million_output_tokens": _per_million(problem, float(costs[i])),
+                    "metrics_model": models[i],
                 }
             )
     sim = None
     if simulate_requests > 0:
-        plain = int(config[POOL]) == 0 and problem.grid.spec_k[int(config[SPEC])] == 0
-        sim = (
-            simulate_check(problem, config, r, simulate_requests)
-            if plain
-            else {
-                "requests": 0,
-                "skipped": "the simulator check covers colocated engines without "
-                "speculation; run `servingmath simulate --disagg/--spec-draft` on this answer",
-            }
-        )
+        sim = simulate_check(problem, config, r, simulate_requests)
     return out._replace(
-        alternatives=alternatives, search_seconds=time.perf_counter() - t0, simulator=sim
+        alternatives=alternatives,
+        search_seconds=time.perf_counter() - t0,
+        simulator=sim,
+        metrics_model=models[best],
     )
 
 
-def simulate_check(problem: Problem, config: np.ndarray, replicas: int, num_requests: int) -> dict:
-    """The recommendation in the discrete-event simulator at the posterior-median efficiency:
-    its TTFT/TPOT percentiles and whether they meet the SLO bounds."""
-    from perfmodel.dynamics import simulate
-    from perfmodel.simulator import summarize
-
-    weights = one_hot_weights(jnp.asarray(config), problem.grid)
-    dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
-    hw = _select(problem.hardware, int(config[0]))
-    eff = _select(problem.efficiency, int(config[0]))
-    eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
-    res = summarize(
-        simulate(problem.model, hw, dep, eff, problem.workload, num_requests=num_requests)
-    )
-    ttft = {k: float(res["ttft_s"][k]) for k in ("p50", "p95", "p99")}
-    tpot = {k: float(res["tpot_s"][k]) for k in ("p50", "p95", "p99")}
-    return {
-        "requests": num_requests,
-        "ttft_s": ttft,
-        "tpot_s": tpot,
-        "meets_slo": bool(
-            ttft["p95"] <= float(problem.slo_ttft_p95_s)
-            and tpot["p95"] <= float(problem.slo_tpot_p95_s)
-        ),
-    }
-
-
-VERIFY_FACTORS = (0.5, 1.0, 1.5, 2.0)
-"""Replica counts the verdict model tries around the search model's count R: R*f, R-1, R+1, R+2."""
-
-
-@eqx.filter_jit
-def _verdict(problem: Problem, configs: jnp.ndarray, replicas: jnp.ndarray):
-    """Verdict-model metrics (per draw) and SLO probability of each (config, replicas) pair."""
-
-    def one(c, r):
-        m = draw_metrics(problem, one_hot_weights(c, problem.grid), r, 0.0, serving_slo_metrics)
-        return m, jnp.mean(holds(constraint_slacks(problem, m)).astype(float))
-
-    return jax.vmap(one)(configs, replicas)
-
-
-def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.ndarray):
-    """Fewest replicas meeting the chance constraints under the verdict model, among counts near
-    the search model's (one flat batch: one compile); ``inf`` cost where none of them does.
-
-    Returns (replicas, costs, metrics): ``metrics`` are the verdict ``SloMetrics`` per draw of
-    each config at its returned count (leaves (configs, draws))."""
-    trials = []
-    for r in search_replicas:
-        r = int(min(r, problem.grid.max_replicas))
-        near = {max(1, int(np.ceil(r * f))) for f in VERIFY_FACTORS} | {max(1, r - 1), r + 1, r + 2}
-        trials.append(sorted(near))
-    width = max(len(t) for t in trials)
-    trials = [t + [t[-1]] * (width - len(t)) for t in trials]
-    flat_c = np.repeat(configs, width, axis=0)
-    flat_r = np.asarray(trials, dtype=float).reshape(-1)
-    metrics, prob = _verdict(problem, jnp.asarray(flat_c), jnp.asarray(flat_r))
-    ok = np.asarray(meets_confidence(np.asarray(prob), float(problem.confidence))).reshape(
-        len(configs), width
-    )
-    pick = np.where(ok.any(axis=1), ok.argmax(axis=1), width - 1)
-    reps = np.where(ok.any(axis=1), np.asarray(trials)[np.arange(len(configs)), pick], 0)
-    flat_pick = np.arange(len(configs)) * width + pick
-    metrics = jax.tree_util.tree_map(lambda x: np.asarray(x)[flat_pick], metrics)
-    costs = np.asarray(
-        [
-            float(cost_per_hour(problem, jnp.asarray(c), float(r))) if r > 0 else np.inf
-            for c, r in zip(configs, reps)
-        ]
-    )
-    return reps, costs, metrics
+def _warm_up(problem: Problem, num_verified: int) -> None:
+    """Compile the colocated verdict and the colocated elasticities (same shapes as the calls
+    that follow the search)."""
+    warm_up(problem, num_verified)
+    cost_elasticities(problem, problem.grid.all_configs(problem.model)[0])
 
 
 def _summary(q: np.ndarray) -> dict[str, float]:

@@ -1,0 +1,302 @@
+"""The verdict: the best search results re-checked with the dearer closed forms, every kind.
+
+* colocated, k = 0: ``perfmodel.dynamics.serving_metrics`` (chunked prefill at the config's
+  chunk);
+* colocated, k > 0: ``perfmodel.features.speculative_serving_metrics``;
+* p:d pool split, k = 0: ``perfmodel.features.disaggregation_percentiles`` (prefill pool
+  ``serving_metrics`` with one-token outputs and its prompt-length tail, KV hand-off,
+  orchestration, decode-pool entry and seat wait; interference-free decode fixed point);
+* p:d pool split with k > 0: no closed form has a speculative decode pool, so the search model
+  (``optimize._split``) keeps its numbers, and ``metrics_model`` says so.
+
+Each program is compiled only when a candidate of its kind can still win, with one static shape
+(``num_verified`` rows, a few bisection rounds).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from perfmodel import max_concurrent_requests
+from perfmodel.features import disaggregation_percentiles, speculative_serving_metrics
+
+from ._evaluate import (
+    constraint_slacks,
+    cost_per_hour,
+    draw_metrics,
+    holds,
+    meets_confidence,
+    mix_gpu,
+)
+from ._grid import (
+    GPU,
+    POOL,
+    PREFILL_GPU,
+    SPEC,
+    chunk_from_weights,
+    deployment_from_weights,
+    grid_tables,
+    one_hot_weights,
+)
+from ._metrics import SloMetrics, serving_slo_metrics
+from ._problem import Problem
+
+VERIFY_FACTORS = (0.5, 1.0, 1.5, 2.0)
+"""Replica counts the verdict model tries around the search model's count R: R*f, R-1, R+1, R+2."""
+
+VERIFY_WIDTH = len(VERIFY_FACTORS) + 3
+"""Trials per candidate (padded: one compiled shape whatever R is)."""
+
+VERDICT_MODELS = {
+    "colocated": "perfmodel.dynamics.serving_metrics",
+    "speculative": "perfmodel.features.speculative_serving_metrics",
+    "split": "perfmodel.features.disaggregation_percentiles",
+    "split_speculative": "search model (optimize._split; disaggregation_percentiles has no "
+    "speculative decode pool)",
+}
+KINDS = tuple(VERDICT_MODELS)
+
+ONE_OFF = {"xla_backend_optimization_level": 0}
+"""XLA options of programs run once per answer on a few rows: compile time dominates them, so
+the backend's optimisation passes are skipped (3x faster compile here; same numbers)."""
+"""Which closed form produced a verified answer's numbers, by kind (``kind_of``)."""
+
+
+def kind_of(problem: Problem, config) -> str:
+    """The verdict model that checks ``config`` (a key of ``VERDICT_MODELS``)."""
+    spec = problem.grid.spec_k[int(config[SPEC])] > 0
+    if int(config[POOL]) > 0:
+        return "split_speculative" if spec else "split"
+    return "speculative" if spec else "colocated"
+
+
+def _engine(problem: Problem, config, replicas):
+    """(hardware, deployment at the config's chunk, efficiency draws) of one colocated engine."""
+    tables = grid_tables(problem.grid)
+    w = one_hot_weights(config, problem.grid)
+    dep = deployment_from_weights(w, tables, replicas)
+    dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, dep, chunk_from_weights(w, tables))
+    return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU])
+
+
+def _per_draw(problem: Problem, configs, replicas, fn):
+    """``fn(hardware, deployment, efficiency)`` per (row, draw) under one flat ``vmap`` over
+    rows x draws (one batching level: half the tracing of nested maps)."""
+    hw, dep, eff = jax.vmap(lambda c, r: _engine(problem, c, r))(configs, replicas)
+    rows, draws = configs.shape[0], problem.num_draws
+
+    def rep(x):
+        return jnp.repeat(x, draws, axis=0)
+
+    out = jax.vmap(fn)(
+        jax.tree_util.tree_map(rep, hw),
+        jax.tree_util.tree_map(rep, dep),
+        jax.tree_util.tree_map(lambda x: x.reshape((rows * draws,) + x.shape[2:]), eff),
+    )
+    return jax.tree_util.tree_map(lambda x: x.reshape((rows, draws) + x.shape[1:]), out)
+
+
+@eqx.filter_jit(compiler_options=ONE_OFF)
+def _colocated(problem: Problem, configs, replicas) -> SloMetrics:
+    """``serving_slo_metrics`` per (row, draw) of colocated engines (speculation ignored)."""
+    return _per_draw(
+        problem,
+        configs,
+        replicas,
+        lambda hw, dep, e: serving_slo_metrics(problem.model, hw, dep, e, problem.workload),
+    )
+
+
+@eqx.filter_jit(compiler_options=ONE_OFF)
+def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
+    """``speculative_serving_metrics`` per (row, draw) of colocated engines with k > 0."""
+    ks = grid_tables(problem.grid)["spec_k"]
+    wl = problem.workload
+
+    def one(c, r):
+        hw, dep, eff = _engine(problem, c, r)
+        k, alpha = ks[c[SPEC]], problem.spec_acceptance[c[SPEC]]
+        seats = max_concurrent_requests(
+            problem.model, hw, dep, wl.prompt_tokens_mean + wl.output_tokens_mean
+        )
+
+        def per_draw(e):
+            f = speculative_serving_metrics(
+                problem.model,
+                hw,
+                dep,
+                e,
+                wl,
+                draft_tokens=k,
+                acceptance=alpha,
+                draft_model=None if mtp else problem.draft_model,
+            )
+            return SloMetrics(
+                ttft_p95_s=f.ttft_s[2],
+                tpot_p95_s=f.tpot_s[2],
+                utilization=f.utilization,
+                concurrent_requests=seats,
+                ttft_quantiles_s=f.ttft_s[1:],
+                tpot_quantiles_s=f.tpot_s[1:],
+            )
+
+        return jax.vmap(per_draw)(eff)
+
+    return jax.vmap(one)(configs, replicas)
+
+
+@eqx.filter_jit(compiler_options=ONE_OFF)
+def _split(problem: Problem, configs, replicas) -> SloMetrics:
+    """``disaggregation_percentiles`` per (row, draw) of p:d splits (its colocated half is unused
+    and compiled away).  It takes one efficiency: both pools run at the decode GPU's draw (exact
+    when both pools are on one GPU type).  Speculation in the decode pool is not in that closed
+    form: such rows keep the search model's numbers (``metrics_model`` says so)."""
+    tables = grid_tables(problem.grid)
+    wl = problem.workload
+
+    def one(c, r):
+        hw_d, dep, eff = _engine(problem, c, r)
+        w = one_hot_weights(c, problem.grid)
+        hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
+        dep_p = eqx.tree_at(lambda d: d.replicas, dep, r * tables["prefill_units"][c[POOL]])
+        dep_d = eqx.tree_at(lambda d: d.replicas, dep, r * tables["decode_units"][c[POOL]])
+        bw = jnp.where(
+            problem.transfer_bytes_per_s > 0,
+            problem.transfer_bytes_per_s,
+            hw_p.internode_bytes_per_s,
+        )
+        seats = jnp.minimum(
+            max_concurrent_requests(problem.model, hw_p, dep_p, wl.prompt_tokens_mean + 1.0),
+            max_concurrent_requests(
+                problem.model, hw_d, dep_d, wl.prompt_tokens_mean + wl.output_tokens_mean
+            ),
+        )
+
+        def per_draw(e):
+            m = disaggregation_percentiles(
+                problem.model,
+                e,
+                wl,
+                colocated=(hw_p, dep_p),
+                prefill=(hw_p, dep_p),
+                decode=(hw_d, dep_d),
+                transfer_bytes_per_s=bw,
+                transfer_latency_s=problem.transfer_latency_s,
+                orchestration_s=problem.orchestration_s,
+            )
+            ttft, tpot = m.split_ttft_s, m.split_tpot_s
+            stable = jnp.isfinite(ttft[2]) & jnp.isfinite(tpot[2])
+            return SloMetrics(
+                ttft_p95_s=ttft[2],
+                tpot_p95_s=tpot[2],
+                utilization=jnp.where(stable, 0.0, jnp.inf),
+                concurrent_requests=seats,
+                ttft_quantiles_s=ttft[1:],
+                tpot_quantiles_s=tpot[1:],
+            )
+
+        return jax.vmap(per_draw)(eff)
+
+    return jax.vmap(one)(configs, replicas)
+
+
+@eqx.filter_jit(compiler_options=ONE_OFF)
+def _search_model(problem: Problem, configs, replicas) -> SloMetrics:
+    """The search model's metrics per (row, draw) (pool splits with a speculative decode pool)."""
+    return jax.vmap(lambda c, r: draw_metrics(problem, one_hot_weights(c, problem.grid), r))(
+        configs, replicas
+    )
+
+
+def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np.ndarray):
+    c, r = jnp.asarray(configs), jnp.asarray(replicas)
+    if kind == "colocated":
+        return _colocated(problem, c, r)
+    if kind == "speculative":
+        return _speculative(problem, c, r, bool(problem.draft_is_mtp))
+    if kind == "split":
+        return _split(problem, c, r)
+    return _search_model(problem, c, r)
+
+
+@eqx.filter_jit
+def _probabilities(problem: Problem, metrics: SloMetrics):
+    return jax.vmap(lambda m: jnp.mean(holds(constraint_slacks(problem, m)).astype(float)))(metrics)
+
+
+class Verified(NamedTuple):
+    """Verdict of each candidate: replicas, $/hour (inf: no count near the search's meets the
+    confidence), per-draw ``SloMetrics`` (None where not re-checked), the model that made them."""
+
+    replicas: np.ndarray
+    cost_per_hour: np.ndarray
+    metrics: list
+    model: list
+
+
+def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.ndarray):
+    """Fewest replicas meeting the chance constraints under the verdict model of each
+    candidate's kind, among counts near the search model's (``VERIFY_FACTORS``).
+
+    Kinds are checked colocated first; a kind whose cheapest trial of every candidate cannot
+    undercut the best verified cost is not compiled at all: those candidates keep the search
+    model's count and cost (they cannot win; ``model`` says "search model")."""
+    configs = np.asarray(configs, dtype=np.int32)
+    n = len(configs)
+    trials, sizes = [], []
+    for r in search_replicas:
+        r = int(min(max(r, 1), problem.grid.max_replicas))
+        near = {max(1, int(np.ceil(r * f))) for f in VERIFY_FACTORS} | {max(1, r - 1), r + 1, r + 2}
+        t = sorted(near)
+        sizes.append(len(t))
+        trials.append(t + [t[-1]] * (VERIFY_WIDTH - len(t)))
+    trials, sizes = np.asarray(trials), np.asarray(sizes)
+    price = np.asarray(jax.vmap(lambda c: cost_per_hour(problem, c, 1.0))(jnp.asarray(configs)))
+    kinds = np.asarray([kind_of(problem, c) for c in configs])
+    reps = np.asarray(search_replicas, dtype=int).copy()
+    costs = price * reps
+    costs = np.where(reps <= problem.grid.max_replicas, costs, np.inf)
+    metrics, model = [None] * n, ["search model"] * n
+    best = np.inf
+    for kind in KINDS:
+        rows = kinds == kind
+        if not rows.any() or (
+            kind != "colocated" and np.all(price[rows] * trials[rows, 0] >= best)
+        ):
+            continue
+        # bisection for the first trial meeting the confidence (it improves with replicas):
+        # <= log2(VERIFY_WIDTH + 1) = 3 rounds of len(configs) rows (one compiled shape)
+        lo, hi = np.full(n, -1), sizes.copy()
+        while np.any(rows & (hi - lo > 1)):
+            live = rows & (hi - lo > 1)
+            mid = np.where(live, (lo + hi) // 2, 0)
+            m = _kind_metrics(problem, kind, configs, trials[np.arange(n), mid].astype(float))
+            m = jax.tree_util.tree_map(np.asarray, m)
+            ok = meets_confidence(np.asarray(_probabilities(problem, m)), float(problem.confidence))
+            for i in np.flatnonzero(live):
+                if ok[i]:
+                    hi[i] = mid[i]
+                    metrics[i] = jax.tree_util.tree_map(lambda x, i=i: x[i], m)
+                else:
+                    lo[i] = mid[i]
+        for i in np.flatnonzero(rows):
+            feasible = hi[i] < sizes[i]
+            reps[i] = trials[i, hi[i]] if feasible else 0
+            costs[i] = price[i] * reps[i] if feasible else np.inf
+            metrics[i] = metrics[i] if feasible else None
+            model[i] = VERDICT_MODELS[kind]
+        best = min(best, float(np.min(costs[rows])))
+    return Verified(reps, costs, metrics, model)
+
+
+def warm_up(problem: Problem, num_verified: int):
+    """Compile the colocated verdict (and its probability) for ``num_verified`` rows, e.g. in a
+    thread while the search runs: the later call finds it compiled."""
+    c = jnp.asarray(np.repeat(problem.grid.all_configs(problem.model)[:1], num_verified, axis=0))
+    m = _colocated(problem, c, jnp.ones(num_verified))
+    _probabilities(problem, jax.tree_util.tree_map(np.asarray, m))
