@@ -227,6 +227,16 @@ class DisaggregationPercentiles(eqx.Module):
     kv_transfer_s: Array
 
 
+def _e2e_quantiles(ttft, decode):
+    """(mean, p50, p95, p99) of TTFT + decode time, independent parts: means and medians add,
+    upper quantiles add their excess over the mean in quadrature (normal sum)."""
+    ok = jnp.all(jnp.isfinite(ttft)) & jnp.all(jnp.isfinite(decode))
+    t, d = jnp.where(ok, ttft, 0.0), jnp.where(ok, decode, 0.0)  # inf - inf never reaches a grad
+    excess = jnp.sqrt(jnp.square(t[2:] - t[0]) + jnp.square(d[2:] - d[0]))
+    out = jnp.concatenate([t[:2] + d[:2], t[0] + d[0] + excess])
+    return jnp.where(ok, out, jnp.inf)
+
+
 def disaggregation_percentiles(
     model: ModelSpec,
     efficiency: Efficiency,
@@ -246,14 +256,14 @@ def disaggregation_percentiles(
     the prompt CV, each quantile added to the prefill time of the prompt at that quantile; then
     the hand-off of a mean-length prompt, the orchestration cost, the decode-pool entry step and
     the wait for a decode seat (many-server diffusion with the TPOT feedback, exponential tail).
-    The decode pool's TPOT is the interference-free Little's-law fixed point (its steps are
-    alike, so one value stands for every quantile).  Quantiles of the sum are sums of quantiles
-    (an upper bound; exact for the fixed parts).  Split E2E quantile = TTFT quantile +
-    (E[O] - 1) * TPOT (exact for fixed output lengths).
+    The decode pool's TPOT is the interference-free Little's-law fixed point at the batch a
+    request meets, spread by that batch's fluctuation over the request's life.  TTFT quantiles
+    are sums of its parts' quantiles (an upper bound; exact for the fixed parts); E2E adds
+    (E[O] - 1) TPOT, whose spread is independent of TTFT's: ``_e2e_quantiles``.
     """
     from jax.scipy.special import ndtri
 
-    from ._disagg_tail import decode_seat_waits, prefill_pool_waits
+    from ._disagg_tail import decode_seat_waits, decode_tpot_quantiles, prefill_pool_waits
     from ._serving import QUANTILES, serving_metrics  # the dynamics layer, imported where used
     from ._workload import lognormal_params
 
@@ -308,12 +318,13 @@ def disaggregation_percentiles(
         QUANTILES,
     )
     ttft = pre_ttft + t_kv + orchestration_s + entry + waits
+    tpot_q = decode_tpot_quantiles(step_d, n_d, tpot_d, workload.interarrival_cv, QUANTILES)
     return DisaggregationPercentiles(
         colocated_ttft_s=stack(co.ttft_s),
         colocated_tpot_s=stack(co.tpot_s),
         colocated_e2e_s=stack(co.e2e_s),
         split_ttft_s=ttft,
-        split_tpot_s=jnp.broadcast_to(tpot_d, (4,)),
-        split_e2e_s=ttft + o_dec * tpot_d,
+        split_tpot_s=tpot_q,
+        split_e2e_s=_e2e_quantiles(ttft, o_dec * tpot_q),
         kv_transfer_s=t_kv,
     )

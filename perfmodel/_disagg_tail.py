@@ -14,14 +14,18 @@ that shortens the queue shortens the tail too.
 Decode pool: the wait for a seat from the many-server diffusion of the busy count (Halfin & Whitt
 1981; Whitt 2004 for G/G/c: variance n (c_a^2 + c_s^2) / 2) amplified by the TPOT feedback
 1 / (1 - g)^2, g = n tau'(n) / tau(n), as ``_serving_tail`` does for a colocated engine's slots.
+A request's TPOT is the step at the batch it meets, 1 + N; its spread is tau' times the sd of N
+averaged over its life (N: variance n (1 + c_a^2) / 2 / (1 - g)^2, Ornstein-Uhlenbeck with
+correlation time = its life / (1 - g), ``window_mean_variance_factor``), normal quantiles.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtri
 
-from ._queueing import diffusion_seat_wait, wait_quantile_s
+from ._queueing import diffusion_seat_wait, wait_quantile_s, window_mean_variance_factor
 
 Array = jnp.ndarray
 
@@ -78,12 +82,24 @@ def prefill_pool_waits(mean_wait_s, service_s, service_cv, quantiles) -> Array:
     return jnp.stack([w] + qs)
 
 
+def _slope_gain(step_of_batch, n_decode, tpot):
+    """(tau'(1 + n), feedback gain g = n tau' / TPOT) of the decode pool."""
+    slope = step_of_batch(n_decode + 2.0) - step_of_batch(n_decode + 1.0)
+    return slope, jnp.clip(n_decode * slope / jnp.maximum(tpot, 1e-30), 0.0, GAIN_MAX)
+
+
+def decode_tpot_quantiles(step_of_batch, n_decode, tpot, ca, quantiles) -> Array:
+    """(mean, quantiles...) of a request's TPOT in the decode pool (module docstring)."""
+    slope, gain = _slope_gain(step_of_batch, n_decode, tpot)
+    var_n = n_decode * (1.0 + jnp.square(ca)) / 2.0 / jnp.square(1.0 - gain)
+    sd = slope * jnp.sqrt(var_n * window_mean_variance_factor(1.0 - gain))
+    return jnp.stack([tpot] + [tpot + ndtri(jnp.asarray(q)) * sd for q in quantiles])
+
+
 def decode_seat_waits(step_of_batch, rate, n_decode, tpot, hold_s, seats, ca, cs, quantiles):
     """(mean, quantiles...) of the wait for a decode seat (module docstring); n = rate * hold
     (Little), hold = entry + (O - 1) TPOT."""
-    n1 = jnp.maximum(n_decode, 1.0)
-    slope = step_of_batch(n1 + 1.0) - step_of_batch(n1)
-    gain = jnp.clip(n_decode * slope / jnp.maximum(tpot, 1e-30), 0.0, GAIN_MAX)
+    _, gain = _slope_gain(step_of_batch, n_decode, tpot)
     busy = rate * hold_s
     var = busy * (jnp.square(ca) + jnp.square(cs)) / 2.0 / jnp.square(1.0 - gain)
     p_wait, w_cond = diffusion_seat_wait(busy, var, seats, rate)
