@@ -282,14 +282,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-verify",
         action="store_true",
-        help="skip the re-check with perfmodel.dynamics.serving_metrics",
+        help="skip the re-check with the closed forms (serving_metrics, its speculative and "
+        "disaggregated forms)",
     )
     parser.add_argument(
         "--simulate",
         type=int,
         default=0,
         metavar="N",
-        help="also run the recommendation through the simulator on N requests",
+        help="also run the recommendation through the simulator on N requests (two pools "
+        "for a split, speculation for k > 0)",
     )
     parser.add_argument(
         "--plot",
@@ -492,6 +494,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
         ("TPOT p50/p95/p99", _pct(out["tpot_s"])),
         ("binding", f"{out['binding_constraint']} (budget: {out['binding_budget']})"),
     ]
+    if out.get("metrics_model"):
+        rows.append(("numbers from", out["metrics_model"]))
     if out.get("speculative"):
         s = out["speculative"]
         rows.insert(
@@ -539,7 +543,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
     if out.get("simulator"):
         sim = out["simulator"]
         text += (
-            f"\nsimulator ({sim['requests']} requests, median efficiency): TTFT {_pct(sim['ttft_s'])}, "
+            f"\nsimulator ({sim.get('kind', 'colocated')}, {sim['requests']} requests, median "
+            f"efficiency): TTFT {_pct(sim['ttft_s'])}, "
             f"TPOT {_pct(sim['tpot_s'])}; SLO {'met' if sim['meets_slo'] else 'NOT met'}"
         )
     e = out["engine_args"]

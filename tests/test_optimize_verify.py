@@ -1,0 +1,102 @@
+"""Every kind of answer is checked: the split verdict calls ``disaggregation_percentiles`` with
+p x replicas prefill and d x replicas decode engines (the wiring, recorded without compiling the
+closed form), and ``--simulate`` runs the colocated, speculative or two-pool simulator (small N:
+seconds)."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from optimize import KNOBS, Grid, Workload, make_problem
+from optimize import _verify as verify
+from optimize._describe import _kv_transfer
+from optimize._simcheck import simulate_check
+from optimize._verify import VERDICT_MODELS, kind_of
+from perfmodel import load_hardware, load_model
+
+GRID = Grid(
+    num_gpus=2,
+    tp=(1,),
+    pp=(1,),
+    kv_dtypes=("bf16",),
+    weight_dtypes=("bf16",),
+    max_num_batched_tokens=(2048,),
+    max_num_seqs=(256,),
+    spec_k=(0, 3),
+    pool_ratios=((2, 1),),
+    max_replicas=8,
+)
+GPUS = ("h100-sxm", "l40s")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    wl = Workload(
+        arrival_rate_per_s=4.0,
+        prompt_tokens_mean=1024.0,
+        output_tokens_mean=64.0,
+        output_tokens_cv=0.5,
+    )
+    return make_problem(
+        load_model("meta-llama/Llama-3.1-8B"),
+        GPUS,
+        wl,
+        slo_ttft_p95_s=2.0,
+        slo_tpot_p95_s=0.1,
+        grid=GRID,
+        num_draws=2,
+        spec_draft="mtp",
+        spec_acceptance=0.8,
+    )
+
+
+def _config(spec=0, pool=0, prefill_gpu=0):
+    c = np.zeros(len(KNOBS), dtype=np.int32)
+    c[KNOBS.index("spec_k")], c[KNOBS.index("pool_split")] = spec, pool
+    c[KNOBS.index("prefill_gpu")] = prefill_gpu
+    return c
+
+
+class _Recorded:
+    """What ``disaggregation_percentiles`` was called with, packed into its outputs."""
+
+    def __init__(self, model, efficiency, workload, *, colocated, prefill, decode, **kw):
+        (hw_p, dep_p), (hw_d, dep_d) = prefill, decode
+        bw = kw["transfer_bytes_per_s"]
+        self.split_ttft_s = jnp.stack([bw * 0, dep_p.replicas, dep_d.replicas, bw])
+        self.split_tpot_s = jnp.stack(
+            [bw * 0, efficiency.bandwidth_fraction, hw_d.hbm_bytes, hw_p.hbm_bytes]
+        )
+
+
+def test_split_verdict_calls_disaggregation_percentiles_with_p_and_d_engines(problem, monkeypatch):
+    """Pool split 2:1, 3 replica units, prefill on l40s, decode on h100: 6 prefill engines and 3
+    decode engines, the l40s network for the hand-off, the decode GPU's efficiency draw."""
+    config = _config(pool=1, prefill_gpu=1)
+    assert kind_of(problem, config) == "split" and "disaggregation" in VERDICT_MODELS["split"]
+    monkeypatch.setattr(verify, "disaggregation_percentiles", _Recorded)
+    fresh = eqx.filter_jit(verify._split.__wrapped__)  # not the compiled closed form
+    m = fresh(problem, jnp.asarray(config[None]), jnp.asarray([3.0]))
+    h100, l40s = load_hardware("h100-sxm"), load_hardware("l40s")
+    np.testing.assert_allclose(m.ttft_quantiles_s[0, 1], [6.0, 3.0, l40s.internode_bytes_per_s])
+    decode_draw = float(problem.efficiency.bandwidth_fraction[0, 1])
+    np.testing.assert_allclose(
+        m.tpot_quantiles_s[0, 1], [decode_draw, h100.hbm_bytes, l40s.hbm_bytes]
+    )
+
+
+@pytest.mark.parametrize(
+    "spec, pool, kind",
+    [(0, 0, "colocated"), (1, 0, "speculative"), (0, 1, "split"), (1, 1, "split + speculative")],
+)
+def test_simulator_check_runs_the_answers_kind(problem, spec, pool, kind):
+    out = simulate_check(problem, _config(spec, pool, prefill_gpu=pool), 2, 150)
+    assert out["kind"] == kind and out["requests"] == 150
+    assert 0 < out["ttft_s"]["p50"] <= out["ttft_s"]["p95"] <= out["ttft_s"]["p99"]
+    assert 0 < out["tpot_s"]["p50"] <= out["tpot_s"]["p99"]
+    assert ("spec_tokens_per_step" in out) == bool(spec)
+    if spec:  # k = 3 at alpha 0.8: E = (1 - 0.8^4) / 0.2 = 2.95 tokens per step
+        assert 1.5 < out["spec_tokens_per_step"] <= 4.0
+    if pool:  # the first token waits for the prefill pool and the KV hand-off
+        assert out["ttft_s"]["p50"] > _kv_transfer(problem, _config(spec, pool, prefill_gpu=1))
