@@ -117,7 +117,7 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
 def test_split_percentiles_under_load_agree_with_the_simulator():
     import numpy as np
 
-    from perfmodel._disagg import disaggregation_percentiles
+    from perfmodel._disagg_load import disaggregation_percentiles
     from perfmodel._traces import Trace
     from perfmodel._workload import Workload
     from perfmodel.simulator._disagg import simulate_disaggregated
@@ -159,7 +159,7 @@ def _md1_wait_cdf(t, rho):
 
 
 def test_lundberg_tail_anchors_and_gradient():
-    from perfmodel._disagg_tail import lundberg_tail, prefill_pool_waits
+    from perfmodel._disagg_load import lundberg_tail, prefill_pool_waits
 
     # M/M/1 (Gamma CV 1): theta = mu - lambda, so theta D = 1 - rho, and C = rho
     x, c = lundberg_tail(jnp.asarray(0.6), 1.0)

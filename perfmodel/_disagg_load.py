@@ -1,0 +1,234 @@
+"""A disaggregated system under a ``Workload``: percentiles of the split system beside
+``serving_metrics``' colocated ones (``disaggregation_percentiles``), from the two pools' tails.
+
+Prefill pool: one server of prompt work, FCFS.  Its mean wait comes from ``serving_metrics`` (which
+knows batching and chunking); its tail is the M/G/1 Cramer-Lundberg approximation
+P(W > t) ~ C exp(-theta t), lambda (E[exp(theta S)] - 1) = theta,
+C = (1 - rho) / (lambda E[S exp(theta S)] - 1) (Asmussen, *Applied Probability and Queues*, 2003,
+XIII.5), with Gamma service of CV c (the prompt CV): E[exp(theta S)] = (1 - theta D c^2)^(-1/c^2),
+the M/D/1 exponent at c = 0 and M/M/1 (theta = mu - lambda, C = rho) at c = 1.  The exponential
+tail with W / rho as its scale (Kingman) is the heavy-traffic limit of the same; at moderate load
+with equal prompts it is too heavy (M/D/1 at rho = 0.3: p95 wait 1.28 D vs 1.07 D exact, 1.13 D
+here).  rho is the one whose Pollaczek-Khinchine wait equals the mean wait given, so batching
+that shortens the queue shortens the tail too.
+
+Decode pool: the wait for a seat from the many-server diffusion of the busy count (Halfin & Whitt
+1981; Whitt 2004 for G/G/c: variance n (c_a^2 + c_s^2) / 2) amplified by the TPOT feedback
+1 / (1 - g)^2, g = n tau'(n) / tau(n), as ``_serving_tail`` does for a colocated engine's slots.
+A request's TPOT is the step at the batch it meets, 1 + N; its spread is tau' times the sd of N
+averaged over its life (N: variance n (1 + c_a^2) / 2 / (1 - g)^2, Ornstein-Uhlenbeck with
+correlation time = its life / (1 - g), ``window_mean_variance_factor``), normal quantiles.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import ndtri
+from jax.typing import ArrayLike
+
+from ._disagg import (
+    DECODE_POOL_ENTRY_STEPS,
+    DEFAULT_ORCHESTRATION_S,
+    DEFAULT_TRANSFER_LATENCY_S,
+    _decode_fixed_point,
+    kv_transfer_s,
+)
+from ._memory import max_concurrent_requests
+from ._queueing import diffusion_seat_wait, wait_quantile_s, window_mean_variance_factor
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._step import decode_step, prefill_step
+
+Array = jnp.ndarray
+
+LUNDBERG_BISECTIONS = 80
+"""Bisection steps for the Lundberg exponent (then one Newton step carries the gradient)."""
+
+GAIN_MAX = 0.9
+"""Cap on the decode pool's TPOT feedback gain g (the variance factor 1 / (1 - g)^2 <= 100)."""
+
+
+def _log_mgf(x, c2):
+    """ln E[exp(x S / D)] of Gamma service with mean D and squared CV c2 (c2 -> 0: x)."""
+    small = c2 < 1e-9
+    c = jnp.where(small, 1.0, c2)
+    return jnp.where(small, x, -jnp.log1p(-x * c) / c)
+
+
+def lundberg_tail(rho, c2):
+    """(theta D, C) of P(W > t) ~ C exp(-theta t) for M/G/1 with Gamma service, 0 < rho < 1."""
+    rho = jnp.clip(jnp.asarray(rho, dtype=float), 1e-6, 1.0 - 1e-6)
+    c2 = jnp.asarray(c2, dtype=float)
+
+    def f(x):
+        return rho * jnp.expm1(_log_mgf(x, c2)) - x
+
+    hi0 = jnp.where(c2 < 1e-9, 2.0 * jnp.log(1.0 / rho) / rho + 2.0, (1.0 - 1e-12) / c2)
+
+    def body(_, b):
+        lo, hi = b
+        mid = 0.5 * (lo + hi)
+        pos = f(mid) > 0.0
+        return jnp.where(pos, lo, mid), jnp.where(pos, mid, hi)
+
+    lo0 = jnp.full_like(rho, 1e-9)
+    lo, hi = jax.lax.fori_loop(
+        0, LUNDBERG_BISECTIONS, body, (lo0, jnp.broadcast_to(hi0, rho.shape))
+    )
+    xb = jax.lax.stop_gradient(0.5 * (lo + hi))
+    dm = jnp.exp(_log_mgf(xb, c2)) / (1.0 - xb * c2)  # d/dx E[exp(x S / D)]
+    x = xb - f(xb) / (rho * dm - 1.0)  # implicit-function gradient at the root
+    dm = jnp.exp(_log_mgf(x, c2)) / (1.0 - x * c2)
+    return x, (1.0 - rho) / (rho * dm - 1.0)
+
+
+def prefill_pool_waits(mean_wait_s, service_s, service_cv, quantiles) -> Array:
+    """(mean, quantiles...) of the prefill pool's wait: mean as given, Cramer-Lundberg tail at the
+    Pollaczek-Khinchine-matched rho = 2 W / (D (1 + c^2) + 2 W)."""
+    w = jnp.maximum(jnp.asarray(mean_wait_s, dtype=float), 1e-12)
+    c2 = jnp.square(jnp.asarray(service_cv, dtype=float))
+    rho = 2.0 * w / (service_s * (1.0 + c2) + 2.0 * w)
+    x, c = lundberg_tail(rho, c2)
+    theta = x / service_s
+    qs = [jnp.maximum(jnp.log(c / (1.0 - q)), 0.0) / theta for q in quantiles]
+    return jnp.stack([w] + qs)
+
+
+def _slope_gain(step_of_batch, n_decode, tpot):
+    """(tau'(1 + n), feedback gain g = n tau' / TPOT) of the decode pool."""
+    slope = step_of_batch(n_decode + 2.0) - step_of_batch(n_decode + 1.0)
+    return slope, jnp.clip(n_decode * slope / jnp.maximum(tpot, 1e-30), 0.0, GAIN_MAX)
+
+
+def decode_tpot_quantiles(step_of_batch, n_decode, tpot, ca, quantiles) -> Array:
+    """(mean, quantiles...) of a request's TPOT in the decode pool (module docstring)."""
+    slope, gain = _slope_gain(step_of_batch, n_decode, tpot)
+    var_n = n_decode * (1.0 + jnp.square(ca)) / 2.0 / jnp.square(1.0 - gain)
+    sd = slope * jnp.sqrt(var_n * window_mean_variance_factor(1.0 - gain))
+    return jnp.stack([tpot] + [tpot + ndtri(jnp.asarray(q)) * sd for q in quantiles])
+
+
+def decode_seat_waits(step_of_batch, rate, n_decode, tpot, hold_s, seats, ca, cs, quantiles):
+    """(mean, quantiles...) of the wait for a decode seat (module docstring); n = rate * hold
+    (Little), hold = entry + (O - 1) TPOT."""
+    _, gain = _slope_gain(step_of_batch, n_decode, tpot)
+    busy = rate * hold_s
+    var = busy * (jnp.square(ca) + jnp.square(cs)) / 2.0 / jnp.square(1.0 - gain)
+    p_wait, w_cond = diffusion_seat_wait(busy, var, seats, rate)
+    mean = p_wait * w_cond
+    return jnp.stack([mean] + [wait_quantile_s(p_wait, mean, q) for q in quantiles])
+
+
+class DisaggregationPercentiles(eqx.Module):
+    """Split vs colocated under a ``Workload`` with queueing percentiles (``serving_metrics``)."""
+
+    colocated_ttft_s: Array  # (mean, p50, p95, p99)
+    colocated_tpot_s: Array
+    colocated_e2e_s: Array
+    split_ttft_s: Array
+    split_tpot_s: Array
+    split_e2e_s: Array
+    kv_transfer_s: Array
+
+
+def _e2e_quantiles(ttft, decode):
+    """(mean, p50, p95, p99) of TTFT + decode time, independent parts: means and medians add,
+    upper quantiles add their excess over the mean in quadrature (normal sum)."""
+    ok = jnp.all(jnp.isfinite(ttft)) & jnp.all(jnp.isfinite(decode))
+    t, d = jnp.where(ok, ttft, 0.0), jnp.where(ok, decode, 0.0)  # inf - inf never reaches a grad
+    excess = jnp.sqrt(jnp.square(t[2:] - t[0]) + jnp.square(d[2:] - d[0]))
+    out = jnp.concatenate([t[:2] + d[:2], t[0] + d[0] + excess])
+    return jnp.where(ok, out, jnp.inf)
+
+
+def disaggregation_percentiles(
+    model: ModelSpec,
+    efficiency: Efficiency,
+    workload,
+    *,
+    colocated: tuple[HardwareSpec, Deployment],
+    prefill: tuple[HardwareSpec, Deployment],
+    decode: tuple[HardwareSpec, Deployment],
+    transfer_bytes_per_s: ArrayLike | None = None,
+    transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
+    orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
+) -> DisaggregationPercentiles:
+    """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
+
+    Colocated: ``serving_metrics`` as is.  Split (module docstring): the prefill pool's mean wait
+    is ``serving_metrics``' with one-token outputs, its tail Cramer-Lundberg with Gamma service of
+    the prompt CV, each quantile added to the prefill time of the prompt at that quantile; then
+    the hand-off of a mean-length prompt, the orchestration cost, the decode-pool entry step and
+    the wait for a decode seat (many-server diffusion with the TPOT feedback, exponential tail).
+    The decode pool's TPOT is the interference-free Little's-law fixed point at the batch a
+    request meets, spread by that batch's fluctuation over the request's life.  TTFT quantiles
+    are sums of its parts' quantiles (an upper bound; exact for the fixed parts); E2E adds
+    (E[O] - 1) TPOT, whose spread is independent of TTFT's: ``_e2e_quantiles``.
+    """
+    from jax.scipy.special import ndtri
+
+    from ._serving import QUANTILES, serving_metrics  # the dynamics layer, imported where used
+    from ._workload import lognormal_params
+
+    def stack(p):
+        return jnp.stack([p.mean, p.p50, p.p95, p.p99])
+
+    hw_c, dep_c = colocated
+    co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
+    hw_p, dep_p = prefill
+    one = eqx.tree_at(
+        lambda w: (w.output_tokens_mean, w.output_tokens_cv),
+        workload,
+        (jnp.asarray(1.0), jnp.asarray(0.0)),
+    )
+    pre = serving_metrics(model, hw_p, dep_p, efficiency, one)
+    mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
+    prompts = jnp.stack(
+        [workload.prompt_tokens_mean]
+        + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
+    )
+    own = prefill_step(model, hw_p, dep_p, efficiency, prompts).total_s
+    pre_waits = prefill_pool_waits(
+        pre.ttft_s.mean - own[0], own[0], workload.prompt_tokens_cv, QUANTILES
+    )
+    pre_ttft = jnp.concatenate([pre.ttft_s.mean[None], own[1:] + pre_waits[1:]])
+    bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
+    t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
+    hw_d, dep_d = decode
+    o_dec = jnp.maximum(workload.output_tokens_mean - 1.0, 0.0)
+    ctx = workload.prompt_tokens_mean + o_dec / 2.0
+
+    def step_d(n):
+        return decode_step(model, hw_d, dep_d, efficiency, n, ctx).total_s
+
+    rate_d = workload.arrival_rate_per_s / dep_d.replicas
+    n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
+    seats = jnp.minimum(
+        max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0),
+        dep_d.max_num_seqs,
+    )
+    tpot_d = jnp.where(n_d <= seats, tpot_d, jnp.inf)
+    entry = DECODE_POOL_ENTRY_STEPS * tpot_d
+    waits = decode_seat_waits(
+        step_d,
+        rate_d,
+        n_d,
+        tpot_d,
+        entry + o_dec * tpot_d,
+        seats,
+        workload.interarrival_cv,
+        workload.output_tokens_cv,
+        QUANTILES,
+    )
+    ttft = pre_ttft + t_kv + orchestration_s + entry + waits
+    tpot_q = decode_tpot_quantiles(step_d, n_d, tpot_d, workload.interarrival_cv, QUANTILES)
+    return DisaggregationPercentiles(
+        colocated_ttft_s=stack(co.ttft_s),
+        colocated_tpot_s=stack(co.tpot_s),
+        colocated_e2e_s=stack(co.e2e_s),
+        split_ttft_s=ttft,
+        split_tpot_s=tpot_q,
+        split_e2e_s=_e2e_quantiles(ttft, o_dec * tpot_q),
+        kv_transfer_s=t_kv,
+    )
