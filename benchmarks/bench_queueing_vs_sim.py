@@ -6,14 +6,21 @@ relative error; the target is within 15 % at p95 on >= 90 % of points and never 
 
     PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py [--quick] [--requests N]
         [--utilizations 0.9 ...] [--save FILE]
+    PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --summary A.json B.json
+    PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --recompute A.json
 
-At utilisation 0.9 the simulator's own TTFT p95 moves by up to 3x between seeds at 10,000
-requests (TPOT p95 by < 2 %): run that slice with ``--utilizations 0.9 --requests 40000``.
+``--summary`` prints the slice table (all points, per utilisation, pair, chunked/unchunked) of
+saved runs together (e.g. utilisations 0.2-0.7 at 10,000 requests and 0.9 at 40,000, run as two
+commands); ``--recompute`` re-evaluates the current closed form at the saved rates against the
+saved simulator percentiles (no simulation: for developing the closed form).  At utilisation
+0.9 the simulator's own TTFT p95 moves by up to 3x between seeds at 10,000 requests (TPOT p95 by
+< 2 %): run that slice with ``--utilizations 0.9 --requests 40000``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import jax
@@ -59,6 +66,78 @@ def rate_for(model, gpu, dep, eff, cv, chunked, target):
     return np.sqrt(lo * hi)
 
 
+def closed_form(point, eff):
+    """Closed-form p50/p95 TTFT and TPOT (seconds) at a saved point's rate."""
+    model, gpu = load_model(point["model"]), load_hardware(point["gpu"])
+    dep = Deployment.create(tp=point["tp"], max_num_batched_tokens=float(point["budget"]))
+    cf = serving_metrics(
+        model, gpu, dep, eff, workload(point["rate"], point["cv"]), chunked_prefill=point["chunked"]
+    )
+    return {
+        "ttft_s": {"p50": float(cf.ttft_s.p50), "p95": float(cf.ttft_s.p95)},
+        "tpot_s": {"p50": float(cf.tpot_s.p50), "p95": float(cf.tpot_s.p95)},
+        "utilization": float(cf.utilization),
+    }
+
+
+def errors(point):
+    cf, sim = point["cf"], point["sim"]
+    return (
+        cf["ttft_s"]["p95"] / sim["ttft_s"]["p95"] - 1.0,
+        cf["tpot_s"]["p95"] / sim["tpot_s"]["p95"] - 1.0,
+    )
+
+
+def line(point):
+    cf, sim = point["cf"], point["sim"]
+    e_ttft, e_tpot = errors(point)
+    return (
+        f"{point['model'].split('/')[1][:10]:<10} {point['gpu']:<14} {point['tp']:>2} "
+        f"{point['util']:>4.1f} {point['cv']:>4.1f} {'on' if point['chunked'] else 'off':>5} "
+        f"{point['budget']:>6} {point['rate']:>7.2f} | "
+        f"{cf['ttft_s']['p50']:>8.3f}/{sim['ttft_s']['p50']:<8.3f} "
+        f"{cf['ttft_s']['p95']:>8.3f}/{sim['ttft_s']['p95']:<8.3f} {e_ttft:+.0%} | "
+        f"{cf['tpot_s']['p50'] * 1e3:>7.2f}ms/{sim['tpot_s']['p50'] * 1e3:<7.2f} "
+        f"{cf['tpot_s']['p95'] * 1e3:>7.2f}ms/{sim['tpot_s']['p95'] * 1e3:<7.2f} {e_tpot:+.0%}"
+    )
+
+
+HEADER = (
+    f"{'model':<10} {'gpu':<14} tp {'rho':>4} {'cv':>4} {'chunk':>5} {'budget':>6} "
+    f"{'rate':>7} | {'TTFT p50 cf/sim':>17} {'TTFT p95 cf/sim':>17} err95 | "
+    f"{'TPOT p50 cf/sim':>17} {'TPOT p95 cf/sim':>17} err95"
+)
+
+
+def summary(points):
+    """Markdown slice table: share of points within 15 % at p95 and the largest error."""
+    slices = [("all points", lambda p: True)]
+    slices += [(f"utilisation {u}", lambda p, u=u: p["util"] == u) for u in UTILIZATIONS]
+    slices += [(f"{m.split('/')[1]} / {g}", lambda p, m=m: p["model"] == m) for m, g, _ in PAIRS]
+    slices += [
+        ("chunked prefill", lambda p: p["chunked"]),
+        ("unchunked", lambda p: not p["chunked"]),
+    ]
+    out = [
+        (
+            "| slice | points | p95 TTFT within 15 % | max TTFT error | p95 TPOT within 15 % "
+            "| max TPOT error |"
+        ),
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, keep in slices:
+        sel = [p for p in points if keep(p)]
+        if not sel:
+            continue
+        err = np.abs(np.asarray([errors(p) for p in sel]))
+        within = (err <= 0.15).mean(axis=0)
+        out.append(
+            f"| {name} | {len(sel)} | {within[0]:.0%} | {err[:, 0].max():.0%} "
+            f"| {within[1]:.0%} | {err[:, 1].max():.0%} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="one pair, fewer points")
@@ -70,17 +149,30 @@ def main() -> None:
         default=list(UTILIZATIONS),
         help="closed-form utilisation levels to run (default: the whole grid)",
     )
-    ap.add_argument("--save", help="write every point (inputs, simulator percentiles) to this JSON")
+    ap.add_argument("--save", help="write every point (inputs, closed form, simulator) to JSON")
+    ap.add_argument("--summary", nargs="+", help="print the slice table of saved runs")
+    ap.add_argument(
+        "--recompute", nargs="+", help="current closed form vs the saved simulator percentiles"
+    )
     args = ap.parse_args()
     eff = Efficiency()
-    rows, points = [], []
-    pairs = PAIRS[:1] if args.quick else PAIRS
     t0 = time.time()
-    print(
-        f"{'model':<10} {'gpu':<14} tp {'rho':>4} {'cv':>4} {'chunk':>5} {'budget':>6} "
-        f"{'rate':>7} | {'TTFT p50 cf/sim':>17} {'TTFT p95 cf/sim':>17} err95 | "
-        f"{'TPOT p50 cf/sim':>17} {'TPOT p95 cf/sim':>17} err95"
-    )
+    if args.summary or args.recompute:
+        points = []
+        for name in args.summary or args.recompute:
+            with open(name) as fh:
+                points += json.load(fh)
+        if args.recompute:
+            print(HEADER)
+            for p in points:
+                p["cf"] = closed_form(p, eff)
+                print(line(p), flush=True)
+        print(f"\n{len(points)} points, {time.time() - t0:.0f} s\n")
+        print(summary(points))
+        return
+    points = []
+    pairs = PAIRS[:1] if args.quick else PAIRS
+    print(HEADER)
     for name, gpu_id, tp in pairs:
         model, gpu = load_model(name), load_hardware(gpu_id)
         for chunked in (True, False):
@@ -90,7 +182,6 @@ def main() -> None:
                     for util in args.utilizations:
                         rate = rate_for(model, gpu, dep, eff, cv, chunked, util)
                         w = workload(rate, cv)
-                        cf = serving_metrics(model, gpu, dep, eff, w, chunked_prefill=chunked)
                         sim = summarize(
                             simulate(
                                 model,
@@ -103,41 +194,30 @@ def main() -> None:
                                 chunked_prefill=chunked,
                             )
                         )
-                        e_ttft = float(cf.ttft_s.p95) / sim["ttft_s"]["p95"] - 1
-                        e_tpot = float(cf.tpot_s.p95) / sim["tpot_s"]["p95"] - 1
-                        rows.append((e_ttft, e_tpot))
-                        points.append(
-                            {
-                                "model": name,
-                                "gpu": gpu_id,
-                                "tp": tp,
-                                "chunked": chunked,
-                                "budget": budget,
-                                "cv": cv,
-                                "util": util,
-                                "rate": float(rate),
-                                "sim": sim,
-                            }
-                        )
-                        print(
-                            f"{name.split('/')[1][:10]:<10} {gpu_id:<14} {tp:>2} {util:>4.1f} {cv:>4.1f} "
-                            f"{'on' if chunked else 'off':>5} {budget:>6} {rate:>7.2f} | "
-                            f"{float(cf.ttft_s.p50):>8.3f}/{sim['ttft_s']['p50']:<8.3f} "
-                            f"{float(cf.ttft_s.p95):>8.3f}/{sim['ttft_s']['p95']:<8.3f} {e_ttft:+.0%} | "
-                            f"{float(cf.tpot_s.p50) * 1e3:>7.2f}ms/{sim['tpot_s']['p50'] * 1e3:<7.2f} "
-                            f"{float(cf.tpot_s.p95) * 1e3:>7.2f}ms/{sim['tpot_s']['p95'] * 1e3:<7.2f} {e_tpot:+.0%}",
-                            flush=True,
-                        )
+                        point = {
+                            "model": name,
+                            "gpu": gpu_id,
+                            "tp": tp,
+                            "chunked": chunked,
+                            "budget": budget,
+                            "cv": cv,
+                            "util": util,
+                            "rate": float(rate),
+                            "requests": args.requests,
+                            "sim": sim,
+                        }
+                        point["cf"] = closed_form(point, eff)
+                        points.append(point)
+                        print(line(point), flush=True)
     if args.save:
-        import json
-
         with open(args.save, "w") as fh:
             json.dump(points, fh)
-    err = np.abs(np.asarray(rows))
+    err = np.abs(np.asarray([errors(p) for p in points]))
     within = (err <= 0.15).mean(axis=0)
-    print(f"\n{len(rows)} points, {time.time() - t0:.0f} s")
+    print(f"\n{len(points)} points, {time.time() - t0:.0f} s")
     print(f"p95 TTFT within 15%: {within[0]:.0%}  max |err| {err[:, 0].max():.0%}")
-    print(f"p95 TPOT within 15%: {within[1]:.0%}  max |err| {err[:, 1].max():.0%}")
+    print(f"p95 TPOT within 15%: {within[1]:.0%}  max |err| {err[:, 1].max():.0%}\n")
+    print(summary(points))
 
 
 if __name__ == "__main__":

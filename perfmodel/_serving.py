@@ -25,6 +25,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._batching import DecodeCost, EngineConfig
 from ._memory import max_concurrent_requests
@@ -126,10 +127,13 @@ def serving_metrics(
         and usable inside ``jit``, ``vmap`` and ``grad`` (finite gradients in the continuous
         leaves, also at the kinks and under overload).
     """
-    try:  # a concrete open-loop workload skips tracing the closed-loop rate solve
-        closed_loop = bool(jnp.any(jnp.asarray(workload.concurrency) > 0))
-    except jax.errors.ConcretizationTypeError:
+    # a concrete open-loop workload skips tracing the closed-loop rate solve; the test is made on
+    # the leaf itself (numpy), since inside a jit trace every jnp op is staged, even on constants
+    concurrency = workload.concurrency
+    if isinstance(concurrency, jax.core.Tracer):
         closed_loop = True
+    else:
+        closed_loop = bool(np.any(np.asarray(concurrency) > 0))
     return _serving_metrics(
         model,
         hardware,

@@ -85,6 +85,24 @@ def percentiles(mean, quantiles, stable):
     )
 
 
+def modulated_wait_s(w_kingman, rho, rate_var_rel, corr_s):
+    """Extra queue wait from a server whose speed c(t) drifts slowly (a Markov-modulated queue).
+
+    Chunked prefill: the prefill server gets the budget the decodes leave, so its speed follows
+    the decode batch N(t) (Var c / c^2 = ``rate_var_rel`` = (d ln c / dN)^2 Var N, correlation
+    time ``corr_s`` = E[O] TPOT / (1 - g), the running count's OU time).  Two limits:
+
+    * fast drift (Brownian heavy traffic, Harrison 1985): the capacity adds 2 Var(c) tau to the
+      work's variance rate, W = Var(c) tau / (c^2 (1 - rho));
+    * slow drift (quasi-static: the queue settles at each speed): E[W(rho / (1 + x))] - W to
+      second order in x = dc / c is W Var(x) / (1 - rho)^2 for Kingman's W = K rho / (1 - rho);
+
+    joined harmonically (the smaller limit governs)."""
+    fast = rate_var_rel * corr_s / (1.0 - rho)
+    slow = w_kingman * rate_var_rel / jnp.square(1.0 - rho)
+    return fast * slow / jnp.maximum(fast + slow, 1e-30)
+
+
 class LoadPoint(eqx.Module):
     """Everything ``open_loop`` needs besides the arrival rate (one replica).
 
@@ -186,7 +204,10 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
     var_run = n_run * ((1.0 + ca2) / 2.0 + stall) / jnp.square(1.0 - gain)
     p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run, s.seats, rate)
     w_s = p_seat * w_seat_cond
-    wait = (w_p + w_s) * (1.0 + a * cs2_p + b * utilization)
+    w_m = modulated_wait_s(
+        w_p, rho_p, jnp.square(s.rate_slope) * var_run, o_bar * s.tpot / (1.0 - gain)
+    )
+    wait = (w_p + w_m + w_s) * (1.0 + a * cs2_p + b * utilization)
     p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), 1e-9, 1.0)
     w_cond = wait / p_wait
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0

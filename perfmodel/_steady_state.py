@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
 from ._batching import DecodeCost, decode_iteration_s, prefill_budget_tokens, seat_capacity
-from ._smooth import smooth_min
+from ._smooth import smooth_max, smooth_min
 
 Array = jnp.ndarray
 
@@ -47,6 +47,7 @@ class Steady(eqx.Module):
     seats: Array
     extra: Array  # lambda E[Delta]: share of time prefill adds to the decode gaps
     tpot_full: Array  # mean gap with all ``seats`` decoding, at this arrival rate
+    rate_slope: Array  # d ln c / d n_d, c = prefill tokens/s of a backlogged server (chunked)
 
 
 def truncated_lognormal(mean, cv, max_len):
@@ -156,7 +157,9 @@ def steady_state(
         iterations; prompts in prefill at an iteration are Poisson(x = lambda tau E[m]) (M/G/inf
         occupancy), so a fraction f = 1 - exp(-x) of iterations carry lambda E[P] tau / f tokens:
         gap = f T(tokens / f, n_d) + (1 - f) tau_d.  Few prompts: the lumpy law; many: every
-        iteration carries prefill (the spread law)."""
+        iteration carries prefill (the spread law).  Prompt tokens are conserved: when
+        lambda E[P] tau exceeds f (B - n_d), the prefill is budget-bound (a backlog) and
+        f = lambda E[P] tau / (B - n_d) of the iterations carry a full budget."""
         tau_d, own, busy, delta = costs(n_d, rho_p)
         extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
         if not config.chunked_prefill:
@@ -165,9 +168,12 @@ def steady_state(
         x = rate * tpot * jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
         small = x < 1e-9
         f = jnp.where(small, x, -jnp.expm1(-jnp.where(small, 1.0, x)))
-        per_x = jnp.where(small, 1.0, jnp.where(small, 1.0, x) / jnp.where(small, 1.0, f))
         m_mean = jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
-        tokens = smooth_min(p_mean / m_mean * per_x, budget, temperature)  # full when overloaded
+        # prompt tokens are conserved: lambda E[P] TPOT of them per iteration on average, so at
+        # least that share of a full budget's iterations carry prefill (backlogged: all of them)
+        need = p_mean / m_mean * x
+        f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
+        tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
         carry = T(
             prefill_tokens=tokens,
             prefill_seqs=tokens / p_mean,
@@ -196,6 +202,19 @@ def steady_state(
     full = jax.lax.fori_loop(
         0, FULL_SLOT_ITERATIONS, lambda _, t: mean_gap(seats, rho_p, t)[4], jnp.maximum(tpot, tau_d)
     )
+    # prefill tokens/s while backlogged, c(n) = (B - n) / T(B - n prefill tokens, n decodes):
+    # chunked, the decodes go first, so the prefill server slows as the decode batch grows
+    if config.chunked_prefill:
+
+        def prefill_rate(n):
+            budget = prefill_budget_tokens(deployment, config, n, temperature)
+            full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n, decode_context=ctx_d)
+            return budget / full
+
+        c0, dc = jax.jvp(prefill_rate, (n_d,), (one,))
+        rate_slope = dc / c0
+    else:  # prefill-only iterations go first: their speed does not depend on the batch
+        rate_slope = jnp.zeros_like(n_d)
     return Steady(
         slope=slope,
         n_d=n_d,
@@ -208,4 +227,5 @@ def steady_state(
         seats=seats,
         extra=jnp.minimum(rate * jnp.mean(delta), 0.99),
         tpot_full=full,
+        rate_slope=rate_slope,
     )

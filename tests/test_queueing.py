@@ -2,6 +2,7 @@
 
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,8 @@ from perfmodel.dynamics import (
     wait_quantile_s,
 )
 
-
 # ---------------------------------------------------------------- textbook anchors ----------
+
 
 def test_md1_and_mm1_mean_waits():
     # M/D/1, D = 1 s, lambda = 0.5: W = rho D / (2 (1 - rho)) = 0.5 s (Kleinrock 1975)
@@ -31,7 +32,9 @@ def test_md1_and_mm1_mean_waits():
     assert float(mg1_wait_s(0.5, 1.0, 2.0)) == pytest.approx(1.0)
     # DistServe's M/D/1 prefill TTFT: D + lambda D^2 / (2 (1 - lambda D)), D = 0.2, lambda = 3
     d, lam = 0.2, 3.0
-    assert d + float(mg1_wait_s(lam, d, d * d)) == pytest.approx(d + lam * d * d / (2 * (1 - lam * d)))
+    assert d + float(mg1_wait_s(lam, d, d * d)) == pytest.approx(
+        d + lam * d * d / (2 * (1 - lam * d))
+    )
 
 
 def test_kingman_and_allen_cunneen_reduce_to_pollaczek_khinchine():
@@ -60,7 +63,9 @@ def test_mm1_wait_tail_is_exact():
 def test_mm1_sojourn_quantile_from_wait_plus_service():
     # M/M/1 sojourn ~ Exp(mu - lambda): q-quantile = -ln(1 - q) / (1 - rho) with mu = 1
     k = 4000
-    nodes = -jnp.log1p(-(jnp.arange(k, dtype=float) + 0.5) / k)  # Exp(1) service, equal-probability nodes
+    nodes = -jnp.log1p(
+        -(jnp.arange(k, dtype=float) + 0.5) / k
+    )  # Exp(1) service, equal-probability nodes
     rho = 0.6
     w = mg1_wait_s(rho, 1.0, 2.0)
     for q in (0.5, 0.95, 0.99):
@@ -73,13 +78,20 @@ def test_lognormal_mixture_quantile_of_one_component():
     s2 = np.log1p(v / m**2)
     median = m * np.exp(-s2 / 2)
     p95 = np.exp(np.log(m) - s2 / 2 + 1.6448536269514722 * np.sqrt(s2))
-    assert float(lognormal_mixture_quantile(jnp.array([m]), jnp.array([v]), 0.5)) == pytest.approx(median)
-    assert float(lognormal_mixture_quantile(jnp.array([m]), jnp.array([v]), 0.95)) == pytest.approx(p95)
+    assert float(lognormal_mixture_quantile(jnp.array([m]), jnp.array([v]), 0.5)) == pytest.approx(
+        median
+    )
+    assert float(lognormal_mixture_quantile(jnp.array([m]), jnp.array([v]), 0.95)) == pytest.approx(
+        p95
+    )
 
 
 def test_overload_is_inf_not_nan_with_finite_gradient():
-    for f in (lambda r: mg1_wait_s(r, 1.0, 2.0), lambda r: kingman_wait_s(r, 1.0, 1.0, 1.0),
-              lambda r: allen_cunneen_wait_s(r, 4.0, 1.0, 1.0, 1.0)):
+    for f in (
+        lambda r: mg1_wait_s(r, 1.0, 2.0),
+        lambda r: kingman_wait_s(r, 1.0, 1.0, 1.0),
+        lambda r: allen_cunneen_wait_s(r, 4.0, 1.0, 1.0, 1.0),
+    ):
         assert float(f(1.0)) == np.inf and float(f(1.5)) == np.inf
         assert np.isfinite(float(jax.grad(f)(1.5)))
         assert np.isfinite(float(jax.grad(f)(0.5)))
@@ -104,10 +116,14 @@ DEP = Deployment.create(tp=1)
 EFF = Efficiency()
 
 
+# built outside the jit so that its concurrency leaf stays concrete (0: open loop) and
+# serving_metrics does not trace the closed-loop rate solve
+BASE = Workload(prompt_tokens_mean=1000.0, output_tokens_mean=200.0, output_tokens_cv=0.5)
+
+
 @functools.partial(jax.jit, static_argnames=("chunked",))
 def _metrics(rate, prompt_cv, budget, chunked=True):
-    w = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=1000.0, prompt_tokens_cv=prompt_cv,
-                 output_tokens_mean=200.0, output_tokens_cv=0.5)
+    w = eqx.tree_at(lambda x: (x.arrival_rate_per_s, x.prompt_tokens_cv), BASE, (rate, prompt_cv))
     d = Deployment.create(tp=1, max_num_batched_tokens=budget)
     return serving_metrics(MODEL, GPU, d, EFF, w, chunked_prefill=chunked)
 
@@ -118,7 +134,9 @@ def test_low_load_ttft_is_one_prefill():
     from perfmodel import prefill_step
 
     # nobody ahead, nothing decoding: TTFT = one 1000-token prefill; TPOT = a batch-1 decode step
-    assert float(m.ttft_s.p50) == pytest.approx(float(prefill_step(MODEL, GPU, alone, EFF, 1000.0).total_s), rel=1e-3)
+    assert float(m.ttft_s.p50) == pytest.approx(
+        float(prefill_step(MODEL, GPU, alone, EFF, 1000.0).total_s), rel=1e-3
+    )
     assert bool(m.stable) and float(m.utilization) < 1e-5
 
 
@@ -150,8 +168,12 @@ def test_overloaded_metrics_are_flagged_not_nan():
 def test_more_load_never_lowers_latency(rate, factor):
     a, b = _metrics(rate, 1.0, 8192.0), _metrics(rate * factor, 1.0, 8192.0)
     assert float(b.utilization) >= float(a.utilization)
-    for get in (lambda m: m.ttft_s.mean, lambda m: m.ttft_s.p95, lambda m: m.tpot_s.mean,
-                lambda m: m.e2e_s.p95):
+    for get in (
+        lambda m: m.ttft_s.mean,
+        lambda m: m.ttft_s.p95,
+        lambda m: m.tpot_s.mean,
+        lambda m: m.e2e_s.p95,
+    ):
         assert float(get(b)) >= float(get(a)) * (1 - 1e-9)
 
 
@@ -159,7 +181,9 @@ def test_gradients_finite_and_match_finite_differences():
     rate, h = 12.0, 1e-3
     g = np.asarray(_grads(rate, 8192.0))
     hi, lo = _metrics(rate + h, 1.0, 8192.0), _metrics(rate - h, 1.0, 8192.0)
-    for i, get in enumerate((lambda m: m.ttft_s.p95, lambda m: m.tpot_s.mean, lambda m: m.e2e_s.p95)):
+    for i, get in enumerate(
+        (lambda m: m.ttft_s.p95, lambda m: m.tpot_s.mean, lambda m: m.e2e_s.p95)
+    ):
         fd = (float(get(hi)) - float(get(lo))) / (2 * h)
         assert g[i, 0] == pytest.approx(fd, rel=2e-2, abs=1e-6)
     # across the kink where prompt nodes pass the chunk budget, and near saturation
@@ -171,8 +195,12 @@ def test_gradients_finite_and_match_finite_differences():
 def test_vmap_over_efficiency_draws_equals_loop():
     effs = [Efficiency(bandwidth_fraction=b) for b in (0.6, 0.75, 0.9)]
     stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *effs)
-    w = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=1.0,
-                 output_tokens_mean=200.0)
+    w = Workload(
+        arrival_rate_per_s=10.0,
+        prompt_tokens_mean=1000.0,
+        prompt_tokens_cv=1.0,
+        output_tokens_mean=200.0,
+    )
     f = jax.jit(jax.vmap(lambda e: serving_metrics(MODEL, GPU, DEP, e, w)))
     batched = f(stacked)
     for i, e in enumerate(effs):
@@ -182,8 +210,9 @@ def test_vmap_over_efficiency_draws_equals_loop():
 
 
 def test_closed_loop_obeys_littles_law():
-    w = Workload(concurrency=32.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=0.5,
-                 output_tokens_mean=200.0)
+    w = Workload(
+        concurrency=32.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=0.5, output_tokens_mean=200.0
+    )
     m = serving_metrics(MODEL, GPU, DEP, EFF, w)
     rate = float(m.output_tokens_per_s) / 200.0
     assert rate * float(m.e2e_s.mean) == pytest.approx(32.0, rel=1e-4)
@@ -193,12 +222,18 @@ def test_giant_prompts_hurt_p95_ttft_far_more_than_throughput():
     # same mean prompt, a few giant ones (CV 0.2 -> 3): seed behaviour of issue 3
     calm, spiky = _metrics(15.0, 0.2, 8192.0), _metrics(15.0, 3.0, 8192.0)
     assert float(spiky.ttft_s.p95) > 1.5 * float(calm.ttft_s.p95)
-    assert float(spiky.output_tokens_per_s) == pytest.approx(float(calm.output_tokens_per_s), rel=0.02)
+    assert float(spiky.output_tokens_per_s) == pytest.approx(
+        float(calm.output_tokens_per_s), rel=0.02
+    )
 
 
 def test_temperature_zero_is_exact_and_small_temperature_close():
-    w = Workload(arrival_rate_per_s=10.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=1.0,
-                 output_tokens_mean=200.0)
+    w = Workload(
+        arrival_rate_per_s=10.0,
+        prompt_tokens_mean=1000.0,
+        prompt_tokens_cv=1.0,
+        output_tokens_mean=200.0,
+    )
     exact = serving_metrics(MODEL, GPU, DEP, EFF, w)
     soft = serving_metrics(MODEL, GPU, DEP, EFF, w, temperature=1e-3)
     assert float(soft.ttft_s.p95) == pytest.approx(float(exact.ttft_s.p95), rel=0.05)
