@@ -4,6 +4,7 @@ documented JSON keys; an SLO no candidate meets is a value with the closest achi
 import json
 
 import pytest
+from demand_files import write_demand
 
 from servingmath.cli import main
 
@@ -123,8 +124,7 @@ def test_missing_price_is_a_usage_error(tmp_path, capsys):
 
 
 def test_malformed_demand_names_line_and_field(tmp_path, capsys):
-    demand = tmp_path / "d.csv"
-    demand.write_text("period,requests_per_s\n2027-01,5\n2027-02,-3\n")
+    demand = write_demand(tmp_path, [("2027-01", 5), ("2027-02", -3)], "d.csv")
     assert main(["forecast", *BASE, "--gpus", "h100-sxm", "--demand", str(demand)]) == 2
     err = capsys.readouterr().err
     assert ":3: field 'requests_per_s' = '-3' must be >= 0" in err
@@ -136,8 +136,7 @@ def test_fleet_and_forecast_missing_price_and_demand_gap(tmp_path, capsys):
     assert main(["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--prices", str(prices)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no price for GPU 'h100-sxm'" in err
-    demand = tmp_path / "d.csv"
-    demand.write_text("period,requests_per_s\n2027-01,5\n2027-03,6\n")
+    demand = write_demand(tmp_path, [("2027-01", 5), ("2027-03", 6)], "d.csv")
     assert main(["forecast", *BASE, "--gpus", "h100-sxm", "--demand", str(demand)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{demand}:3: period '2027-03' follows '2027-01'" in err

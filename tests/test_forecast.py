@@ -4,6 +4,7 @@ growing with demand, demand uncertainty widening them."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from demand_files import write_demand
 
 from optimize import KNOBS, DemandError, Grid, Workload, forecast_gpus, make_problem, read_demand
 from optimize._forecast import DemandPeriod, replicas_per_draw
@@ -30,8 +31,7 @@ def test_example_demand_reads():
     ],
 )
 def test_malformed_demand_names_line_and_field(tmp_path, text, message):
-    path = tmp_path / "d.csv"
-    path.write_text(text)
+    path = write_demand(tmp_path, text)
     with pytest.raises(DemandError, match=message.replace("(", r"\(")):
         read_demand(path)
 

@@ -4,6 +4,7 @@
 import json
 
 import numpy as np
+from demand_files import write_demand
 
 from optimize import Grid, Workload, make_problem
 from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
@@ -49,8 +50,7 @@ def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
 
 
 def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
-    demand = tmp_path / "demand.csv"
-    demand.write_text("period,requests_per_s,requests_per_s_sd\n2026-01,5,1\n2026-02,10,3\n")
+    demand = write_demand(tmp_path, [("2026-01", 5, 1), ("2026-02", 10, 3)])
     png = tmp_path / "fan.png"
     argv = [
         "forecast",
