@@ -18,9 +18,9 @@ import numpy as np
 
 from ._evaluate import gpus_per_replica, meets_confidence, slo_probability
 from ._fleet import FleetProblem
-from ._verify import ONE_OFF
 from ._problem import Problem
 from ._search import SearchOptions, search
+from ._verify import ONE_OFF
 
 _RATE_RANGE = (1e-4, 1e5)
 

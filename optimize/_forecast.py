@@ -23,9 +23,9 @@ import numpy as np
 from ._evaluate import constraint_slacks, gpus_per_replica, holds
 from ._grid import deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import slo_metrics
-from ._verify import ONE_OFF
 from ._problem import Problem
 from ._sharding import MeshLike, device_mesh, num_shards, shard_draws, shard_rows
+from ._verify import ONE_OFF
 
 INTERVALS = {"p80": (0.10, 0.90), "p95": (0.025, 0.975)}
 """Central intervals reported besides the median."""
