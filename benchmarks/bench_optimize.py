@@ -9,6 +9,7 @@ and the time of each (compiled once; static shapes).
 
     python benchmarks/bench_optimize.py --instances 200 --draws 200
     python benchmarks/bench_optimize.py --features --instances 30 --draws 200
+    python benchmarks/bench_optimize.py --features --instances 30 --search-only   # time only
 
 The default grid is the CLI's default knob space without pool splits or speculation: KV and
 weight dtypes bf16/fp8, TP 1-8, PP 1-4, four token budgets, three prefill chunks (<= budget),
@@ -144,6 +145,11 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--long-prompts", action="store_true", help="4-8k prompts, 128-256 outputs, TPOT 10-30 ms"
     )
+    ap.add_argument(
+        "--search-only",
+        action="store_true",
+        help="time the search alone (no referee: seconds per answer, no accuracy figures)",
+    )
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     options = SearchOptions(
@@ -155,6 +161,19 @@ def main(argv=None) -> None:
         np.random.default_rng(12345), args.draws, 0, args.features, args.long_prompts
     )
     search(warm, options)
+    if args.search_only:
+        times = []
+        for i in range(args.instances):
+            problem, _ = random_instance(rng, args.draws, i, args.features, args.long_prompts)
+            t0 = time.perf_counter()
+            search(problem, options._replace(seed=i))
+            times.append(time.perf_counter() - t0)
+        t = np.asarray(times)
+        print(
+            f"search only, {len(t)} instances, {args.draws} draws: seconds per answer mean "
+            f"{t.mean():.3f}, max {t.max():.3f}"
+        )
+        return
     exhaustive_optimum(warm)
 
     within, false_feasible, both_infeasible, missed_feasible, split, spec = 0, 0, 0, 0, 0, 0
