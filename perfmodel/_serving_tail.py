@@ -19,6 +19,10 @@ server load rho_p, slope dTPOT/dn_d):
   plus its mean gap drifting with N's own noise (variance slope^2 n (1 + c_a^2) / 2 / (1 - g)^2
   averaged over its (O - 1) gaps against the correlation time 1 / r); slow deviations are
   amplified by the loop, 1 / (1 - g)^2.
+* Unchunked, a prompt's prefill-only iteration also carries the prompts that arrive behind it
+  while it waits, as far as the budget holds them: the wait and the residual are stretched by
+  1 + lambda E[P] t_tok share (t_tok the marginal prefill time per token, share the part of
+  them that fits after it and the queue ahead, whole prompts first fit).
 * Waits have the exponential tail P(W > t) = p exp(-t p / W); quantiles of TTFT and E2E come from
   equal-probability nodes of the lognormal lengths convolved with it (``wait_plus_quantile_s``).
 """
@@ -207,10 +211,27 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
     w_m = modulated_wait_s(
         w_p, rho_p, jnp.square(s.rate_slope) * var_run, o_bar * s.tpot / (1.0 - gain)
     )
-    wait = (w_p + w_m + w_s) * (1.0 + a * cs2_p + b * utilization)
+    if not config.chunked_prefill:
+        # a prompt's prefill-only iteration also takes the prompts that arrive while it waits
+        # (lambda (W + R) E[P] tokens behind it), as far as the budget left after it and the
+        # queue ahead of it (lambda W E[P]) holds them (whole prompts, first fit: the one that
+        # does not fit wastes half a prompt); each costs the marginal prefill time
+        # per token (the iteration's weight read is shared)
+        spread = jnp.max(p_nodes) - jnp.min(p_nodes)
+        slope = (jnp.max(s.own) - jnp.min(s.own)) / jnp.maximum(spread, 1.0)
+        per_token = jnp.where(spread > 1.0, slope, jnp.mean(s.own) / p_mean)
+        w_0 = w_p + w_m + w_s
+        behind = rate * (w_0 + s.tau_d / 2.0) * p_mean
+        left = deployment.max_num_batched_tokens - 1.5 * p_mean - rate * w_0 * p_mean
+        room = jnp.maximum(left, 0.0)
+        share = room / jnp.maximum(room + behind, 1e-9)
+        stretch = 1.0 + rate * per_token * p_mean * share
+    else:
+        stretch = 1.0
+    wait = (w_p + w_m + w_s) * (1.0 + a * cs2_p + b * utilization) * stretch
     p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), 1e-9, 1.0)
     w_cond = wait / p_wait
-    residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0
+    residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0 * stretch
 
     # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
     # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
