@@ -169,13 +169,13 @@ def test_bundled_posterior_loads_with_diagnostics_ok_and_api():
     assert bool(jnp.all((e.bandwidth_fraction > 0) & (e.bandwidth_fraction < 1.5)))
 
 
-def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error():
+def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error(bundled_ingest):
     """The bundled fit's data and settings (``fitting.fit_bundled``) with one short chain: the
     well-identified efficiencies agree with ``default.nc`` within their Monte Carlo errors."""
     from fitting import fit_bundled
 
     bundled = fitting.load_posterior()
-    table = fitting.load_measurements(fitting.bundled_measurements()).table
+    table = bundled_ingest.table
     short = fitting.fit_table(
         table,
         per_stratum=fit_bundled.PER_STRATUM,

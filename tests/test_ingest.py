@@ -15,7 +15,6 @@ from fitting._formats import FLOAT_COLUMNS, INT_COLUMNS, STR_COLUMNS
 from fitting.ingest import (
     COLUMNS,
     MeasurementFormatError,
-    bundled_measurements,
     describe,
     load_measurements,
 )
@@ -25,7 +24,7 @@ TIDY = HERE / "tidy_example.csv"
 VLLM = HERE / "vllm_bench_serve.json"
 SGLANG = HERE / "sglang_bench_serving.jsonl"
 GENAI = HERE / "profile_export_genai_perf.json"
-H100 = dict(gpu="h100-sxm", tp=1)
+H100 = {"gpu": "h100-sxm", "tp": 1}
 
 
 def _rows(table: pd.DataFrame, metric: str, stat: str) -> pd.DataFrame:
@@ -50,8 +49,14 @@ def test_tidy_csv_keeps_every_row_with_schema_dtypes():
     table = result.table
     assert len(table) == 9 and result.skipped == []
     _assert_schema_dtypes(table)
-    assert set(table.scenario) == {"prefill", "decode_step", "static_batch", "collective", "op",
-                                   "serving"}
+    assert set(table.scenario) == {
+        "prefill",
+        "decode_step",
+        "static_batch",
+        "collective",
+        "op",
+        "serving",
+    }
     prefill = table[table.scenario == "prefill"].iloc[0]
     assert prefill.value == pytest.approx(0.1962532191537321)
     assert (prefill.tp, prefill.batch_size, prefill.input_len) == (2, 1, 512)
@@ -106,8 +111,13 @@ def test_sglang_jsonl_converts_each_run_and_needs_a_model():
 def test_genai_perf_export_converts_with_itl_as_tpot():
     table = load_measurements(GENAI, **H100).table
     assert len(table) == 3 * 9 + 2 and set(table.source) == {"genai-perf"}
-    assert set(table.metric) == {"ttft", "tpot", "e2e_latency", "output_throughput",
-                                 "request_throughput"}
+    assert set(table.metric) == {
+        "ttft",
+        "tpot",
+        "e2e_latency",
+        "output_throughput",
+        "request_throughput",
+    }
     assert set(table.engine) == {"trtllm"} and set(table.model) == {"meta-llama/Llama-3.1-8B"}
     assert (table.concurrency == 8).all() and table.request_rate.isna().all()
     assert set(table.input_len) == {550} and set(table.output_len) == {256}  # 550.03 rounded
@@ -156,7 +166,8 @@ def test_failed_run_is_skipped_not_dropped(tmp_path):
     result = load_measurements(path, model="meta-llama/Llama-3.1-8B", **H100)
     assert len(result.table) == 0
     assert [(s.line, s.reason) for s in result.skipped] == [
-        (1, "sglang result with no completed request")]
+        (1, "sglang result with no completed request")
+    ]
 
 
 # ---------------------------------------------------------------- skipped rows --------------
@@ -195,8 +206,9 @@ def test_user_hardware_ids_and_empty_cells_filled_by_arguments(tmp_path):
     table = pd.read_csv(path, dtype=str, keep_default_na=False)
     table.loc[0, "tp"] = ""
     table.to_csv(path, index=False)
-    result = load_measurements(path, hardware_ids=["my-gpu", "a100-sxm-80gb", "h100-sxm",
-                                                   "h200-sxm"], tp=4)
+    result = load_measurements(
+        path, hardware_ids=["my-gpu", "a100-sxm-80gb", "h100-sxm", "h200-sxm"], tp=4
+    )
     assert result.skipped == [] and result.table.gpu.iloc[0] == "my-gpu"
     assert result.table.tp.iloc[0] == 4 and result.table.tp.iloc[1] == 2  # fills only the gap
 
@@ -211,8 +223,9 @@ def test_gpu_argument_stands_in_for_a_missing_gpu_column(tmp_path):
 
 def test_model_alias_and_config_path_are_accepted(tmp_path):
     config = tmp_path / "tiny.json"
-    shutil.copy(Path(__file__).parents[1] / "data" / "models" / "meta-llama--Llama-2-7b-hf.json",
-                config)
+    shutil.copy(
+        Path(__file__).parents[1] / "data" / "models" / "meta-llama--Llama-2-7b-hf.json", config
+    )
     path = _edit(tmp_path, 2, "model", "llama-2-70b-hf")
     table = pd.read_csv(path, dtype=str, keep_default_na=False)
     table.loc[1, "model"] = str(config)
@@ -249,8 +262,11 @@ def test_malformed_csv_names_file_line_and_field(tmp_path, line, column, value, 
 
 def test_metric_unit_mismatch_names_the_unit_to_use(tmp_path):
     path = _edit(tmp_path, 2, "unit", "tokens/s")
-    with pytest.raises(MeasurementFormatError, match=r"m.csv:2: column 'unit' = 'tokens/s' does "
-                                                     r"not fit metric 'time'; write it in s"):
+    with pytest.raises(
+        MeasurementFormatError,
+        match=r"m.csv:2: column 'unit' = 'tokens/s' does "
+        r"not fit metric 'time'; write it in s",
+    ):
         load_measurements(path)
 
 
@@ -272,12 +288,21 @@ def test_missing_and_unknown_columns_name_the_header(tmp_path):
 @pytest.mark.parametrize(
     ("source", "edit", "message"),
     [
-        (VLLM, lambda r: r | {"mean_ttft_ms": "fast"},
-         ":1: key 'mean_ttft_ms' = 'fast' is not a number"),
-        (GENAI, lambda r: r | {"time_to_first_token": r["time_to_first_token"] | {"unit": "min"}},
-         ":1: time_to_first_token.unit = 'min' is not a known time unit"),
-        (GENAI, lambda r: r | {"request_latency": r["request_latency"] | {"p99": "n/a"}},
-         ":1: key 'request_latency.p99' = 'n/a' is not a number"),
+        (
+            VLLM,
+            lambda r: r | {"mean_ttft_ms": "fast"},
+            ":1: key 'mean_ttft_ms' = 'fast' is not a number",
+        ),
+        (
+            GENAI,
+            lambda r: r | {"time_to_first_token": r["time_to_first_token"] | {"unit": "min"}},
+            ":1: time_to_first_token.unit = 'min' is not a known time unit",
+        ),
+        (
+            GENAI,
+            lambda r: r | {"request_latency": r["request_latency"] | {"p99": "n/a"}},
+            ":1: key 'request_latency.p99' = 'n/a' is not a number",
+        ),
         (VLLM, lambda r: {"hello": "world"}, ":1: not a known benchmark result"),
     ],
 )
@@ -312,8 +337,8 @@ README_ROWS = {
 
 
 @pytest.fixture(scope="module")
-def bundled():
-    return load_measurements(bundled_measurements())
+def bundled(bundled_ingest):
+    return bundled_ingest
 
 
 def test_bundled_measurements_load_completely(bundled):
