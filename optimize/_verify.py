@@ -84,6 +84,13 @@ def _engine(problem: Problem, config, replicas):
     return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU])
 
 
+def _open_loop(problem: Problem) -> Problem:
+    """The problem with a concrete ``concurrency = 0`` (the optimiser's load is an arrival rate,
+    as in the search model): ``serving_metrics`` then sees an open loop at trace time and skips
+    compiling the closed-loop rate solve (half its program)."""
+    return eqx.tree_at(lambda p: p.workload.concurrency, problem, 0.0)
+
+
 def _per_draw(problem: Problem, configs, replicas, fn):
     """``fn(hardware, deployment, efficiency)`` per (row, draw) under one flat ``vmap`` over
     rows x draws (one batching level: half the tracing of nested maps)."""
@@ -104,6 +111,7 @@ def _per_draw(problem: Problem, configs, replicas, fn):
 @eqx.filter_jit  # compiled while the search runs (``warm_up``); full optimisation runs 3x faster
 def _colocated(problem: Problem, configs, replicas) -> SloMetrics:
     """``serving_slo_metrics`` per (row, draw) of colocated engines (speculation ignored)."""
+    problem = _open_loop(problem)
     return _per_draw(
         problem,
         configs,
@@ -115,6 +123,7 @@ def _colocated(problem: Problem, configs, replicas) -> SloMetrics:
 @eqx.filter_jit(compiler_options=ONE_OFF)
 def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
     """``speculative_serving_metrics`` per (row, draw) of colocated engines with k > 0."""
+    problem = _open_loop(problem)
     ks = grid_tables(problem.grid)["spec_k"]
     wl = problem.workload
 
@@ -156,6 +165,7 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
     and compiled away).  It takes one efficiency: both pools run at the decode GPU's draw (exact
     when both pools are on one GPU type).  Speculation in the decode pool is not in that closed
     form: such rows keep the search model's numbers (``metrics_model`` says so)."""
+    problem = _open_loop(problem)
     tables = grid_tables(problem.grid)
     wl = problem.workload
 
