@@ -65,13 +65,16 @@ def replica_capacity(problem: Problem, config: jnp.ndarray) -> jnp.ndarray:
 
 
 def class_problem(problem: Problem, cls: RequestClass, total_rate: float) -> Problem:
-    """``problem`` with the workload of one class at its share of ``total_rate``."""
+    """``problem`` with the workload of one class at its share of ``total_rate`` (each leaf keeps
+    its dtype and weak type: the class searches reuse the compiled search)."""
+    wl = problem.workload
     return eqx.tree_at(
         lambda p: (p.workload.arrival_rate_per_s, p.workload.prompt_tokens_mean,
                    p.workload.output_tokens_mean),
         problem,
-        (jnp.asarray(total_rate * cls.share, dtype=float), jnp.asarray(cls.prompt_tokens, dtype=float),
-         jnp.asarray(cls.output_tokens, dtype=float)),
+        (jax.lax.full_like(wl.arrival_rate_per_s, total_rate * cls.share),
+         jax.lax.full_like(wl.prompt_tokens_mean, cls.prompt_tokens),
+         jax.lax.full_like(wl.output_tokens_mean, cls.output_tokens)),
     )
 
 
