@@ -33,14 +33,21 @@ class RequestClass(NamedTuple):
     share: float
 
 
-def classes_from_trace(prompt: np.ndarray, output: np.ndarray, num_classes: int = 3) -> list[RequestClass]:
+def classes_from_trace(
+    prompt: np.ndarray, output: np.ndarray, num_classes: int = 3
+) -> list[RequestClass]:
     """Bin requests by prompt length into ``num_classes`` equal-count classes (means per bin)."""
     order = np.argsort(prompt, kind="stable")
     out = []
     for chunk in np.array_split(order, num_classes):
         if len(chunk):
-            out.append(RequestClass(float(prompt[chunk].mean()), float(output[chunk].mean()),
-                                    len(chunk) / len(prompt)))
+            out.append(
+                RequestClass(
+                    float(prompt[chunk].mean()),
+                    float(output[chunk].mean()),
+                    len(chunk) / len(prompt),
+                )
+            )
     return out
 
 
@@ -69,12 +76,17 @@ def class_problem(problem: Problem, cls: RequestClass, total_rate: float) -> Pro
     its dtype and weak type: the class searches reuse the compiled search)."""
     wl = problem.workload
     return eqx.tree_at(
-        lambda p: (p.workload.arrival_rate_per_s, p.workload.prompt_tokens_mean,
-                   p.workload.output_tokens_mean),
+        lambda p: (
+            p.workload.arrival_rate_per_s,
+            p.workload.prompt_tokens_mean,
+            p.workload.output_tokens_mean,
+        ),
         problem,
-        (jax.lax.full_like(wl.arrival_rate_per_s, total_rate * cls.share),
-         jax.lax.full_like(wl.prompt_tokens_mean, cls.prompt_tokens),
-         jax.lax.full_like(wl.output_tokens_mean, cls.output_tokens)),
+        (
+            jax.lax.full_like(wl.arrival_rate_per_s, total_rate * cls.share),
+            jax.lax.full_like(wl.prompt_tokens_mean, cls.prompt_tokens),
+            jax.lax.full_like(wl.output_tokens_mean, cls.output_tokens),
+        ),
     )
 
 
@@ -97,7 +109,11 @@ def fleet_problem(
         p = class_problem(problem, cls, total_rate)
         found = search(p, options)
         for g in range(g_count):
-            rows = [i for i, k in enumerate(found.configs) if k[0] == g and np.isfinite(found.cost_per_hour[i])]
+            rows = [
+                i
+                for i, k in enumerate(found.configs)
+                if k[0] == g and np.isfinite(found.cost_per_hour[i])
+            ]
             if not rows:
                 continue
             cfg = jnp.asarray(found.configs[rows[0]])
