@@ -58,15 +58,15 @@ def noise_key(row: pd.Series) -> str:
 
 OFFSET_OP_GROUPS = (
     "op:embedding",
-    "op:residual_add",
     "op:rope",
     "op:activation",
     "op:gemm_fp8_block",
     "op:attn_decode",
 )
 """Kernel groups with a discrepancy offset: elementwise kernels whose pass count the bytes formula
-does not know (``op:norm`` stays the anchor of ``elementwise_bandwidth_fraction``), block-scaled
-FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anchors
+does not know (the residual add, a pure stream of exactly 3 x hidden values per token, anchors
+``elementwise_bandwidth_fraction``; ``op:norm`` anchors ``elementwise_onchip_bytes_per_s``),
+block-scaled FP8 GEMMs (scale loads and dequantisation the roofline omits; per-tensor FP8 anchors
 ``low_precision_compute_ratio``) and paged decode attention (split-KV reductions and page-table
 walks; its bandwidth is anchored by the GEMMs' weight reads)."""
 

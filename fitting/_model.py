@@ -16,9 +16,9 @@ rather than a source effect plus a group effect avoids an additive ridge NUTS mi
 A GPU x kernel-group interaction eta_gk ~ N(0, tau_gpu) (non-centred; tau_gpu learned) lets each
 GPU carry its own bias per operator class (a GDDR6 card's elementwise kernels reach more of peak
 than HBM cards'), and a held-out GPU's kernel predictions inherit that spread instead of a falsely
-tight interval.  Anchor groups (``ANCHOR_GROUPS``: bf16 GEMM, norm, prefill attention,
-all-reduce) get none: there the bias is collinear with the GPU's own efficiencies.  Whole-model
-groups get none: there a GPU's bias is collinear with its sources'
+tight interval.  Anchor groups (``ANCHOR_GROUPS``: bf16 GEMM, norm, residual add, prefill
+attention, all-reduce) get none: there the bias is collinear with the GPU's own efficiencies.
+Whole-model groups get none: there a GPU's bias is collinear with its sources'
 offsets (most sources measured one GPU), which cost NUTS half its ESS on tau_source.
 Noise is multiplicative Student-t per group k (scenario and operator class):
 
@@ -114,10 +114,16 @@ def kernel_cells(cells) -> np.ndarray:
     )
 
 
-ANCHOR_GROUPS = ("op:gemm", "op:norm", "op:attn_prefill", "collective:all_reduce")
-"""Kernel groups that anchor a per-GPU efficiency (bf16 GEMMs: the compute roofline; norms: the
-elementwise bandwidth; prefill attention: the attention roofline; all-reduce: the collective
-latency and bandwidth).  A GPU x group bias on them is collinear with that GPU's own parameters
+ANCHOR_GROUPS = (
+    "op:gemm",
+    "op:norm",
+    "op:residual_add",
+    "op:attn_prefill",
+    "collective:all_reduce",
+)
+"""Kernel groups that anchor a per-GPU efficiency (bf16 GEMMs: the compute roofline; residual
+adds: the elementwise HBM fraction; norms: the elementwise on-chip rate; prefill attention: the
+attention roofline; all-reduce: the collective latency and bandwidth).  A GPU x group bias on them is collinear with that GPU's own parameters
 (NUTS cannot tell a faster norm kernel from a higher bandwidth fraction), so they get none: the
 per-GPU parameter carries the GPU's level, the other groups' biases are relative to it."""
 
