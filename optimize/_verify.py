@@ -59,12 +59,12 @@ VERDICT_MODELS = {
     "split_speculative": "search model (optimize._split; disaggregation_percentiles has no "
     "speculative decode pool)",
 }
+"""Which closed form produced a verified answer's numbers, by kind (``kind_of``)."""
 KINDS = tuple(VERDICT_MODELS)
 
 ONE_OFF = {"xla_backend_optimization_level": 0}
 """XLA options of programs compiled in the answer's critical path and run on a few rows: compile
 time dominates them, so the backend's optimisation passes are skipped (~2x faster compile)."""
-"""Which closed form produced a verified answer's numbers, by kind (``kind_of``)."""
 
 
 def kind_of(problem: Problem, config) -> str:
