@@ -183,6 +183,7 @@ def test_optimize_json_keys_and_infeasible_value(capsys):
     ):
         assert key in out
     assert out["feasible"] and out["slo_probability"] >= 0.9 - 1e-6
+    assert out["metrics_model"] == "search model"  # --no-verify: the numbers say whose they are
     assert (
         out["gpu"] in ("h100-sxm", "l40s")
         and out["num_gpus"] == out["replicas"] * out["tp"] * out["pp"]
