@@ -114,9 +114,12 @@ def update_model(
         params[name] = numpyro.deterministic(
             name, to_natural(name, loc_u[:, i] + scale_u[:, i] * z)
         )
-    with numpyro.plate("cell", len(prep.cells)):
-        zc = numpyro.sample("z_cell", dist.Normal(0.0, 1.0))
-    offset = numpyro.deterministic("cell_offset", loc_c + scale_c * zc)
+    if prep.cells:
+        with numpyro.plate("cell", len(prep.cells)):
+            zc = numpyro.sample("z_cell", dist.Normal(0.0, 1.0))
+        offset = numpyro.deterministic("cell_offset", loc_c + scale_c * zc)
+    else:  # only anchor-group kernel rows: no offset cell (a plate cannot be empty)
+        offset = numpyro.deterministic("cell_offset", jnp.zeros(0))
     with numpyro.plate("noise_key", len(prep.noise_keys)):
         zs = numpyro.sample("z_sigma", dist.Normal(0.0, 1.0))
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
