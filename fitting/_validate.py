@@ -14,7 +14,6 @@ from ._fit import STRATA, skipped_summary, subsample
 from ._posterior import Posterior, predictive_log_draws
 from ._predict import prepare
 
-
 MAX_SERVING_ROWS = 64
 """Serving rows scored per call (a seeded random subset beyond this; the note says so)."""
 
@@ -22,7 +21,7 @@ OVERLOAD_REASON = "the model predicts overload at this load (utilisation >= 1: n
 
 
 def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, float | int]:
-    n = int(len(ape))
+    n = len(ape)
     if n == 0:
         return {"n": 0, "median_ape": None, "mape": None, "coverage_50": None, "coverage_90": None}
     return {"n": n, "median_ape": float(np.median(ape)), "mape": float(np.mean(ape)),
