@@ -24,8 +24,13 @@ def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, fl
     n = len(ape)
     if n == 0:
         return {"n": 0, "median_ape": None, "mape": None, "coverage_50": None, "coverage_90": None}
-    return {"n": n, "median_ape": float(np.median(ape)), "mape": float(np.mean(ape)),
-            "coverage_50": float(np.mean(in50)), "coverage_90": float(np.mean(in90))}
+    return {
+        "n": n,
+        "median_ape": float(np.median(ape)),
+        "mape": float(np.mean(ape)),
+        "coverage_50": float(np.mean(in50)),
+        "coverage_90": float(np.mean(in90)),
+    }
 
 
 def score_draws(table: pd.DataFrame, log_draws: np.ndarray, log_value: np.ndarray) -> dict:
@@ -37,13 +42,22 @@ def score_draws(table: pd.DataFrame, log_draws: np.ndarray, log_value: np.ndarra
     out = _scores(ape, in50, in90)
     for key, col in (("by_scenario", "scenario"), ("by_gpu", "gpu"), ("by_source", "source")):
         labels = table[col].astype(str).to_numpy()
-        out[key] = {lab: _scores(ape[labels == lab], in50[labels == lab], in90[labels == lab])
-                    for lab in sorted(set(labels))}
+        out[key] = {
+            lab: _scores(ape[labels == lab], in50[labels == lab], in90[labels == lab])
+            for lab in sorted(set(labels))
+        }
     return out
 
 
-def validate(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200, seed: int = 0,
-             max_rows: int | None = 5000, extra_skipped: list | None = None) -> dict:
+def validate(
+    posterior: Posterior,
+    table: pd.DataFrame,
+    *,
+    num_draws: int = 200,
+    seed: int = 0,
+    max_rows: int | None = 5000,
+    extra_skipped: list | None = None,
+) -> dict:
     """Error and coverage of ``posterior`` on ``table`` (tidy measurements).
 
     Args:
@@ -65,16 +79,22 @@ def validate(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200,
         cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
         per = max(1, max_rows // max(cells, 1))
         table = subsample(table, per, seed)
-        notes.append(f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, "
-                     f"{len(table)} rows")
+        notes.append(
+            f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, "
+            f"{len(table)} rows"
+        )
     serving = table["scenario"] == "serving"
     if serving.sum() > MAX_SERVING_ROWS:
         keep = table[serving].sample(MAX_SERVING_ROWS, random_state=seed).index
         table = table[~serving | table.index.isin(keep)]
-        notes.append(f"serving rows: seeded random {MAX_SERVING_ROWS} of {int(serving.sum())} "
-                     "(each costs a closed-loop solve per draw)")
+        notes.append(
+            f"serving rows: seeded random {MAX_SERVING_ROWS} of {int(serving.sum())} "
+            "(each costs a closed-loop solve per draw)"
+        )
     note = "; ".join(notes) or None
-    prep = prepare(table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
+    prep = prepare(
+        table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
+    )
     skipped = list(prep.skipped) + list(extra_skipped or [])
     if len(prep.log_value):
         draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
@@ -92,11 +112,14 @@ def validate(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200,
 
 def format_report(result: dict) -> str:
     """Human-readable table of a ``validate`` result."""
+
     def line(label: str, s: dict) -> str:
         if not s["n"]:
             return f"  {label:<34} {0:>6}"
-        return (f"  {label:<34} {s['n']:>6} {100 * s['median_ape']:>8.1f}% {100 * s['mape']:>8.1f}%"
-                f" {100 * s['coverage_50']:>7.0f}% {100 * s['coverage_90']:>7.0f}%")
+        return (
+            f"  {label:<34} {s['n']:>6} {100 * s['median_ape']:>8.1f}% {100 * s['mape']:>8.1f}%"
+            f" {100 * s['coverage_50']:>7.0f}% {100 * s['coverage_90']:>7.0f}%"
+        )
 
     head = f"  {'':<34} {'n':>6} {'medAPE':>9} {'MAPE':>9} {'cov50':>8} {'cov90':>8}"
     rows = [head, line("overall", result)]
