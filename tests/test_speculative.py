@@ -164,8 +164,9 @@ def test_simulated_speculation_agrees_with_the_closed_form():
 
 
 def test_speculation_under_load_at_zero_acceptance_only_adds_the_spec_cost():
-    # alpha = 0: one token per step, so the plain engine's iterations with each decode step
-    # stretched by (draft + verify) / target step at the (larger) batch it then keeps
+    # alpha = 0: one token per step.  The one-solve form (DecodeCost priced at draft + verify)
+    # is cross-checked against an independent construction: the plain engine with each decode
+    # step stretched by r = (draft + verify) / target step, substituted to its fixed point.
     from perfmodel._features_under_load import speculative_serving_metrics
     from perfmodel.dynamics import Workload, serving_metrics
 
