@@ -16,8 +16,14 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model, prefill_step
-from perfmodel import features as ft
+from perfmodel import (
+    Deployment,
+    Efficiency,
+    features as ft,
+    load_hardware,
+    load_model,
+    prefill_step,
+)
 from perfmodel._traces import Trace
 from perfmodel._workload import Workload
 from perfmodel.simulator import (

@@ -27,8 +27,15 @@ from benchmarks._feature_grids import (
     prefix_grid,
     spec_grid,
 )
-from perfmodel import Deployment, Efficiency, GiB, load_hardware, load_model, prefill_step
-from perfmodel import features as ft
+from perfmodel import (
+    Deployment,
+    Efficiency,
+    GiB,
+    features as ft,
+    load_hardware,
+    load_model,
+    prefill_step,
+)
 from perfmodel._traces import Trace
 from perfmodel.simulator import simulate
 from perfmodel.simulator._disagg import simulate_disaggregated

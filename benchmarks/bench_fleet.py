@@ -13,9 +13,9 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from optimize import FleetProblem, fleet_gradient, fleet_milp  # noqa: E402
+from optimize import FleetProblem, fleet_gradient, fleet_milp
 
 
 def random_fleet(rng: np.random.Generator) -> FleetProblem:

@@ -15,9 +15,9 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model  # noqa: E402
-from perfmodel.dynamics import Trace, load_trace  # noqa: E402
-from perfmodel.simulator import simulate, summarize  # noqa: E402
+from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel.dynamics import Trace, load_trace
+from perfmodel.simulator import simulate, summarize
 
 
 def main() -> None:

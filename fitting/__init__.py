@@ -6,8 +6,14 @@ predictions; ``fit_table`` refits; ``validate`` scores a posterior on held-out m
 """
 
 from ._diagnostics import Diagnostics as Diagnostics, diagnose as diagnose
-from ._fit import FitResult as FitResult, fit_table as fit_table, read_tables as read_tables, subsample as subsample
+from ._fit import (
+    FitResult as FitResult,
+    fit_table as fit_table,
+    read_tables as read_tables,
+    subsample as subsample,
+)
 from ._model import PRIORS as PRIORS, calibration_model as calibration_model
+from ._plots import write_plots as write_plots
 from ._posterior import (
     Posterior as Posterior,
     PosteriorError as PosteriorError,
@@ -20,6 +26,16 @@ from ._posterior import (
 )
 from ._predict import predict_log as predict_log
 from ._rows import Prepared as Prepared, prepare as prepare
+from ._update import (
+    update_posterior as update_posterior,
+    user_hardware as user_hardware,
+    without_gpu as without_gpu,
+)
+from ._validate import (
+    format_report as format_report,
+    score_draws as score_draws,
+    validate as validate,
+)
 from .ingest import (
     IngestResult as IngestResult,
     MeasurementFormatError as MeasurementFormatError,
@@ -27,11 +43,4 @@ from .ingest import (
     bundled_measurements as bundled_measurements,
     describe as describe,
     load_measurements as load_measurements,
-)
-from ._validate import format_report as format_report, score_draws as score_draws, validate as validate
-from ._plots import write_plots as write_plots
-from ._update import (
-    update_posterior as update_posterior,
-    user_hardware as user_hardware,
-    without_gpu as without_gpu,
 )

@@ -22,12 +22,16 @@ import pandas as pd
 import perfmodel
 
 from . import _formats as F
-from ._ingest_catalog import SkippedRow
-from ._ingest_catalog import catalog_filter as _catalog_filter
-from ._ingest_catalog import catalog_lookups as _catalog
-from ._ingest_checks import MeasurementFormatError  # re-exported: errors.py looks here
-from ._ingest_checks import check_labels as _check_labels
-from ._ingest_checks import numbers as _numbers
+from ._ingest_catalog import (
+    SkippedRow,
+    catalog_filter as _catalog_filter,
+    catalog_lookups as _catalog,
+)
+from ._ingest_checks import (
+    MeasurementFormatError,  # re-exported: errors.py looks here
+    check_labels as _check_labels,
+    numbers as _numbers,
+)
 
 TABLE_SUFFIXES = (".csv", ".csv.gz")
 TOOL_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")

@@ -44,8 +44,7 @@ from ._model import (
 )
 from ._posterior import Posterior, _default_value
 from ._predict import predict_log, prepare
-from ._update_groups import gpu_group_prior as _gpu_group_prior
-from ._update_groups import merge_gpu_group as _merge_gpu_group
+from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
 
 SIGMA_LOG_SD = 0.5
 """Log-scale sd of each noise group's sigma around the prior's median: the prior's sigma describes

@@ -1,18 +1,20 @@
 """optimize: the cheapest deployment and fleet meeting an SLO with stated confidence."""
 
+from ._classes import (
+    RequestClass as RequestClass,
+    classes_from_trace as classes_from_trace,
+    fleet_problem as fleet_problem,
+    replica_capacity as replica_capacity,
+)
 from ._evaluate import (
     CONSTRAINTS as CONSTRAINTS,
     cost_per_hour as cost_per_hour,
-    meets_confidence as meets_confidence,
     costs_at_min_replicas as costs_at_min_replicas,
+    meets_confidence as meets_confidence,
     min_replicas as min_replicas,
     slo_probability as slo_probability,
 )
 from ._exhaustive import GridOptimum as GridOptimum, exhaustive_optimum as exhaustive_optimum
-from ._grid import KNOBS as KNOBS, Grid as Grid
-from ._metrics import SloMetrics as SloMetrics, Workload as Workload, slo_metrics as slo_metrics
-from ._problem import Problem as Problem, make_problem as make_problem
-from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search
 from ._fleet import (
     FleetPlan as FleetPlan,
     FleetProblem as FleetProblem,
@@ -20,12 +22,14 @@ from ._fleet import (
     fleet_milp as fleet_milp,
     plan_cost as plan_cost,
 )
-from ._forecast import DemandError as DemandError, forecast_gpus as forecast_gpus, read_demand as read_demand
-from ._recommend import Recommendation as Recommendation, recommend as recommend
-from ._classes import (
-    RequestClass as RequestClass,
-    classes_from_trace as classes_from_trace,
-    fleet_problem as fleet_problem,
-    replica_capacity as replica_capacity,
+from ._forecast import (
+    DemandError as DemandError,
+    forecast_gpus as forecast_gpus,
+    read_demand as read_demand,
 )
+from ._grid import KNOBS as KNOBS, Grid as Grid
+from ._metrics import SloMetrics as SloMetrics, Workload as Workload, slo_metrics as slo_metrics
+from ._problem import Problem as Problem, make_problem as make_problem
+from ._recommend import Recommendation as Recommendation, recommend as recommend
+from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search
 from ._sharding import device_mesh as device_mesh, shard_draws as shard_draws

@@ -1,5 +1,6 @@
 """perfmodel: LLM serving as pure, differentiable budgets (memory, compute, bandwidth, comms)."""
 
+from . import dynamics as dynamics, features as features
 from ._catalog import (
     CatalogError as CatalogError,
     data_dir as data_dir,
@@ -18,7 +19,8 @@ from ._compute import (
     linear_flops as linear_flops,
     peak_flops_per_s as peak_flops_per_s,
 )
-from ._constants import DTYPE_BYTES as DTYPE_BYTES, GB as GB, GiB as GiB, TERA as TERA
+from ._constants import DTYPE_BYTES as DTYPE_BYTES, GB as GB, TERA as TERA, GiB as GiB
+from ._fit_check import smallest_fitting_parallelism as smallest_fitting_parallelism
 from ._memory import (
     allocated_tokens_per_sequence as allocated_tokens_per_sequence,
     kv_bytes_per_sequence as kv_bytes_per_sequence,
@@ -30,6 +32,14 @@ from ._memory import (
     weight_bytes as weight_bytes,
     weight_bytes_per_gpu as weight_bytes_per_gpu,
     workspace_bytes_per_gpu as workspace_bytes_per_gpu,
+)
+from ._ops import (
+    COLLECTIVE_KINDS as COLLECTIVE_KINDS,
+    KernelEfficiency as KernelEfficiency,
+    attention_time_s as attention_time_s,
+    collective_time_s as collective_time_s,
+    elementwise_time_s as elementwise_time_s,
+    gemm_time_s as gemm_time_s,
 )
 from ._parallel import (
     pp_bubble_fraction as pp_bubble_fraction,
@@ -57,17 +67,6 @@ from ._step import (
     forward_step as forward_step,
     prefill_step as prefill_step,
 )
-from ._fit_check import smallest_fitting_parallelism as smallest_fitting_parallelism
-from ._ops import (
-    COLLECTIVE_KINDS as COLLECTIVE_KINDS,
-    KernelEfficiency as KernelEfficiency,
-    attention_time_s as attention_time_s,
-    collective_time_s as collective_time_s,
-    elementwise_time_s as elementwise_time_s,
-    gemm_time_s as gemm_time_s,
-)
-from . import dynamics as dynamics
-from . import features as features
 from .dynamics import (
     Percentiles as Percentiles,
     ServingMetrics as ServingMetrics,

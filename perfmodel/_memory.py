@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from ._constants import ACTIVATION_BYTES, GiB, KV_FACTOR
+from ._constants import ACTIVATION_BYTES, KV_FACTOR, GiB
 from ._smooth import smooth_ceil, smooth_floor, smooth_min
 from ._specs import Deployment, HardwareSpec, ModelSpec
 

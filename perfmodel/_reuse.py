@@ -17,7 +17,7 @@ time averages).  Cache space is the KV capacity less what live requests hold.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import equinox as eqx
 import jax

@@ -180,7 +180,7 @@ class Deployment(eqx.Module):
         kv_dtype: str = "bf16",
         microbatches: int | None = None,
         **knobs: float | str,
-    ) -> "Deployment":
+    ) -> Deployment:
         """A discrete deployment from dtype names; ``microbatches`` defaults to ``pp``."""
         for label, dtype in (("weight dtype", weight_dtype), ("KV dtype", kv_dtype)):
             if dtype not in DTYPE_BYTES:

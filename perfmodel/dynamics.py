@@ -22,6 +22,7 @@ from ._queueing import (
     wait_quantile_s as wait_quantile_s,
 )
 from ._serving import (
+    CORRECTIONS as CORRECTIONS,
     QUANTILES as QUANTILES,
     QUEUEING_CODE as QUEUEING_CODE,
     Percentiles as Percentiles,
@@ -41,7 +42,6 @@ from ._workload import (
     sample_arrivals as sample_arrivals,
     sample_lengths as sample_lengths,
 )
-from ._serving import CORRECTIONS as CORRECTIONS
 from .simulator import (
     EngineHooks as EngineHooks,
     SimResult as SimResult,

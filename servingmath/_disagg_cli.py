@@ -10,8 +10,7 @@ from typing import NamedTuple
 import equinox as eqx
 
 import perfmodel as pm
-from perfmodel import CatalogError, Deployment, HardwareSpec
-from perfmodel import features as ft
+from perfmodel import CatalogError, Deployment, HardwareSpec, features as ft
 
 from .errors import UsageError
 

@@ -15,12 +15,9 @@ import math
 import equinox as eqx
 
 import perfmodel as pm
-from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec
-from perfmodel import features as ft
+from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
 
-from ._disagg_cli import DisaggPools as DisaggPools
-from ._disagg_cli import _disagg, _pools
-from ._disagg_cli import disagg_pools as disagg_pools
+from ._disagg_cli import DisaggPools as DisaggPools, _disagg, _pools, disagg_pools as disagg_pools
 from .errors import UsageError
 
 DEFAULT_HOST_KV_BYTES_PER_S = 63e9

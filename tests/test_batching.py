@@ -2,8 +2,7 @@
 
 import jax
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from perfmodel import Deployment, Efficiency, forward_step, load_hardware, load_model
 from perfmodel.dynamics import (

@@ -3,11 +3,10 @@
 import math
 
 import equinox as eqx
-from jax.test_util import check_grads
 import jax.numpy as jnp
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from jax.test_util import check_grads
 
 import perfmodel as pm
 

@@ -8,8 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from optimize import KNOBS, Grid, Workload, make_problem
-from optimize import _verify as verify
+from optimize import KNOBS, Grid, Workload, _verify as verify, make_problem
 from optimize._describe import _kv_transfer
 from optimize._simcheck import simulate_check
 from optimize._verify import VERDICT_MODELS, kind_of

@@ -7,8 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel.dynamics import (

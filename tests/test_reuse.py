@@ -4,8 +4,7 @@ and the win with shared system prompts against none with unique prompts."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 from perfmodel import Deployment, Efficiency, load_hardware, load_model

@@ -5,8 +5,7 @@ compute-bound batches)."""
 import equinox as eqx
 import jax.numpy as jnp
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 from perfmodel import Deployment, Efficiency, load_hardware, load_model

@@ -4,7 +4,12 @@ budgets' own), for deployments built to land on each side of each question."""
 import re
 
 from perfmodel import (
-    Deployment, Efficiency, decode_step, load_hardware, load_model, max_concurrent_requests,
+    Deployment,
+    Efficiency,
+    decode_step,
+    load_hardware,
+    load_model,
+    max_concurrent_requests,
 )
 from perfmodel._verdicts import verdicts
 

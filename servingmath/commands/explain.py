@@ -10,10 +10,10 @@ import jax.numpy as jnp
 
 import perfmodel as pm
 
-from .._features_cli import add_feature_arguments, feature_report, render_features
 from .._dynamics_cli import add_dynamics_arguments, dynamics_section, render_dynamics
-from .._posterior_cli import add_posterior_arguments, quantiles, resolve_efficiency
+from .._features_cli import add_feature_arguments, feature_report, render_features
 from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
+from .._posterior_cli import add_posterior_arguments, quantiles, resolve_efficiency
 from .._render import human_bytes, human_seconds, table
 from ..errors import UsageError
 
@@ -86,7 +86,7 @@ def _with_interval(report: dict, key: str, fmt) -> str:
 
 
 def _render(report: dict) -> str:
-    rate = lambda x: f"{x:,.0f}"  # noqa: E731
+    rate = lambda x: f"{x:,.0f}"
     rows = [
         ("KV bytes per token (all layers)", human_bytes(report["kv_bytes_per_token"])),
         ("weights per GPU", human_bytes(report["weight_bytes_per_gpu"])),
