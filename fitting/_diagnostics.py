@@ -6,6 +6,7 @@ ESS >= 400 over all chains; NUTS divergences must be zero (Betancourt 2017).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,20 +49,35 @@ class Diagnostics:
             "\nWARNING: run longer chains (--draws/--warmup) before trusting its intervals.\n" + "!" * 72
 
 
+def _worst(stat, reduce) -> dict[str, float]:
+    """Per variable, ``reduce`` over its defined (finite) entries; all-undefined variables drop."""
+    out = {}
+    for name in stat.data_vars:
+        values = np.asarray(stat[name].values, dtype=float)
+        finite = values[np.isfinite(values)]
+        if finite.size:
+            out[name] = float(reduce(finite))
+    return out or {"-": float("nan")}
+
+
 def diagnose(idata) -> Diagnostics:
     """Diagnostics of an ``InferenceData`` (R-hat needs >= 2 chains; one chain reports NaN)."""
     import arviz as az
 
     post = idata.posterior
     chains = int(post.sizes["chain"])
-    rhat = az.rhat(post) if chains > 1 else None
-    ess = az.ess(post, method="bulk")
+    # Structural zeros (e.g. no GPU x group bias on anchor groups) are constant in every chain:
+    # their R-hat/ESS are undefined (0/0), so they are left out rather than warned about.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rhat = az.rhat(post) if chains > 1 else None
+        ess = az.ess(post, method="bulk")
     worst_r, worst_r_var = (float("nan"), "-")
     if rhat is not None:
-        vals = {v: float(np.nanmax(rhat[v].values)) for v in rhat.data_vars}
+        vals = _worst(rhat, np.max)
         worst_r_var = max(vals, key=vals.get)
         worst_r = vals[worst_r_var]
-    evals = {v: float(np.nanmin(ess[v].values)) for v in ess.data_vars}
+    evals = _worst(ess, np.min)
     worst_e_var = min(evals, key=evals.get)
     div = 0
     if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
