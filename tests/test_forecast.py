@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from demand_files import write_demand
+from optimize_problems import small_problem
 
-from optimize import KNOBS, DemandError, Grid, Workload, forecast_gpus, make_problem, read_demand
+from optimize import KNOBS, DemandError, forecast_gpus, read_demand
 from optimize._forecast import DemandPeriod, replicas_per_draw
-from perfmodel import load_model
 
 
 def test_example_demand_reads():
@@ -37,31 +37,7 @@ def test_malformed_demand_names_line_and_field(tmp_path, text, message):
 
 
 def _problem():
-    wl = Workload(
-        arrival_rate_per_s=10.0,
-        prompt_tokens_mean=1024.0,
-        output_tokens_mean=256.0,
-        output_tokens_cv=1.0,
-    )
-    grid = Grid(
-        num_gpus=1,
-        tp=(1, 2),
-        pp=(1,),
-        kv_dtypes=("bf16",),
-        weight_dtypes=("bf16",),
-        max_num_batched_tokens=(2048,),
-        max_num_seqs=(256,),
-        max_replicas=256,
-    )
-    return make_problem(
-        load_model("meta-llama/Llama-3.1-8B"),
-        ("h100-sxm",),
-        wl,
-        slo_ttft_p95_s=1.0,
-        slo_tpot_p95_s=0.05,
-        grid=grid,
-        num_draws=64,
-    )
+    return small_problem(max_replicas=256, num_draws=64)
 
 
 def test_intervals_nested_monotone_and_widened_by_demand_uncertainty():

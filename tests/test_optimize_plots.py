@@ -5,8 +5,9 @@ import json
 
 import numpy as np
 from demand_files import write_demand
+from optimize_problems import WORKLOAD, small_problem
 
-from optimize import Grid, Workload, make_problem
+from optimize import make_problem
 from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
 from optimize._recommend import describe
 from perfmodel import load_model
@@ -82,38 +83,15 @@ def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
 
 
 def test_plot_helpers_agree_with_the_model():
-    wl = Workload(
-        arrival_rate_per_s=10.0,
-        prompt_tokens_mean=1024.0,
-        output_tokens_mean=256.0,
-        output_tokens_cv=1.0,
-    )
-    grid = Grid(
-        num_gpus=1,
-        tp=(1, 2),
-        pp=(1,),
-        kv_dtypes=("bf16",),
-        weight_dtypes=("bf16",),
-        max_num_batched_tokens=(2048,),
-        max_num_seqs=(256,),
-        max_replicas=8,
-    )
     gpus = ("h100-sxm",)
-    problem = make_problem(
-        load_model("meta-llama/Llama-3.1-8B"),
-        gpus,
-        wl,
-        slo_ttft_p95_s=1.0,
-        slo_tpot_p95_s=0.05,
-        grid=grid,
-        num_draws=16,
-    )
+    problem = small_problem(max_replicas=8, num_draws=16, gpus=gpus)
+    grid = problem.grid
     config = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.int32)
     assert np.array_equal(config_index(problem, gpus, describe(problem, gpus, config, 3)), config)
     split_grid = grid._replace(num_gpus=2, pool_ratios=((1, 1), (2, 1)), chunk_sizes=(512, 2048))
     two = ("h100-sxm", "l40s")
     split = make_problem(
-        load_model("meta-llama/Llama-3.1-8B"), two, wl, grid=split_grid, num_draws=4
+        load_model("meta-llama/Llama-3.1-8B"), two, WORKLOAD, grid=split_grid, num_draws=4
     )
     c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1], dtype=np.int32)  # 2:1, prefill on l40s
     d = describe(split, two, c, 3)

@@ -96,6 +96,6 @@ def test_simulator_check_runs_the_answers_kind(problem, spec, pool, kind):
     assert 0 < out["tpot_s"]["p50"] <= out["tpot_s"]["p99"]
     assert ("spec_tokens_per_step" in out) == bool(spec)
     if spec:  # k = 3 at alpha 0.8: E = (1 - 0.8^4) / 0.2 = 2.95 tokens per step
-        assert 1.5 < out["spec_tokens_per_step"] <= 4.0
+        assert out["spec_tokens_per_step"] > 1.5 and out["spec_tokens_per_step"] <= 4.0
     if pool:  # the first token waits for the prefill pool and the KV hand-off
         assert out["ttft_s"]["p50"] > _kv_transfer(problem, _config(spec, pool, prefill_gpu=1))
