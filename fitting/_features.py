@@ -84,15 +84,22 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             s = _f(row["input_len"])
             flops = float(prefill_attention_flops(b, s, h, d, _f(notes.get("window_size", 0))))
             moved = b * s * (2 * h * d * ACT_BYTES + 2 * hkv * d * (ACT_BYTES + kv_b))
-            q = s
+            q, units = s, 0.0
         else:
             c = _f(row["context_len"]) + 1.0
             w = _f(notes.get("window_size", 0))
             c = min(c, w) if w > 0 else c  # a sliding-window layer reads only the last W keys
             flops = b * c * 2.0 * 2.0 * h * d
             moved = b * c * 2 * hkv * d * kv_b + b * 2 * h * d * ACT_BYTES
-            q = c
-        return "attention", {"flops": flops, "bytes": moved, "q": q, "peak": peak_bf16, "bw": bw}
+            q, units = c, b * hkv  # the decode grid: one CTA per (sequence, KV head)
+        return "attention", {
+            "flops": flops,
+            "bytes": moved,
+            "q": q,
+            "units": units,
+            "peak": peak_bf16,
+            "bw": bw,
+        }
     # vidur per-layer ops of a model's TP shard
     spec = _model(row["model"])
     tp, m = _f(row["tp"]), _f(row["num_tokens"])

@@ -84,6 +84,9 @@ PRIORS: dict[str, Prior] = {
     # Row-wise elementwise kernels (norms: a block per token, fp32 reductions) cost ~10-50 ns per
     # token beyond their HBM stream whatever the memory (vidur A40 / A100 / H100): ~1-4 TB/s.
     "elementwise_onchip_bytes_per_s": Prior("log", 2.0e12, 1.5),
+    # A paged decode CTA (one sequence x KV head) costs tens of ns of block-table reads, Q loads
+    # and softmax bookkeeping beyond its KV stream: a few us per CTA spread over ~100 SMs.
+    "attention_cta_s": Prior("log", 3.0e-8, 1.5),
 }
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"

@@ -145,7 +145,9 @@ def predict_log(
         elif name == "elementwise":
             y = elementwise_time_s(b["bytes"], b["bw"], ker, b["onchip"])
         elif name == "attention":
-            y = attention_time_s(b["flops"], b["bytes"], b["q"], b["peak"], b["bw"], eff, ker)
+            y = attention_time_s(
+                b["flops"], b["bytes"], b["q"], b["peak"], b["bw"], eff, ker, 0.0, b["units"]
+            )
         elif name == "serving":
             y = _serving_block(b, eff, ker)
         elif name == "collective":

@@ -58,6 +58,12 @@ class KernelEfficiency(eqx.Module):
             SMs issue the loads, reductions and stores of its rows, which does not grow with HBM
             bandwidth (vidur's Llama-2-7B RMSNorm costs ~16 ns per token beyond its HBM stream on
             A40, A100 and H100 alike, 0.7 to 3.4 TB/s).  Default inf (HBM-bound only).
+        attention_cta_s: time per work unit (one sequence x one KV head: a CTA of a paged decode
+            kernel, which reads its block table, loads Q, keeps the softmax state and writes or
+            combines its output) beyond the KV stream, summed over the grid (CTAs run in waves
+            over the SMs, so the cost grows with batch x KV heads whatever the context):
+            aiconfigurator's vLLM FlashAttention decode at 1-token context costs 12 us + ~25 ns
+            (H100) / ~37 ns (A100) per (sequence, KV head) up to batch 2048.  Default 0.
     """
 
     launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
@@ -69,6 +75,7 @@ class KernelEfficiency(eqx.Module):
     internode_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.5)
     attention_overhead_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
     elementwise_onchip_bytes_per_s: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
+    attention_cta_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
 
 
 def gemm_time_s(
@@ -128,17 +135,20 @@ def attention_time_s(
     efficiency: Efficiency,
     kernel: KernelEfficiency,
     temperature: float = 0.0,
+    work_units: ArrayLike = 0.0,
 ) -> Array:
     """One fused attention call: roofline of its FLOPs at eta_a(s) = eta_a,max s / (s + s_half),
     s = ``tokens_per_sequence``, and the bytes it moves (Q, K, V, output; the KV cache for decode)
     at eta_b, plus launch and ``attention_overhead_s`` (FlashAttention tiling: Dao 2023; Shah et al.
-    2024)."""
+    2024), plus ``work_units`` x ``attention_cta_s`` in series (a decode kernel's grid: batch x KV
+    heads; 0 for prefill, whose CTAs are long query tiles the roofline already covers)."""
     q = jnp.asarray(tokens_per_sequence)
     eta = kernel.attention_compute_fraction_max * q / (q + kernel.attention_half_tokens)
     compute_s = jnp.asarray(flops) / (peak_flops_per_s * eta)
     memory_s = jnp.asarray(bytes_moved) / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
     fixed_s = kernel.launch_overhead_s + kernel.attention_overhead_s
-    return smooth_max(compute_s, memory_s, temperature) + fixed_s
+    grid_s = jnp.asarray(work_units) * kernel.attention_cta_s
+    return smooth_max(compute_s, memory_s, temperature) + fixed_s + grid_s
 
 
 def prefill_attention_flops(

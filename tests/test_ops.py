@@ -73,6 +73,19 @@ def test_decode_attention_reads_kv_at_bandwidth():
     assert float(t) == pytest.approx(kv_bytes / (0.8 * BW), rel=1e-12)
 
 
+def test_decode_attention_grid_cost_adds_per_sequence_and_kv_head():
+    """A 1-token-context decode call of batch 2048 x 8 KV heads pays 16384 work units x 25 ns
+    = 409.6 us on top of its (tiny) KV stream; the default (0 s per unit) leaves the old time."""
+    b, c, hkv, d = 2048, 1, 8, 128
+    kv_bytes = b * c * 2 * hkv * d * 2.0
+    ker = KernelEfficiency(launch_overhead_s=0.0, attention_cta_s=25e-9)
+    base = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, KernelEfficiency(launch_overhead_s=0.0))
+    t = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, ker, 0.0, b * hkv)
+    assert float(t - base) == pytest.approx(b * hkv * 25e-9, rel=1e-9)
+    same = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, KernelEfficiency(launch_overhead_s=0.0), 0.0, b * hkv)
+    assert float(same) == float(base)
+
+
 def test_collectives_volume_factors():
     eff = perfmodel.Efficiency(collective_latency_s=0.0, collective_bandwidth_fraction=1.0)
     n, link = 2.0**29, 450e9
