@@ -87,6 +87,10 @@ PRIORS: dict[str, Prior] = {
     # A paged decode CTA (one sequence x KV head) costs tens of ns of block-table reads, Q loads
     # and softmax bookkeeping beyond its KV stream: a few us per CTA spread over ~100 SMs.
     "attention_cta_s": Prior("log", 3.0e-8, 1.5),
+    # NCCL's LL protocol moves 4 data bytes per 8-byte store (<= 1/2 of the bus bandwidth); its
+    # Simple protocol pays ~2-3 us more per hop plus a larger base (NCCL tuning.cc latencies).
+    "collective_ll_bandwidth_ratio": Prior("logit", 0.4, 1.0),
+    "collective_simple_latency_s": Prior("log", 1.5e-5, 1.0),
 }
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"

@@ -118,7 +118,13 @@ def save_posterior(posterior: Posterior | object, path: str | Path) -> Path:
     return path
 
 
-OPTIONAL_PARAMS = ("collective_base_latency_s", "attention_overhead_s", "attention_cta_s")
+OPTIONAL_PARAMS = (
+    "collective_base_latency_s",
+    "attention_overhead_s",
+    "attention_cta_s",
+    "collective_ll_bandwidth_ratio",
+    "collective_simple_latency_s",
+)
 """Parameters added after the first posteriors were written: a file without one uses the
 field's default (``Efficiency`` / ``KernelEfficiency``), so older posteriors keep loading."""
 

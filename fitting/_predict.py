@@ -164,6 +164,7 @@ def predict_log(
                     collective_latency_s=eff.collective_latency_s * lat,
                     collective_base_latency_s=eff.collective_base_latency_s * lat,
                 ),
+                ker,
             )
         else:
             lat = jnp.exp(comm_off[b["pos"]])  # the source's collective-latency scale (COMM_GROUP)

@@ -64,6 +64,13 @@ class KernelEfficiency(eqx.Module):
             over the SMs, so the cost grows with batch x KV heads whatever the context):
             aiconfigurator's vLLM FlashAttention decode at 1-token context costs 12 us + ~25 ns
             (H100) / ~37 ns (A100) per (sequence, KV head) up to batch 2048.  Default 0.
+        collective_ll_bandwidth_ratio: share of the collective bandwidth that NCCL's low-latency
+            (LL) protocol reaches (8-byte stores carrying 4 bytes of data and a 4-byte flag: at
+            most half; nccl-tests on A100/H100 NVSwitch: ~0.35-0.42).  Default 1 (one regime).
+        collective_simple_latency_s: extra fixed cost of NCCL's bandwidth (Simple) protocol over
+            the LL latency (NCCL's tuning model gives Simple ~2-3 us more per hop and a larger
+            base; nccl-tests: ~13-26 us).  A collective takes the faster protocol (NCCL picks the
+            one its tuning model predicts fastest per call).  Default 0 (one regime).
     """
 
     launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
@@ -76,6 +83,8 @@ class KernelEfficiency(eqx.Module):
     attention_overhead_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
     elementwise_onchip_bytes_per_s: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
     attention_cta_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
+    collective_ll_bandwidth_ratio: Array = eqx.field(converter=jnp.asarray, default=1.0)
+    collective_simple_latency_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
 
 
 def gemm_time_s(
@@ -185,20 +194,46 @@ def one_pass_collective_s(
     return jnp.where(p > 1.0, volume / bw + latency, 0.0)
 
 
+def _one_protocol_s(kind, message_bytes, num_devices, link_bytes_per_s, efficiency) -> Array:
+    ar = ring_all_reduce_s(message_bytes, num_devices, link_bytes_per_s, efficiency)
+    op = one_pass_collective_s(message_bytes, num_devices, link_bytes_per_s, efficiency)
+    p2p = point_to_point_s(message_bytes, link_bytes_per_s, efficiency)
+    return jnp.where(kind == 0, ar, jnp.where(kind == 1, op, p2p))
+
+
 def collective_time_s(
     kind: ArrayLike,
     message_bytes: ArrayLike,
     num_devices: ArrayLike,
     link_bytes_per_s: ArrayLike,
     efficiency: Efficiency,
+    kernel: KernelEfficiency | None = None,
 ) -> Array:
     """Collective by kind code: 0 all-reduce (ring), 1 one-pass (gather/scatter/all-to-all),
-    2 send/recv (point to point).  Codes keep the dispatch a ``where``, not Python control flow."""
+    2 send/recv (point to point).  Codes keep the dispatch a ``where``, not Python control flow.
+
+    With ``kernel``, the faster of NCCL's two protocol regimes (NCCL ``tuning.cc``: per call, the
+    protocol with the least base + hops x hop latency + bytes / protocol bandwidth):
+    LL, t = alpha terms + wire / r_LL, and Simple, t = alpha terms + wire + alpha_S, where wire is
+    the volume term at ``collective_bandwidth_fraction`` (the large-message bus bandwidth),
+    r_LL = ``collective_ll_bandwidth_ratio`` and alpha_S = ``collective_simple_latency_s``.
+    E.g. 2-GPU all-reduce of 2 MiB at 300 GB/s, r_LL = 0.4, alpha terms 6 us, alpha_S = 13 us:
+    LL 6 + 17.5 = 23.5 us, Simple 6 + 7 + 13 = 26 us -> 23.5 us.  None: one regime (as before).
+    """
     kind = jnp.asarray(kind)
-    ar = ring_all_reduce_s(message_bytes, num_devices, link_bytes_per_s, efficiency)
-    op = one_pass_collective_s(message_bytes, num_devices, link_bytes_per_s, efficiency)
-    p2p = point_to_point_s(message_bytes, link_bytes_per_s, efficiency)
-    return jnp.where(kind == 0, ar, jnp.where(kind == 1, op, p2p))
+    t = _one_protocol_s(kind, message_bytes, num_devices, link_bytes_per_s, efficiency)
+    if kernel is None:
+        return t
+    zero = jnp.zeros_like(jnp.asarray(efficiency.collective_latency_s))
+    no_latency = eqx.tree_at(
+        lambda e: (e.collective_latency_s, e.collective_base_latency_s),
+        efficiency,
+        (zero, jnp.zeros_like(jnp.asarray(efficiency.collective_base_latency_s))),
+    )
+    wire = _one_protocol_s(kind, message_bytes, num_devices, link_bytes_per_s, no_latency)
+    ll = t + wire * (1.0 / kernel.collective_ll_bandwidth_ratio - 1.0)
+    simple = t + kernel.collective_simple_latency_s
+    return jnp.where(t > 0.0, jnp.minimum(ll, simple), t)
 
 
 COLLECTIVE_KINDS = {

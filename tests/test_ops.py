@@ -99,6 +99,27 @@ def test_collectives_volume_factors():
     assert float(collective_time_s(2, 1e6, 2, link, eff2)) == float(point_to_point_s(1e6, link, eff2))
 
 
+def test_collective_takes_the_faster_nccl_protocol():
+    """2-GPU all-reduce at 300 GB/s: wire time n / 300e9, alpha terms 2 x 1 us + 4 us = 6 us.
+    LL (r = 0.4): 6 us + wire / 0.4; Simple: 6 us + wire + 13 us.  2 MiB: LL 23.48 us (Simple
+    26.0); 64 MiB: Simple 242.7 us (LL 565.2).  No kernel: one regime, 6 us + wire."""
+    eff = perfmodel.Efficiency(
+        collective_latency_s=1e-6, collective_base_latency_s=4e-6, collective_bandwidth_fraction=1.0
+    )
+    ker = KernelEfficiency(collective_ll_bandwidth_ratio=0.4, collective_simple_latency_s=13e-6)
+    for n in (2 * 2**20, 64 * 2**20):
+        wire = n / 300e9
+        want = min(6e-6 + wire / 0.4, 6e-6 + wire + 13e-6)
+        assert float(collective_time_s(0, n, 2, 300e9, eff, ker)) == pytest.approx(want, rel=1e-12)
+        assert float(collective_time_s(0, n, 2, 300e9, eff)) == pytest.approx(6e-6 + wire, rel=1e-12)
+    assert float(collective_time_s(0, 2 * 2**20, 2, 300e9, eff, ker)) == pytest.approx(23.48e-6, rel=1e-3)
+    assert float(collective_time_s(1, 1e6, 1, 300e9, eff, ker)) == 0.0  # one device: nothing
+    # defaults (r = 1, alpha_S = 0) reproduce the one-regime time exactly
+    assert float(collective_time_s(1, 1e6, 8, 300e9, eff, KernelEfficiency())) == float(
+        collective_time_s(1, 1e6, 8, 300e9, eff)
+    )
+
+
 def test_gemm_gradients_match_finite_differences():
     def f(cfm, bw, launch):
         eff = perfmodel.Efficiency(compute_fraction_max=cfm, bandwidth_fraction=bw)
