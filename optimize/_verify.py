@@ -162,17 +162,19 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
 @eqx.filter_jit(compiler_options=ONE_OFF)
 def _split(problem: Problem, configs, replicas) -> SloMetrics:
     """``disaggregation_percentiles`` per (row, draw) of p:d splits (its colocated half is unused
-    and compiled away).  It takes one efficiency: both pools run at the decode GPU's draw (exact
-    when both pools are on one GPU type).  Speculation in the decode pool is not in that closed
-    form: such rows keep the search model's numbers (``metrics_model`` says so)."""
+    and compiled away).  Each pool runs at its own GPU's efficiency draw (draw j of the prefill
+    GPU with draw j of the decode GPU, as in the search model).  Speculation in the decode pool
+    is not in that closed form: such rows keep the search model's numbers (``metrics_model``
+    says so)."""
     problem = _open_loop(problem)
     tables = grid_tables(problem.grid)
     wl = problem.workload
 
     def one(c, r):
-        hw_d, dep, eff = _engine(problem, c, r)
+        hw_d, dep, eff_d = _engine(problem, c, r)
         w = one_hot_weights(c, problem.grid)
         hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
+        eff_p = mix_gpu(problem.efficiency, w[PREFILL_GPU])
         dep_p = eqx.tree_at(lambda d: d.replicas, dep, r * tables["prefill_units"][c[POOL]])
         dep_d = eqx.tree_at(lambda d: d.replicas, dep, r * tables["decode_units"][c[POOL]])
         bw = jnp.where(
@@ -187,10 +189,10 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
             ),
         )
 
-        def per_draw(e):
+        def per_draw(e_p, e_d):
             m = disaggregation_percentiles(
                 problem.model,
-                e,
+                e_d,
                 wl,
                 colocated=(hw_p, dep_p),
                 prefill=(hw_p, dep_p),
@@ -198,6 +200,7 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
                 transfer_bytes_per_s=bw,
                 transfer_latency_s=problem.transfer_latency_s,
                 orchestration_s=problem.orchestration_s,
+                prefill_efficiency=e_p,
             )
             ttft, tpot = m.split_ttft_s, m.split_tpot_s
             stable = jnp.isfinite(ttft[2]) & jnp.isfinite(tpot[2])
@@ -210,7 +213,7 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
                 tpot_quantiles_s=tpot[1:],
             )
 
-        return jax.vmap(per_draw)(eff)
+        return jax.vmap(per_draw)(eff_p, eff_d)
 
     return jax.vmap(one)(configs, replicas)
 

@@ -153,8 +153,12 @@ def disaggregation_percentiles(
     transfer_bytes_per_s: ArrayLike | None = None,
     transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
     orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
+    prefill_efficiency: Efficiency | None = None,
 ) -> DisaggregationPercentiles:
     """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
+
+    ``efficiency`` drives the colocated engine and the decode pool; ``prefill_efficiency`` (None:
+    ``efficiency``) the prefill pool, whose GPU type may differ from the decode pool's.
 
     Colocated: ``serving_metrics`` as is.  Split (module docstring): the prefill pool's mean wait
     is ``serving_metrics``' with one-token outputs, its tail Cramer-Lundberg with Gamma service of
@@ -177,18 +181,19 @@ def disaggregation_percentiles(
     hw_c, dep_c = colocated
     co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
     hw_p, dep_p = prefill
+    eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
     one = eqx.tree_at(
         lambda w: (w.output_tokens_mean, w.output_tokens_cv),
         workload,
         (jnp.asarray(1.0), jnp.asarray(0.0)),
     )
-    pre = serving_metrics(model, hw_p, dep_p, efficiency, one)
+    pre = serving_metrics(model, hw_p, dep_p, eff_p, one)
     mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     prompts = jnp.stack(
         [workload.prompt_tokens_mean]
         + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
     )
-    own = prefill_step(model, hw_p, dep_p, efficiency, prompts).total_s
+    own = prefill_step(model, hw_p, dep_p, eff_p, prompts).total_s
     pre_waits = prefill_pool_waits(
         pre.ttft_s.mean - own[0], own[0], workload.prompt_tokens_cv, QUANTILES
     )

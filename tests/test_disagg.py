@@ -128,13 +128,20 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
         "prefill": (H100, Deployment.create(replicas=4)),
         "decode": (H100, Deployment.create(replicas=4)),
     }
-    closed = disaggregation_percentiles(
-        LLAMA8B,
-        EFF,
-        Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=256.0),
-        colocated=(H100, colocated),
-        **pools,
+    wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=256.0)
+    closed = disaggregation_percentiles(LLAMA8B, EFF, wl, colocated=(H100, colocated), **pools)
+    # a slower prefill GPU (half the compute fraction) drives the prefill pool only: TPOT is the
+    # decode pool's, unchanged; mean TTFT grows by at least the longer prefill of the mean prompt
+    slow = Efficiency(compute_fraction_max=EFF.compute_fraction_max / 2)
+    both = disaggregation_percentiles(
+        LLAMA8B, EFF, wl, colocated=(H100, colocated), prefill_efficiency=slow, **pools
     )
+    np.testing.assert_array_equal(both.split_tpot_s, closed.split_tpot_s)
+    p_dep = pools["prefill"][1]
+    extra_s = float(prefill_step(LLAMA8B, H100, p_dep, slow, 2000.0).total_s) - float(
+        prefill_step(LLAMA8B, H100, p_dep, EFF, 2000.0).total_s
+    )
+    assert extra_s > 0 and float(both.split_ttft_s[0] - closed.split_ttft_s[0]) >= extra_s
     n = 800
     arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
     sim = simulate_disaggregated(

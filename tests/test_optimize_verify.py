@@ -62,26 +62,37 @@ class _Recorded:
 
     def __init__(self, model, efficiency, workload, *, colocated, prefill, decode, **kw):
         (hw_p, dep_p), (hw_d, dep_d) = prefill, decode
-        bw = kw["transfer_bytes_per_s"]
+        bw, eff_p = kw["transfer_bytes_per_s"], kw["prefill_efficiency"]
         self.split_ttft_s = jnp.stack([bw * 0, dep_p.replicas, dep_d.replicas, bw])
         self.split_tpot_s = jnp.stack(
-            [bw * 0, efficiency.bandwidth_fraction, hw_d.hbm_bytes, hw_p.hbm_bytes]
+            [
+                bw * 0,
+                efficiency.bandwidth_fraction,
+                eff_p.bandwidth_fraction,
+                hw_d.hbm_bytes,
+                hw_p.hbm_bytes,
+            ]
         )
 
 
 def test_split_verdict_calls_disaggregation_percentiles_with_p_and_d_engines(problem, monkeypatch):
     """Pool split 2:1, 3 replica units, prefill on l40s, decode on h100: 6 prefill engines and 3
-    decode engines, the l40s network for the hand-off, the decode GPU's efficiency draw."""
+    decode engines, the l40s network for the hand-off, and each pool its own GPU's efficiency
+    draw (the l40s draws are made to differ from the h100's, which the prior draws equal)."""
     config = _config(pool=1, prefill_gpu=1)
     assert kind_of(problem, config) == "split" and "disaggregation" in VERDICT_MODELS["split"]
+    bw_frac = problem.efficiency.bandwidth_fraction
+    two_gpus = eqx.tree_at(
+        lambda p: p.efficiency.bandwidth_fraction, problem, bw_frac.at[1].multiply(0.5)
+    )
     monkeypatch.setattr(verify, "disaggregation_percentiles", _Recorded)
     fresh = eqx.filter_jit(verify._split.__wrapped__)  # not the compiled closed form
-    m = fresh(problem, jnp.asarray(config[None]), jnp.asarray([3.0]))
+    m = fresh(two_gpus, jnp.asarray(config[None]), jnp.asarray([3.0]))
     h100, l40s = load_hardware("h100-sxm"), load_hardware("l40s")
     np.testing.assert_allclose(m.ttft_quantiles_s[0, 1], [6.0, 3.0, l40s.internode_bytes_per_s])
-    decode_draw = float(problem.efficiency.bandwidth_fraction[0, 1])
+    decode_draw, prefill_draw = float(bw_frac[0, 1]), 0.5 * float(bw_frac[1, 1])
     np.testing.assert_allclose(
-        m.tpot_quantiles_s[0, 1], [decode_draw, h100.hbm_bytes, l40s.hbm_bytes]
+        m.tpot_quantiles_s[0, 1], [decode_draw, prefill_draw, h100.hbm_bytes, l40s.hbm_bytes]
     )
 
 
