@@ -84,7 +84,7 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             s = _f(row["input_len"])
             flops = float(prefill_attention_flops(b, s, h, d, _f(notes.get("window_size", 0))))
             moved = b * s * (2 * h * d * ACT_BYTES + 2 * hkv * d * (ACT_BYTES + kv_b))
-            q, units = s, 0.0
+            q, units = s, b * hkv  # the grid's (sequence, KV head) pairs, as for decode
         else:
             c = _f(row["context_len"]) + 1.0
             w = _f(notes.get("window_size", 0))

@@ -58,12 +58,13 @@ class KernelEfficiency(eqx.Module):
             SMs issue the loads, reductions and stores of its rows, which does not grow with HBM
             bandwidth (vidur's Llama-2-7B RMSNorm costs ~16 ns per token beyond its HBM stream on
             A40, A100 and H100 alike, 0.7 to 3.4 TB/s).  Default inf (HBM-bound only).
-        attention_cta_s: time per work unit (one sequence x one KV head: a CTA of a paged decode
-            kernel, which reads its block table, loads Q, keeps the softmax state and writes or
-            combines its output) beyond the KV stream, summed over the grid (CTAs run in waves
-            over the SMs, so the cost grows with batch x KV heads whatever the context):
-            aiconfigurator's vLLM FlashAttention decode at 1-token context costs 12 us + ~25 ns
-            (H100) / ~37 ns (A100) per (sequence, KV head) up to batch 2048.  Default 0.
+        attention_cta_s: time per work unit (one sequence x one KV head: the CTAs of a fused
+            attention kernel, which read the block table, load Q, keep the softmax state and
+            write or combine the output) beyond the roofline, summed over the grid (CTAs run in
+            waves over the SMs, so the cost grows with batch x KV heads whatever the length):
+            aiconfigurator's vLLM FlashAttention at 1-16 tokens costs 12 us + ~25-30 ns (H100) /
+            ~37-46 ns (A100) per (sequence, KV head), decode up to batch 2048 and prefill up to
+            batch 256 alike.  Default 0.
         collective_ll_bandwidth_ratio: share of the collective bandwidth that NCCL's low-latency
             (LL) protocol reaches (8-byte stores carrying 4 bytes of data and a 4-byte flag: at
             most half; nccl-tests on A100/H100 NVSwitch: ~0.35-0.42).  Default 1 (one regime).
@@ -149,8 +150,8 @@ def attention_time_s(
     """One fused attention call: roofline of its FLOPs at eta_a(s) = eta_a,max s / (s + s_half),
     s = ``tokens_per_sequence``, and the bytes it moves (Q, K, V, output; the KV cache for decode)
     at eta_b, plus launch and ``attention_overhead_s`` (FlashAttention tiling: Dao 2023; Shah et al.
-    2024), plus ``work_units`` x ``attention_cta_s`` in series (a decode kernel's grid: batch x KV
-    heads; 0 for prefill, whose CTAs are long query tiles the roofline already covers)."""
+    2024), plus ``work_units`` x ``attention_cta_s`` in series (the kernel's grid: batch x KV
+    heads; default 0)."""
     q = jnp.asarray(tokens_per_sequence)
     eta = kernel.attention_compute_fraction_max * q / (q + kernel.attention_half_tokens)
     compute_s = jnp.asarray(flops) / (peak_flops_per_s * eta)
