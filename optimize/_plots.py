@@ -8,13 +8,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import cost_per_hour, draw_metrics, slo_probability
+from ._evaluate import constraint_slacks, cost_per_hour, draw_metrics, holds
 from ._grid import KNOBS, one_hot_weights
 from ._problem import Problem
+from ._verify import ONE_OFF
+
+Array = jnp.ndarray
 
 NAMES = {
     "tradeoff": "cost_vs_slo_probability.png",
@@ -61,30 +65,90 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
     return np.asarray([idx[k] for k in KNOBS], dtype=np.int32)
 
 
+@eqx.filter_jit(compiler_options=ONE_OFF)
+def _draw_table(problem: Problem, configs: Array, replicas: Array):
+    """(SLO probability, p95 TTFT draws, p95 TPOT draws) of each (config, replicas) row: the
+    plots' numbers in one program compiled once per shape (``slo_probability`` and
+    ``draw_metrics`` of each row)."""
+
+    def one(c, r):
+        m = draw_metrics(problem, one_hot_weights(c, problem.grid), r)
+        return (
+            jnp.mean(holds(constraint_slacks(problem, m)).astype(float)),
+            m.ttft_p95_s,
+            m.tpot_p95_s,
+        )
+
+    return jax.vmap(one)(configs, replicas)
+
+
+def draw_table(problem: Problem, configs, replicas) -> tuple[np.ndarray, ...]:
+    """``_draw_table`` as numpy, rows padded to at least ``max_replicas`` (so the trade-off line
+    and a latency histogram share one compiled shape) and the padding dropped."""
+    configs = np.atleast_2d(np.asarray(configs, dtype=np.int32))
+    replicas = np.asarray(replicas, dtype=float).reshape(-1)
+    n, pad = len(configs), max(0, problem.grid.max_replicas - len(configs))
+    configs = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
+    replicas = np.concatenate([replicas, np.repeat(replicas[:1], pad)])
+    out = _draw_table(problem, jnp.asarray(configs), jnp.asarray(replicas))
+    return tuple(np.asarray(x)[:n] for x in out)
+
+
+def _tradeoff_rows(problem: Problem, config: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r_max = problem.grid.max_replicas
+    return np.repeat(np.asarray(config)[None], r_max, axis=0), np.arange(1.0, r_max + 1.0)
+
+
 def replica_tradeoff(problem: Problem, config: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """($/hour, SLO probability) of ``config`` at every replica count 1..max_replicas."""
+    configs, reps = _tradeoff_rows(problem, config)
+    prob = draw_table(problem, configs, reps)[0]
+    return _costs(problem, config, reps), prob
+
+
+def _costs(problem: Problem, config: np.ndarray, reps: np.ndarray) -> np.ndarray:
     c = jnp.asarray(config)
-    reps = jnp.arange(1, problem.grid.max_replicas + 1, dtype=float)
-    prob = jax.vmap(lambda r: slo_probability(problem, c, r))(reps)
-    cost = jax.vmap(lambda r: cost_per_hour(problem, c, r))(reps)
-    return np.asarray(cost), np.asarray(prob)
+    return np.asarray([float(cost_per_hour(problem, c, 1.0))]) * reps
 
 
 def latency_draws(
     problem: Problem, config: np.ndarray, replicas: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """p95 TTFT and p95 TPOT (seconds) of ``config`` in every posterior draw (search model)."""
-    m = draw_metrics(problem, one_hot_weights(jnp.asarray(config), problem.grid), float(replicas))
-    return np.asarray(m.ttft_p95_s), np.asarray(m.tpot_p95_s)
+    _, ttft, tpot = draw_table(problem, config, [float(replicas)])
+    return ttft[0], tpot[0]
 
 
-def plot_tradeoff(problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path) -> Path:
+def plot_numbers(problem: Problem, gpus: tuple[str, ...], out: dict) -> dict:
+    """Every number both ``optimize`` figures show, from one ``draw_table`` call: the trade-off
+    line (cost, probability at 1..max_replicas), each listed configuration's probability at its
+    replicas (recommendation first), and the recommendation's p95 TTFT / TPOT draws."""
+    best = config_index(problem, gpus, out)
+    line_c, line_r = _tradeoff_rows(problem, best)
+    rows = [("recommended", out)] + [(f"alt {i + 1}", a) for i, a in enumerate(out["alternatives"])]
+    listed_c = np.stack([config_index(problem, gpus, d) for _, d in rows])
+    listed_r = np.asarray([float(d["replicas"]) for _, d in rows])
+    prob, ttft, tpot = draw_table(
+        problem, np.concatenate([line_c, listed_c]), np.concatenate([line_r, listed_r])
+    )
+    n = len(line_r)
+    return {
+        "line": (_costs(problem, best, line_r), prob[:n]),
+        "listed": [(label, d, p) for (label, d), p in zip(rows, prob[n:])],
+        "latency": (ttft[n], tpot[n]),
+    }
+
+
+def plot_tradeoff(
+    problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path, numbers=None
+) -> Path:
     """Cost against SLO probability: the recommendation and its runner-ups (points) and the
-    recommended configuration at every replica count (line); the confidence as a dashed line."""
+    recommended configuration at every replica count (line); the confidence as a dashed line.
+    ``numbers``: ``plot_numbers``' (computed when None)."""
+    numbers = plot_numbers(problem, gpus, out) if numbers is None else numbers
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    best = config_index(problem, gpus, out)
-    cost, prob = replica_tradeoff(problem, best)
+    cost, prob = numbers["line"]
     keep = cost <= 2.0 * max(
         [out["cost_per_hour"]] + [a["cost_per_hour"] for a in out["alternatives"]]
     )
@@ -98,13 +162,10 @@ def plot_tradeoff(problem: Problem, gpus: tuple[str, ...], out: dict, path: str 
         lw=1,
         label=f"{out['gpu']} TP{out['tp']} PP{out['pp']} at 1..{len(cost)} replicas",
     )
-    rows = [("recommended", out)] + [(f"alt {i + 1}", a) for i, a in enumerate(out["alternatives"])]
-    for i, (label, d) in enumerate(rows):
-        c = config_index(problem, gpus, d)
-        p = float(slo_probability(problem, jnp.asarray(c), float(d["replicas"])))
+    for i, (label, d, p) in enumerate(numbers["listed"]):
         ax.scatter(
             [d["cost_per_hour"]],
-            [p],
+            [float(p)],
             s=80 if i == 0 else 40,
             zorder=3,
             marker="*" if i == 0 else "o",
@@ -124,11 +185,16 @@ def plot_tradeoff(problem: Problem, gpus: tuple[str, ...], out: dict, path: str 
     return Path(path)
 
 
-def plot_latency(problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path) -> Path:
+def plot_latency(
+    problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path, numbers=None
+) -> Path:
     """Histograms over the posterior draws of p95 TTFT and p95 TPOT of the recommendation, with
-    the SLO bounds (where given) as vertical lines."""
+    the SLO bounds (where given) as vertical lines.  ``numbers``: ``plot_numbers``' (or None)."""
     plt = _pyplot()
-    ttft, tpot = latency_draws(problem, config_index(problem, gpus, out), out["replicas"])
+    if numbers is None:
+        ttft, tpot = latency_draws(problem, config_index(problem, gpus, out), out["replicas"])
+    else:
+        ttft, tpot = numbers["latency"]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, values, bound, name in (
         (axes[0], ttft, float(problem.slo_ttft_p95_s), "p95 TTFT"),
@@ -162,9 +228,10 @@ def write_optimize_plots(
         return []
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    numbers = plot_numbers(problem, gpus, out)
     return [
-        plot_tradeoff(problem, gpus, out, directory / NAMES["tradeoff"]),
-        plot_latency(problem, gpus, out, directory / NAMES["latency"]),
+        plot_tradeoff(problem, gpus, out, directory / NAMES["tradeoff"], numbers),
+        plot_latency(problem, gpus, out, directory / NAMES["latency"], numbers),
     ]
 
 
