@@ -223,13 +223,17 @@ def run_nuts(
     seed: int = 0,
     target_accept: float = 0.9,
     progress: bool = False,
+    fixed: dict | None = None,
 ):
-    """NUTS (Hoffman & Gelman 2014) on ``calibration_model``; returns ArviZ ``InferenceData``."""
+    """NUTS (Hoffman & Gelman 2014) on ``calibration_model``; returns ArviZ ``InferenceData``.
+    ``fixed`` pins latent sites to given values (``numpyro.handlers.condition``), e.g. the
+    parameters no row depends on, whose prior-only funnels only slow the sampler down."""
     import arviz as az
     import jax
     from numpyro.infer import MCMC, NUTS
 
-    kernel = NUTS(calibration_model, target_accept_prob=target_accept)
+    model = calibration_model if fixed is None else handlers.condition(calibration_model, fixed)
+    kernel = NUTS(model, target_accept_prob=target_accept)
     # one chain per host device when there are enough (``numpyro.set_host_device_count``, as
     # ``fitting.fit_bundled`` does): the chains then run on separate cores
     method = "parallel" if jax.local_device_count() >= num_chains > 1 else "sequential"
