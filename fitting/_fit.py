@@ -22,12 +22,6 @@ from ._serving_stage import add_serving_stage
 STRATA = ["source", "scenario", "op", "gpu", "metric"]
 """Cells of the stratified subsample."""
 
-KERNEL_STRATUM_FACTOR = 1.5
-"""The fit takes this many times ``per_stratum`` rows from each single-kernel (``op``) cell: a
-kernel cell is a shape sweep (thousands of rows over batch, length, N, K, heads) whose curve
-(half-efficiency sizes, grid and fixed costs) ten rows pin poorly, and its rows are closed-form
-rooflines, cheap beside the step-model rows in each NUTS gradient."""
-
 
 def read_tables(paths) -> tuple[pd.DataFrame, list]:
     """Measurement files -> (tidy table, rows ingest skipped) via ``fitting.ingest``."""
@@ -70,8 +64,7 @@ def fit_table(
 
     Args:
         table: tidy measurements (SCHEMA.md columns).
-        per_stratum: subsample cap per cell (``KERNEL_STRATUM_FACTOR`` times it for single-kernel
-            cells); 0 keeps every row.
+        per_stratum: subsample cap per cell; 0 keeps every row.
         seed: seeds the subsample and the sampler.
         draws, warmup, chains: NUTS settings (``draws`` is also the SVI/prior draw count).
         svi: use SVI (``AutoLowRankMultivariateNormal``) instead of NUTS.
@@ -79,16 +72,7 @@ def fit_table(
         serving: after the sampler, fit serving rows' engine offsets and noise in a second
             (cut) stage (``_serving_stage``); NUTS itself never solves the queueing model.
     """
-    if per_stratum > 0:
-        kernel = table["scenario"] == "op"
-        fit_rows = pd.concat(
-            [
-                subsample(table[~kernel], per_stratum, seed),
-                subsample(table[kernel], round(KERNEL_STRATUM_FACTOR * per_stratum), seed),
-            ]
-        ).sort_index()
-    else:
-        fit_rows = table
+    fit_rows = subsample(table, per_stratum, seed) if per_stratum > 0 else table
     prep = prepare(fit_rows, serving=False)
     if not len(prep.log_value):
         raise ValueError("no measurement row is covered by a budget; see the skipped reasons")
@@ -120,10 +104,7 @@ def fit_table(
             "per_stratum": per_stratum,
             "fit_rows": len(prep.log_value),
             "table_rows": len(table),
-            "subsample": (
-                f"seeded stratified: <= {per_stratum} rows per {'/'.join(STRATA)} cell "
-                f"({round(KERNEL_STRATUM_FACTOR * per_stratum)} per single-kernel cell)"
-            ),
+            "subsample": f"seeded stratified: <= {per_stratum} rows per {'/'.join(STRATA)} cell",
             "skipped_rows": len(prep.skipped),
             "serving_rows": n_serving,
         }

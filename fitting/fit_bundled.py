@@ -4,9 +4,8 @@
     python -m fitting.fit_bundled --prior-only
 
 Fits every file in ``data/measurements`` (``fitting.bundled_measurements()``) on a seeded
-stratified subsample (``PER_STRATUM`` rows per source/scenario/op/gpu/metric cell, 1.5 times that
-per single-kernel cell: ``fitting._fit.KERNEL_STRATUM_FACTOR``), prints the diagnostics (R-hat,
-bulk ESS, divergences) and writes the ArviZ netCDF.
+stratified subsample (``PER_STRATUM`` rows per source/scenario/op/gpu/metric cell), prints the
+diagnostics (R-hat, bulk ESS, divergences) and writes the ArviZ netCDF.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ import argparse
 import time
 
 PER_STRATUM = 10
-DRAWS = 900
-WARMUP = 350
+DRAWS = 1000
+WARMUP = 400
 CHAINS = 2
 SEED = 0
 
