@@ -168,6 +168,7 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
         temperature,
         tail,
         cost,
+        workload.output_tokens_cv,
     )
     o_tok_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
     e_step = cost.tokens_per_step()
@@ -268,6 +269,10 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
         cv2_accept = cost.tokens_per_step_var() / (jnp.maximum(o_tok_nodes, 1.0) * e_step)
         tpot_var = tpot_var / jnp.square(e_step) + jnp.square(tpot_nodes) * cv2_accept
     tpot_q = lognormal_mixture_quantile(tpot_nodes, tpot_var, qs)
+    # chunked: a request's mean gap is at most that of iterations all carrying a full budget
+    # (with a backlog, the budget paces the prefill landing in the gaps)
+    gap_max = s.gap_max / e_step if cost.speculative else s.gap_max
+    tpot_q = jnp.minimum(tpot_q, gap_max[..., None])
     return {
         "ttft": percentiles(ttft_mean, ttft_q, stable),
         "tpot": percentiles(tpot, tpot_q, stable),

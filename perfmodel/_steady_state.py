@@ -7,7 +7,9 @@ otherwise) and the mean gap TPOT.  Unchunked, prompts take prefill-only iteratio
 TPOT = tau_d / (1 - lambda E[Delta]).  Chunked, iterations are a mixture of decode-only ones
 (memory-bound) and ones carrying prefill (compute-bound); the gap is the mixture's mean, not T at
 the mean tokens (the roofline max is convex, and the TPOT feedback amplifies the difference near
-saturation).  All times are ``forward_step`` iterations (``_batching.iteration_s``); chunked
+saturation); the share of carrying iterations is a renewal of carrying and decode-only runs,
+since a long iteration gathers the prompts arriving behind it.  Decodes read the context of a
+request picked in proportion to its output length.  All times are ``forward_step`` iterations (``_batching.iteration_s``); chunked
 prefill follows Sarathi-Serve (Agrawal et al. OSDI 2024).  Prompts follow the lognormal truncated
 at ``max_model_len`` (longer ones are rejected, as vLLM does).
 """
@@ -48,6 +50,7 @@ class Steady(eqx.Module):
     extra: Array  # lambda E[Delta]: share of time prefill adds to the decode gaps
     tpot_full: Array  # mean gap with all ``seats`` decoding, at this arrival rate
     rate_slope: Array  # d ln c / d n_d, c = prefill tokens/s of a backlogged server (chunked)
+    gap_max: Array  # longest mean gap a request can see: every iteration carries a full budget
 
 
 def truncated_lognormal(mean, cv, max_len):
@@ -94,17 +97,23 @@ def steady_state(
     temperature,
     tail=1.0,
     cost: DecodeCost | None = None,
+    o_cv=0.0,
 ):
     """Fixed point of decode batch and iteration gap at arrival rate ``rate`` (one replica).
 
     ``cost`` (``DecodeCost``) prices every iteration (cached prefix read by decodes and chunks;
     speculative draft + verify) and sets the tokens E a sequence emits per decode iteration, so
     a request decodes for (E[O] - 1) / E iterations; ``tpot`` is then the iteration gap, and
-    ``p_nodes`` are the served (uncached) prompt tokens.
+    ``p_nodes`` are the served (uncached) prompt tokens; ``o_cv`` is the output-length CV (a
+    decode's context is length-biased: long outputs stay in the batch longer; 0 = E[P] + E[O] / 2).
     """
     cost = DecodeCost() if cost is None else cost
     p_mean = jnp.mean(p_nodes)
-    ctx_d = p_mean + o_mean / 2.0
+    p_var = jnp.var(p_nodes) * tail
+    # a decode at a random iteration belongs to a request picked in proportion to its output
+    # length O (it decodes for O iterations), at a uniform point of it: the mean context is
+    # E[P] + E[O (O - 1) / 2] / E[O] = E[P] + (E[O] (1 + cv_O^2) - 1) / 2
+    ctx_d = p_mean + jnp.maximum(o_mean * (1.0 + jnp.square(o_cv)) - 1.0, 0.0) / 2.0
     o_dec = jnp.maximum(o_mean - 1.0, 0.0)
     if cost.speculative:
         o_dec = o_dec / cost.tokens_per_step()
@@ -133,6 +142,9 @@ def steady_state(
             delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
             full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
             packed = p / budget * full
+            # prefill-server time per prompt: packed into full iterations while a backlog lasts
+            # (probability rho_p), its own iteration(s) otherwise
+            busy = rho_p * packed + (1.0 - rho_p) * own
         else:
             b = deployment.max_num_batched_tokens
             own = T(prefill_tokens=p, prefill_seqs=1.0)
@@ -142,10 +154,9 @@ def steady_state(
             packed = jnp.where(
                 p <= fill, p / fill * T(prefill_tokens=fill, prefill_seqs=fill / p), own
             )
-        # prefill-server time per prompt: packed into full iterations while a backlog lasts
-        # (probability rho_p), its own iteration(s) otherwise
-        busy = rho_p * packed + (1.0 - rho_p) * own
-        if not config.chunked_prefill:
+            # prefill-server time per prompt: packed into full iterations while a backlog lasts
+            # (probability rho_p), its own iteration(s) otherwise
+            busy = rho_p * packed + (1.0 - rho_p) * own
             delta = busy
         return tau_d, own, busy, delta
 
@@ -159,7 +170,9 @@ def steady_state(
         gap = f T(tokens / f, n_d) + (1 - f) tau_d.  Few prompts: the lumpy law; many: every
         iteration carries prefill (the spread law).  Prompt tokens are conserved: when
         lambda E[P] tau exceeds f (B - n_d), the prefill is budget-bound (a backlog) and
-        f = lambda E[P] tau / (B - n_d) of the iterations carry a full budget."""
+        f = lambda E[P] tau / (B - n_d) of the iterations carry a full budget.  The share itself
+        is a two-state renewal rather than Poisson: a long carrying iteration gathers the prompts
+        that arrive during it, so carrying iterations come in runs (fewer, fuller ones)."""
         tau_d, own, busy, delta = costs(n_d, rho_p)
         extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
         if not config.chunked_prefill:
@@ -174,9 +187,47 @@ def steady_state(
         need = p_mean / m_mean * x
         f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
         tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
+        # arrivals cluster behind long iterations: the next iteration carries prefill with
+        # probability 1 - exp(-lambda t) after one of length t.  A carrying group (the first
+        # prompt P with the others at their mean, c = tokens - E[P]: P + c tokens over
+        # S = (P + c) / B iterations) is followed by another with p_c = E[1 - exp(-lambda T_P)],
+        # a decode-only iteration by a carrying one with p_d = 1 - exp(-lambda tau_d): a
+        # two-state renewal, f = R / (R + 1 / p_d), R = E[S] / (1 - p_c), below the Poisson
+        # 1 - exp(-x) (long carrying iterations gather the next prompts)
+        c = jnp.maximum(tokens - p_mean, 0.0)
+        group = p_nodes + c
+        k_tok = jnp.minimum(group, budget)
+        t_group = T(
+            prefill_tokens=k_tok,
+            prefill_seqs=(1.0 + c / p_mean) * k_tok / group,
+            prefill_context=jnp.maximum(group - budget, 0.0) / 2.0,
+            decode_seqs=n_d,
+            decode_context=ctx_d,
+        )
+        p_c = jnp.mean(-jnp.expm1(-rate * t_group))
+        p_d = -jnp.expm1(-rate * tau_d)
+        run_c = jnp.mean(group / k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
+        f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, 1e-30))
+        # and a carrying run goes on while prefill is left over: the tokens arriving during an
+        # iteration (compound Poisson: gamma with mean ``need``, scale the token-weighted prompt
+        # E[P^2] / E[P], shape k) exceed what the next iteration can take, q = P(A > B), by the
+        # Wilson-Hilferty cube-root normal (smooth to every order, unlike igamma's a-derivative)
+        p2 = p_mean + p_var / p_mean
+        k = jnp.maximum(need / p2, 1e-6)
+        h = 1.0 / (9.0 * k)
+        q = ndtr(-(jnp.cbrt(budget / p2 / k) - 1.0 + h) / jnp.sqrt(h))
+        f_run = 1.0 - (1.0 - f_run) * (1.0 - q)
+        f = jnp.minimum(smooth_max(f_run, need / budget, temperature), 1.0)
+        tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)
+        # attention is quadratic in the prompt: a prefill token at position i attends i, so the
+        # token-weighted prompt is E[P^2] / E[P]; k prompts sharing an iteration are priced at
+        # their mean length (``forward_step``'s per-prompt = tokens / seqs), which gives
+        # E[(sum P)^2 / k] / E[sum P] = E[P] + Var(P) / (k E[P])
+        shared = jnp.maximum(tokens / p_mean, 1.0)
+        p_eff = p_mean + p_var / (shared * p_mean)
         carry = T(
             prefill_tokens=tokens,
-            prefill_seqs=tokens / p_mean,
+            prefill_seqs=tokens / p_eff,
             decode_seqs=n_d,
             decode_context=ctx_d,
         )
@@ -215,6 +266,19 @@ def steady_state(
         rate_slope = dc / c0
     else:  # prefill-only iterations go first: their speed does not depend on the batch
         rate_slope = jnp.zeros_like(n_d)
+    # chunked, an iteration carries at most one budget of prefill, so no request's mean gap can
+    # exceed the gap of iterations that all carry a full one (unchunked: no such cap)
+    if config.chunked_prefill:
+        left = prefill_budget_tokens(deployment, config, n_d, temperature)
+        gap_max = T(
+            prefill_tokens=left,
+            prefill_seqs=1.0,
+            prefill_context=jnp.maximum(p_mean - left, 0.0) / 2.0,
+            decode_seqs=n_d,
+            decode_context=ctx_d,
+        )
+    else:
+        gap_max = jnp.full_like(n_d, jnp.inf)
     return Steady(
         slope=slope,
         n_d=n_d,
@@ -228,4 +292,5 @@ def steady_state(
         extra=jnp.minimum(rate * jnp.mean(delta), 0.99),
         tpot_full=full,
         rate_slope=rate_slope,
+        gap_max=gap_max,
     )
