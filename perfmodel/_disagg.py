@@ -117,6 +117,8 @@ def disaggregation(
     transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
     orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
     temperature: float = 0.0,
+    prefill_efficiency: Efficiency | None = None,
+    decode_efficiency: Efficiency | None = None,
 ) -> Disaggregation:
     """Mean TTFT, TPOT and E2E of a colocated pool and of a prefill + decode split.
 
@@ -127,7 +129,11 @@ def disaggregation(
         arrival_rate_per_s: requests/s offered to the whole system.
         transfer_bytes_per_s: per-device KV link bandwidth; default the prefill GPU's inter-node
             network (pools on different nodes).
+        prefill_efficiency, decode_efficiency: each pool's GPU efficiency when the pools use
+            other GPU types than the colocated system; default ``efficiency``.
     """
+    eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
+    eff_d = efficiency if decode_efficiency is None else decode_efficiency
     p = jnp.asarray(prompt_tokens, dtype=float)
     o_dec = jnp.maximum(jnp.asarray(output_tokens, dtype=float) - 1.0, 0.0)
     ctx = p + o_dec / 2.0
@@ -174,7 +180,7 @@ def disaggregation(
 
     hw_p, dep_p = prefill
     rate_p = jnp.asarray(arrival_rate_per_s) / dep_p.replicas
-    pre_p = prefill_step(model, hw_p, dep_p, efficiency, p, temperature=temperature).total_s
+    pre_p = prefill_step(model, hw_p, dep_p, eff_p, p, temperature=temperature).total_s
     bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
     t_kv = kv_transfer_s(model, dep_p, p, bw, transfer_latency_s)
 
@@ -182,7 +188,7 @@ def disaggregation(
     rate_d = jnp.asarray(arrival_rate_per_s) / dep_d.replicas
 
     def step_d(n):
-        return decode_step(model, hw_d, dep_d, efficiency, n, ctx, temperature).total_s
+        return decode_step(model, hw_d, dep_d, eff_d, n, ctx, temperature).total_s
 
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
     seats_d = max_concurrent_requests(model, hw_d, dep_d, p + o_dec + 1.0, temperature)

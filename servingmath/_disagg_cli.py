@@ -12,6 +12,7 @@ import equinox as eqx
 import perfmodel as pm
 from perfmodel import CatalogError, Deployment, HardwareSpec, features as ft
 
+from ._posterior_cli import resolve_efficiency
 from .errors import UsageError
 
 
@@ -70,6 +71,14 @@ def disagg_pools(args, hardware, deployment) -> DisaggPools:
     return DisaggPools(p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw)
 
 
+def pool_efficiency(args, hardware, efficiency, pool_hardware) -> pm.Efficiency:
+    """A pool's efficiency: the command's own where the pool runs the command's GPU, else the
+    median of that GPU's posterior draws (or the spec-sheet defaults under ``--prior``)."""
+    if pool_hardware.name == hardware.name:
+        return efficiency
+    return resolve_efficiency(args, pool_hardware, args.weight_dtype)[0]
+
+
 def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
     p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
     block = {
@@ -91,6 +100,8 @@ def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate)
             output_tokens=output,
             arrival_rate_per_s=rate,
             transfer_bytes_per_s=bw,
+            prefill_efficiency=pool_efficiency(args, hardware, efficiency, hw_p),
+            decode_efficiency=pool_efficiency(args, hardware, efficiency, hw_d),
         )
         block.update(
             {k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()}

@@ -106,3 +106,37 @@ def test_explain_prior_and_bad_posterior(capsys, tmp_path):
     missing = tmp_path / "nope.nc"
     code, _, err = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--posterior", str(missing))
     assert code == 2 and "cannot use posterior" in err and len(err.strip().splitlines()) == 1
+
+
+def test_disagg_pools_on_other_gpus_run_at_those_gpus_efficiencies(monkeypatch):
+    # explain --gpu h100-sxm --disagg 1:1 --prefill-gpu a100-sxm-80gb: the prefill pool's
+    # efficiency is the a100's (resolved like the command's own), the decode pool keeps the h100's
+    import argparse
+
+    import perfmodel as pm
+    from servingmath import _disagg_cli
+
+    h100, a100 = pm.load_hardware("h100-sxm"), pm.load_hardware("a100-sxm-80gb")
+    own, a100_eff = pm.Efficiency(), pm.Efficiency(compute_fraction_max=0.3)
+    asked, passed = [], {}
+
+    def fake_resolve(args, hardware, weight_dtype):
+        asked.append(hardware.name)
+        return a100_eff, None, "stub"
+
+    def fake_disaggregation(model, efficiency, **kw):
+        passed.update(kw, efficiency=efficiency)
+        raise StopIteration  # the wiring is all this test checks
+
+    monkeypatch.setattr(_disagg_cli, "resolve_efficiency", fake_resolve)
+    monkeypatch.setattr(_disagg_cli.ft, "disaggregation", fake_disaggregation)
+    args = argparse.Namespace(
+        disagg="1:1", prefill_gpu="a100-sxm-80gb", decode_gpu=None, transfer_bw=None,
+        weight_dtype="bf16", hardware_csv=None,
+    )
+    model = pm.load_model("meta-llama/Llama-3.1-8B")
+    with pytest.raises(StopIteration):
+        _disagg_cli._disagg(args, model, h100, pm.Deployment.create(), own, 2000.0, 200.0, 1.0)
+    assert asked == [a100.name]
+    assert passed["efficiency"] is own and passed["decode_efficiency"] is own
+    assert passed["prefill_efficiency"] is a100_eff

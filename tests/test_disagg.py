@@ -73,6 +73,25 @@ def test_net_is_the_e2e_difference_and_accounts_for_the_handoff():
     assert float(slow.kv_transfer_s) > 1.0 and float(slow.net_s) < 0
 
 
+def test_each_pool_runs_at_its_own_gpus_efficiency():
+    # half the compute fraction on the prefill pool's GPU: the split's prefill (and so its TTFT)
+    # slows by exactly the longer prefill of the prompt, its TPOT and the colocated system do not
+    base = _compare(2000.0, 256.0, 0.1)
+    slow = Efficiency(compute_fraction_max=EFF.compute_fraction_max / 2)
+    r = _compare(2000.0, 256.0, 0.1, prefill_efficiency=slow)
+    assert float(r.split_tpot_s) == float(base.split_tpot_s)
+    assert float(r.colocated_e2e_s) == float(base.colocated_e2e_s)
+    dep = Deployment.create(replicas=4)
+    extra_s = float(prefill_step(LLAMA8B, H100, dep, slow, 2000.0).total_s) - float(
+        prefill_step(LLAMA8B, H100, dep, EFF, 2000.0).total_s
+    )
+    assert extra_s > 0 and float(r.split_ttft_s - base.split_ttft_s) >= extra_s
+    # and a slower decode GPU moves the split's TPOT only
+    d = _compare(2000.0, 256.0, 0.1, decode_efficiency=Efficiency(bandwidth_fraction=0.4))
+    assert float(d.split_tpot_s) > 1.5 * float(base.split_tpot_s)
+    assert float(d.colocated_tpot_s) == float(base.colocated_tpot_s)
+
+
 def test_an_undersized_pool_is_reported_unstable():
     r = _compare(8000.0, 256.0, 0.5, prefill_gpus=2, decode_gpus=6)
     assert not bool(r.split_stable) and float(r.split_ttft_s) == jnp.inf
