@@ -251,8 +251,15 @@ def gpu_group_draws(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """GPU x group bias draws eta_gk on log time, (draws, gpus, keys): fitted pairs keep theirs,
-    an unseen GPU or kernel group draws N(0, tau_gpu) (its own bias, unknown); whole-model and
-    serving groups and older posterior files without the term get 0."""
+    an unseen GPU or kernel group draws N(0, tau_gpu) (its own bias, unknown); a fitted GPU's
+    whole-model groups, anchor groups, serving groups and older posterior files without the term
+    get 0.
+
+    An unseen GPU's whole-model groups (prefill, decode step, static batch) also draw
+    N(0, tau_gpu): their (source, scenario) offsets were learned on the GPUs each source measured
+    (most sources measured one), so how the same engine fares on another GPU is a GPU x scenario
+    bias the fit cannot see, of the size the kernel groups' GPU biases show.  Fitted GPUs keep 0
+    (their rows pinned the offsets), so in-sample intervals are unchanged."""
     out = np.zeros((len(idx), len(gpus), len(keys)))
     post = posterior.idata.posterior
     if "gpu_group" not in post:
@@ -261,15 +268,18 @@ def gpu_group_draws(
     eta = eta.reshape((-1,) + eta.shape[2:])[idx]
     fit_gpus = [str(g) for g in post["gpu_group"].coords["gpu"].values]
     fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
-    tau_k, tau_s = posterior.flat("tau_gpu_kernel")[idx], np.zeros(len(idx))
+    tau_k, zero = posterior.flat("tau_gpu_kernel")[idx], np.zeros(len(idx))
     for j, k in enumerate(keys):
         if k.startswith("serving:"):
             continue
-        tau = tau_k if kernel_groups([k])[0] else tau_s
+        kernel = kernel_groups([k])[0]
+        whole_model = not k.startswith(("op:", "collective:"))
         for i, g in enumerate(gpus):
             if g in fit_gpus and k in fit_keys:
                 out[:, i, j] = eta[:, fit_gpus.index(g), fit_keys.index(k)]
             else:
+                unseen_gpu_step = whole_model and g not in fit_gpus
+                tau = tau_k if kernel or unseen_gpu_step else zero
                 out[:, i, j] = tau * rng.standard_normal(len(idx))
     return out
 
