@@ -21,7 +21,9 @@ from perfmodel._parallel import point_to_point_s, ring_all_reduce_s
 H100 = perfmodel.load_hardware("h100-sxm")
 PEAK = float(H100.dense_flops_per_s[0])
 BW = float(H100.hbm_bytes_per_s)
-NO_RAMP = perfmodel.Efficiency(compute_fraction_max=0.75, compute_half_tokens=0.0, bandwidth_fraction=0.8)
+NO_RAMP = perfmodel.Efficiency(
+    compute_fraction_max=0.75, compute_half_tokens=0.0, bandwidth_fraction=0.8
+)
 IDEAL_KERNEL = KernelEfficiency(launch_overhead_s=0.0, gemm_half_width=0.0)
 
 
@@ -47,7 +49,9 @@ def test_gemm_single_token_is_weight_read_bound():
 
 
 def test_fp8_gemm_uses_low_precision_ratio():
-    ker = KernelEfficiency(launch_overhead_s=0.0, gemm_half_width=0.0, low_precision_compute_ratio=0.5)
+    ker = KernelEfficiency(
+        launch_overhead_s=0.0, gemm_half_width=0.0, low_precision_compute_ratio=0.5
+    )
     fp8_peak = float(H100.dense_flops_per_s[1])
     t = gemm_time_s(8192, 8192, 8192, 1.0, fp8_peak, BW, NO_RAMP, ker, low_precision=1.0)
     assert float(t) == pytest.approx(2 * 8192**3 / (0.75 * 0.5 * fp8_peak), rel=1e-12)
@@ -79,10 +83,28 @@ def test_decode_attention_grid_cost_adds_per_sequence_and_kv_head():
     b, c, hkv, d = 2048, 1, 8, 128
     kv_bytes = b * c * 2 * hkv * d * 2.0
     ker = KernelEfficiency(launch_overhead_s=0.0, attention_cta_s=25e-9)
-    base = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, KernelEfficiency(launch_overhead_s=0.0))
+    base = attention_time_s(
+        b * c * 4.0 * 64 * d,
+        kv_bytes,
+        c,
+        PEAK,
+        BW,
+        NO_RAMP,
+        KernelEfficiency(launch_overhead_s=0.0),
+    )
     t = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, ker, 0.0, b * hkv)
     assert float(t - base) == pytest.approx(b * hkv * 25e-9, rel=1e-9)
-    same = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, KernelEfficiency(launch_overhead_s=0.0), 0.0, b * hkv)
+    same = attention_time_s(
+        b * c * 4.0 * 64 * d,
+        kv_bytes,
+        c,
+        PEAK,
+        BW,
+        NO_RAMP,
+        KernelEfficiency(launch_overhead_s=0.0),
+        0.0,
+        b * hkv,
+    )
     assert float(same) == float(base)
 
 
@@ -90,13 +112,19 @@ def test_collectives_volume_factors():
     eff = perfmodel.Efficiency(collective_latency_s=0.0, collective_bandwidth_fraction=1.0)
     n, link = 2.0**29, 450e9
     for p in (2, 4, 8):
-        assert float(collective_time_s(0, n, p, link, eff)) == pytest.approx(2 * (p - 1) / p * n / link)
+        assert float(collective_time_s(0, n, p, link, eff)) == pytest.approx(
+            2 * (p - 1) / p * n / link
+        )
         assert float(collective_time_s(1, n, p, link, eff)) == pytest.approx((p - 1) / p * n / link)
     assert float(collective_time_s(2, n, 2, link, eff)) == pytest.approx(n / link)
     assert float(one_pass_collective_s(n, 1, link, eff)) == 0.0
     eff2 = perfmodel.Efficiency()
-    assert float(collective_time_s(0, 1e6, 4, link, eff2)) == float(ring_all_reduce_s(1e6, 4, link, eff2))
-    assert float(collective_time_s(2, 1e6, 2, link, eff2)) == float(point_to_point_s(1e6, link, eff2))
+    assert float(collective_time_s(0, 1e6, 4, link, eff2)) == float(
+        ring_all_reduce_s(1e6, 4, link, eff2)
+    )
+    assert float(collective_time_s(2, 1e6, 2, link, eff2)) == float(
+        point_to_point_s(1e6, link, eff2)
+    )
 
 
 def test_collective_takes_the_faster_nccl_protocol():
@@ -111,8 +139,12 @@ def test_collective_takes_the_faster_nccl_protocol():
         wire = n / 300e9
         want = min(6e-6 + wire / 0.4, 6e-6 + wire + 13e-6)
         assert float(collective_time_s(0, n, 2, 300e9, eff, ker)) == pytest.approx(want, rel=1e-12)
-        assert float(collective_time_s(0, n, 2, 300e9, eff)) == pytest.approx(6e-6 + wire, rel=1e-12)
-    assert float(collective_time_s(0, 2 * 2**20, 2, 300e9, eff, ker)) == pytest.approx(23.48e-6, rel=1e-3)
+        assert float(collective_time_s(0, n, 2, 300e9, eff)) == pytest.approx(
+            6e-6 + wire, rel=1e-12
+        )
+    assert float(collective_time_s(0, 2 * 2**20, 2, 300e9, eff, ker)) == pytest.approx(
+        23.48e-6, rel=1e-3
+    )
     assert float(collective_time_s(1, 1e6, 1, 300e9, eff, ker)) == 0.0  # one device: nothing
     # defaults (r = 1, alpha_S = 0) reproduce the one-regime time exactly
     assert float(collective_time_s(1, 1e6, 8, 300e9, eff, KernelEfficiency())) == float(
@@ -134,7 +166,15 @@ def test_vmap_over_parameters_equals_loop():
     cfms = jnp.asarray([0.5, 0.6, 0.7])
 
     def f(c):
-        return gemm_time_s(2048.0, 8192.0, 8192.0, 2.0, PEAK, BW, perfmodel.Efficiency(compute_fraction_max=c),
-                           KernelEfficiency())
+        return gemm_time_s(
+            2048.0,
+            8192.0,
+            8192.0,
+            2.0,
+            PEAK,
+            BW,
+            perfmodel.Efficiency(compute_fraction_max=c),
+            KernelEfficiency(),
+        )
 
     np.testing.assert_allclose(jax.vmap(f)(cfms), [f(c) for c in cfms], rtol=1e-12)
