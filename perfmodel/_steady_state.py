@@ -124,19 +124,25 @@ def steady_state(
             model, hardware, deployment, efficiency, cost, temperature=temperature, **kw
         )
 
+    def budget_iteration(n_d, prompt):
+        """Chunked: an iteration carrying a full budget of a ``prompt``-token prompt's chunks
+        (at the mean context of its later chunks) and the decode batch."""
+        budget = prefill_budget_tokens(deployment, config, n_d, temperature)
+        return T(
+            prefill_tokens=budget,
+            prefill_seqs=1.0,
+            prefill_context=jnp.maximum(prompt - budget, 0.0) / 2.0,
+            decode_seqs=n_d,
+            decode_context=ctx_d,
+        )
+
     def costs(n_d, rho_p):
         tau_d = T(decode_seqs=n_d, decode_context=ctx_d)
         p = p_nodes
         if config.chunked_prefill:
             budget = prefill_budget_tokens(deployment, config, n_d, temperature)
             small = T(prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
-            chunk = T(
-                prefill_tokens=budget,
-                prefill_seqs=1.0,
-                prefill_context=jnp.maximum(p - budget, 0.0) / 2.0,
-                decode_seqs=n_d,
-                decode_context=ctx_d,
-            )
+            chunk = budget_iteration(n_d, p)
             fits = p <= budget
             own = jnp.where(fits, small, p / budget * chunk)
             delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
@@ -269,14 +275,7 @@ def steady_state(
     # chunked, an iteration carries at most one budget of prefill, so no request's mean gap can
     # exceed the gap of iterations that all carry a full one (unchunked: no such cap)
     if config.chunked_prefill:
-        left = prefill_budget_tokens(deployment, config, n_d, temperature)
-        gap_max = T(
-            prefill_tokens=left,
-            prefill_seqs=1.0,
-            prefill_context=jnp.maximum(p_mean - left, 0.0) / 2.0,
-            decode_seqs=n_d,
-            decode_context=ctx_d,
-        )
+        gap_max = budget_iteration(n_d, p_mean)
     else:
         gap_max = jnp.full_like(n_d, jnp.inf)
     return Steady(

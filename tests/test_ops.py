@@ -83,28 +83,12 @@ def test_decode_attention_grid_cost_adds_per_sequence_and_kv_head():
     b, c, hkv, d = 2048, 1, 8, 128
     kv_bytes = b * c * 2 * hkv * d * 2.0
     ker = KernelEfficiency(launch_overhead_s=0.0, attention_cta_s=25e-9)
-    base = attention_time_s(
-        b * c * 4.0 * 64 * d,
-        kv_bytes,
-        c,
-        PEAK,
-        BW,
-        NO_RAMP,
-        KernelEfficiency(launch_overhead_s=0.0),
-    )
-    t = attention_time_s(b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP, ker, 0.0, b * hkv)
+    args = (b * c * 4.0 * 64 * d, kv_bytes, c, PEAK, BW, NO_RAMP)
+    base = attention_time_s(*args, KernelEfficiency(launch_overhead_s=0.0))
+    t = attention_time_s(*args, ker, 0.0, b * hkv)
     assert float(t - base) == pytest.approx(b * hkv * 25e-9, rel=1e-9)
-    same = attention_time_s(
-        b * c * 4.0 * 64 * d,
-        kv_bytes,
-        c,
-        PEAK,
-        BW,
-        NO_RAMP,
-        KernelEfficiency(launch_overhead_s=0.0),
-        0.0,
-        b * hkv,
-    )
+    # the default (0 s per work unit) leaves the old time whatever the grid
+    same = attention_time_s(*args, KernelEfficiency(launch_overhead_s=0.0), 0.0, b * hkv)
     assert float(same) == float(base)
 
 
