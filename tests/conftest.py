@@ -2,10 +2,7 @@
 persistent compile cache (``SERVINGMATH_CACHE``, which ``optimize``/``fleet``/``forecast`` turn
 on) lives in a fresh directory per session, so the suite neither reads programs an earlier run
 left in ~/.cache (a warm cache hid most compile time from local timings; CI starts empty) nor
-writes there.  Each test module's compiled programs are dropped when it ends, so the session's
-memory stays that of one module rather than growing with every program the suite compiled."""
-
-import gc
+writes there."""
 
 import jax
 import pytest
@@ -19,14 +16,6 @@ def _fresh_compile_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVINGMATH_CACHE", str(tmp_path_factory.mktemp("jax-cache")))
         yield
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _drop_compiled_programs():
-    """Without this the in-memory jit caches grow to ~7 GB over the suite (the budget is 4 GB)."""
-    yield
-    jax.clear_caches()
-    gc.collect()
 
 
 @pytest.fixture(scope="session")
