@@ -71,12 +71,15 @@ def disagg_pools(args, hardware, deployment) -> DisaggPools:
     return DisaggPools(p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw)
 
 
-def pool_efficiency(args, hardware, efficiency, pool_hardware) -> pm.Efficiency:
-    """A pool's efficiency: the command's own where the pool runs the command's GPU, else the
-    median of that GPU's posterior draws (or the spec-sheet defaults under ``--prior``)."""
+def pool_efficiency(args, hardware, efficiency, pool_hardware, resolve=None) -> pm.Efficiency:
+    """A pool's efficiency: the command's own where the pool runs the command's GPU, else
+    ``resolve(args, pool_hardware)`` (default: the median of that GPU's posterior draws, or the
+    spec-sheet defaults under ``--prior``)."""
     if pool_hardware.name == hardware.name:
         return efficiency
-    return resolve_efficiency(args, pool_hardware, args.weight_dtype)[0]
+    if resolve is None:
+        return resolve_efficiency(args, pool_hardware, args.weight_dtype)[0]
+    return resolve(args, pool_hardware)
 
 
 def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:

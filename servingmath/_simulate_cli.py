@@ -19,6 +19,7 @@ from perfmodel.simulator import (
     synthetic_prefix_hashes,
 )
 
+from ._disagg_cli import pool_efficiency
 from ._features_cli import disagg_pools
 from ._options import require_fit
 from ._posterior_cli import resolve_efficiency
@@ -164,8 +165,12 @@ def simulate_disagg(
     )
     for hw, dep in ((hw_p, pre), (hw_d, dec)):
         require_fit(model, hw, dep, longest)
-    eff_p = efficiency if hw_p.name == hardware.name else simulation_efficiency(args, hw_p)[0]
-    eff_d = efficiency if hw_d.name == hardware.name else simulation_efficiency(args, hw_d)[0]
+
+    def resolve(a, hw):  # the simulator's draw (--draw) of that GPU, as for the command's own
+        return simulation_efficiency(a, hw)[0]
+
+    eff_p = pool_efficiency(args, hardware, efficiency, hw_p, resolve)
+    eff_d = pool_efficiency(args, hardware, efficiency, hw_d, resolve)
     r = simulate_disaggregated(
         model,
         eff_p,
