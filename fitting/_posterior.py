@@ -8,6 +8,7 @@ widens the interval instead of shifting it (Gelman et al., BDA3 ch. 5).
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,8 +144,14 @@ def parameter_draws(
     posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
     """Every parameter for ``gpus`` at posterior draws ``idx``: shape (len(idx), len(gpus));
-    a GPU the posterior lacks is drawn from the population mu_p + tau_p * z."""
+    a GPU the posterior lacks is drawn from the population mu_p + tau_p * z, z from a stream of
+    its own (``rng`` and the CRC-32 of its name), so unseen GPUs are independent of each other."""
     known = {g: i for i, g in enumerate(posterior.gpus)}
+    unseen = [g for g in gpus if g not in known]
+    # each unseen GPU's population draws come from its own stream, keyed by a stable hash of its
+    # name: two GPUs drawn with the same seed (in one call or two) are independent, not equal
+    base = int(rng.integers(2**32)) if unseen else 0
+    streams = {g: np.random.default_rng([base, zlib.crc32(g.encode())]) for g in unseen}
     out = {}
     for name in PARAM_NAMES:
         if name not in posterior.idata.posterior:  # an older file: the field's default
@@ -161,7 +168,7 @@ def parameter_draws(
             elif not pooled:  # an update of an older file: no population for this field
                 cols.append(np.full(len(idx), _default_value(name)))
             else:
-                z = rng.standard_normal(len(idx))
+                z = streams[g].standard_normal(len(idx))
                 cols.append(np.asarray(to_natural(name, jnp.asarray(mu + tau * z))))
         out[name] = np.stack(cols, axis=1) if cols else np.zeros((len(idx), 0))
     return out
