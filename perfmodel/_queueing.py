@@ -102,6 +102,32 @@ def diffusion_seat_wait(
     return jnp.where(stable, p, 1.0), jnp.where(stable, w_cond, jnp.inf)
 
 
+def modulated_wait_s(w_kingman, rho, rate_var_rel, corr_s):
+    """Extra queue wait from a server whose speed c(t) drifts slowly (a Markov-modulated queue).
+
+    Chunked prefill: the prefill server gets the budget the decodes leave, so its speed follows
+    the decode batch N(t) (Var c / c^2 = ``rate_var_rel`` = (d ln c / dN)^2 Var N, correlation
+    time ``corr_s`` = E[O] TPOT / (1 - g), the running count's OU time).  Two limits:
+
+    * fast drift (Brownian heavy traffic, Harrison 1985): the capacity adds 2 Var(c) tau to the
+      work's variance rate, W = Var(c) tau / (c^2 (1 - rho));
+    * slow drift (quasi-static: the queue settles at each speed): E[W(rho / (1 + x))] - W to
+      second order in x = dc / c is W Var(x) / (1 - rho)^2 for Kingman's W = K rho / (1 - rho);
+
+    joined harmonically (the smaller limit governs)."""
+    fast = rate_var_rel * corr_s / (1.0 - rho)
+    slow = w_kingman * rate_var_rel / jnp.square(1.0 - rho)
+    return fast * slow / jnp.maximum(fast + slow, 1e-30)
+
+
+def mg1_conditional_wait_scv(rho: ArrayLike, m1: ArrayLike, m2: ArrayLike, m3: ArrayLike) -> Array:
+    """Squared CV of an M/G/1 wait given that there is one, from the service moments E[S^k] = m_k
+    (Takacs 1962: E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho))):
+    2 rho - 1 + 4 (1 - rho) m1 m3 / (3 m2^2).  M/M/1: 1; M/D/1: (1 + 2 rho) / 3."""
+    rho = jnp.asarray(rho)
+    return 2.0 * rho - 1.0 + 4.0 * (1.0 - rho) * m1 * m3 / (3.0 * jnp.square(m2))
+
+
 def window_mean_variance_factor(window_over_correlation: ArrayLike) -> Array:
     """Var of the mean of a stationary Ornstein-Uhlenbeck process over a window of length y
     correlation times, as a fraction of its variance: 2 (y - 1 + exp(-y)) / y^2 (1 at y -> 0)."""
@@ -160,23 +186,31 @@ def _node_cdf(t: Array, nodes: Array) -> Array:
 
 
 def wait_plus_quantile_s(
-    nodes_s: Array, wait_probability: ArrayLike, wait_cond_s: ArrayLike, q: ArrayLike
+    nodes_s: Array,
+    wait_probability: ArrayLike,
+    wait_cond_s: ArrayLike,
+    q: ArrayLike,
+    wait_shift_s: ArrayLike = 0.0,
 ) -> Array:
     """q-quantile of W + X, X given by equal-probability ``nodes_s``, W independent with
-    P(W = 0) = 1 - p and W | W > 0 ~ Exp(mean W_cond) (the tail law above).  ``q`` may be an
-    array of levels (broadcast against ``p`` and ``W_cond``); the nodes' leading axes broadcast
-    ahead of it.
+    P(W = 0) = 1 - p and W | W > 0 ~ d + Exp(mean W_cond - d) (the tail law above; a shift
+    d = ``wait_shift_s`` < W_cond makes it less variable, SCV (1 - d / W_cond)^2).  ``q`` may be
+    an array of levels (broadcast against ``p`` and ``W_cond``); the nodes' leading axes
+    broadcast ahead of it.
 
-    F(t) = (1 - p) F_X(t) + p mean_k [1 - exp(-(t - x_k)^+ / W_cond)].
+    F(t) = (1 - p) F_X(t) + p mean_k [1 - exp(-(t - x_k - d)^+ / (W_cond - d))].
     """
     q = jnp.asarray(q)
     p = jnp.clip(jnp.asarray(wait_probability), 0.0, 1.0)
     wc = jnp.maximum(jnp.asarray(wait_cond_s), 1e-12)
+    shift = jnp.clip(jnp.asarray(wait_shift_s), 0.0, 0.99 * wc)
     x = nodes_s.reshape(nodes_s.shape[:-1] + (1,) * q.ndim + nodes_s.shape[-1:])
+    x_w = x + shift[..., None]
+    we = (wc - shift)[..., None]
 
     def cdf(t):
-        lag = jnp.maximum(t[..., None] - x, 0.0)
-        waited = jnp.mean(-jnp.expm1(-lag / wc[..., None]), axis=-1)
+        lag = jnp.maximum(t[..., None] - x_w, 0.0)
+        waited = jnp.mean(-jnp.expm1(-lag / we), axis=-1)
         return (1.0 - p) * _node_cdf(t, x) + p * waited
 
     hi = jnp.max(x, axis=-1) + wc * (jnp.log(1.0 / (1.0 - q)) + 2.0) + 1e-9

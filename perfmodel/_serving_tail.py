@@ -32,16 +32,23 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from ._batching import DecodeCost, EngineConfig, saturated_output_tokens_per_s
+from ._batching import (
+    DecodeCost,
+    EngineConfig,
+    prefill_budget_tokens,
+    saturated_output_tokens_per_s,
+)
 from ._queueing import (
     diffusion_seat_wait,
     kingman_wait_s,
     lognormal_mixture_quantile,
     lognormal_nodes,
+    mg1_conditional_wait_scv,
+    modulated_wait_s,
     wait_plus_quantile_s,
     window_mean_variance_factor,
 )
-from ._smooth import smooth_max
+from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._steady_state import prompt_nodes, steady_state, tail_ratio, truncated_lognormal
 from ._workload import Workload
@@ -57,15 +64,20 @@ OUTPUT_NODES = 32
 """Equal-probability nodes of the output-length lognormal."""
 GAIN_MAX = 0.95
 """Cap on the slot-feedback gain g (g >= 1 only beyond saturation, where latencies are inf)."""
-CORRECTIONS: tuple[float, float, float, float] = (0.0, 0.0, 1.0, 1.0)
+CORRECTIONS: tuple[float, ...] = (-0.012, 0.0224, 1.0, 1.0, 0.1204, 0.037, -0.0909, 0.1604)
 """Discrepancy terms against the simulator (Kennedy & O'Hagan 2001 style), in order:
 
-* ``wait_cs2_gain`` a and ``wait_load_gain`` b: the queue wait (mean and tail) is scaled by
-  1 + a c_s^2 + b rho (c_s^2 the prefill-service SCV, rho the utilisation);
+* ``wait_cs2_gain`` a and ``wait_load_gain`` b (prompts in prefill-only iterations): the prefill
+  queue's wait (mean and tail) is scaled by 1 + a c_s^2 + b rho / (1 - rho) (c_s^2 the
+  prefill-service SCV, rho the prefill server's utilisation);
 * ``tpot_var_gain`` c: weight of Var(TPOT | O) (1 = the model's own variance);
-* ``tpot_jensen_gain`` d: weight of the second-order (Jensen) shift of the mean TPOT.
+* ``tpot_jensen_gain`` d: weight of the second-order (Jensen) shift of the mean TPOT;
+* ``chunked_wait_cs2_gain``, ``chunked_wait_load_gain``: a and b under chunked prefill;
+* ``seat_var_log_gain`` (unchunked) and ``chunked_seat_var_log_gain``: the running count's
+  variance in the seat wait is scaled by exp(.) (the diffusion's spread; 0 = as modelled).
 
-(0, 0, 1, 1) is the uncorrected model (``benchmarks/fit_queueing_corrections.py`` fits them)."""
+(0, 0, 1, 1, 0, 0, 0, 0) is the uncorrected model (``benchmarks/fit_queueing_corrections.py``
+fits them)."""
 
 
 class Percentiles(eqx.Module):
@@ -87,24 +99,6 @@ def percentiles(mean, quantiles, stable):
         p95=jnp.where(stable, quantiles[1], inf),
         p99=jnp.where(stable, quantiles[2], inf),
     )
-
-
-def modulated_wait_s(w_kingman, rho, rate_var_rel, corr_s):
-    """Extra queue wait from a server whose speed c(t) drifts slowly (a Markov-modulated queue).
-
-    Chunked prefill: the prefill server gets the budget the decodes leave, so its speed follows
-    the decode batch N(t) (Var c / c^2 = ``rate_var_rel`` = (d ln c / dN)^2 Var N, correlation
-    time ``corr_s`` = E[O] TPOT / (1 - g), the running count's OU time).  Two limits:
-
-    * fast drift (Brownian heavy traffic, Harrison 1985): the capacity adds 2 Var(c) tau to the
-      work's variance rate, W = Var(c) tau / (c^2 (1 - rho));
-    * slow drift (quasi-static: the queue settles at each speed): E[W(rho / (1 + x))] - W to
-      second order in x = dc / c is W Var(x) / (1 - rho)^2 for Kingman's W = K rho / (1 - rho);
-
-    joined harmonically (the smaller limit governs)."""
-    fast = rate_var_rel * corr_s / (1.0 - rho)
-    slow = w_kingman * rate_var_rel / jnp.square(1.0 - rho)
-    return fast * slow / jnp.maximum(fast + slow, 1e-30)
 
 
 class LoadPoint(eqx.Module):
@@ -148,7 +142,9 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
         point.temperature,
         point.corrections,
     )
-    a, b, c, d = jnp.asarray(CORRECTIONS) if corrections is None else corrections
+    corr = jnp.asarray(CORRECTIONS if corrections is None else corrections)
+    a, b, c, d = corr[jnp.asarray((4, 5, 2, 3) if config.chunked_prefill else (0, 1, 2, 3))]
+    seat_gain = jnp.exp(corr[7] if config.chunked_prefill else corr[6])
     # prompts longer than max_model_len are rejected (vLLM): the engine serves the truncated law
     p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, deployment.max_model_len)
     accept, p_mean, p_var = truncated_lognormal(*p_args)
@@ -207,7 +203,7 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
     stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
     n_run = jnp.where(stable, rate * resid_time, 0.5 * seats)
     var_run = n_run * ((1.0 + ca2) / 2.0 + stall) / jnp.square(1.0 - gain)
-    p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run, s.seats, rate)
+    p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run * seat_gain, s.seats, rate)
     w_s = p_seat * w_seat_cond
     w_m = modulated_wait_s(
         w_p, rho_p, jnp.square(s.rate_slope) * var_run, o_bar * s.tpot / (1.0 - gain)
@@ -229,10 +225,16 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
         stretch = 1.0 + rate * per_token * p_mean * share
     else:
         stretch = 1.0
-    wait = (w_p + w_m + w_s) * (1.0 + a * cs2_p + b * utilization) * stretch
+    wait = ((w_p + w_m) * (1.0 + a * cs2_p + b * rho_p / (1.0 - rho_p)) + w_s) * stretch
     p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), 1e-9, 1.0)
     w_cond = wait / p_wait
+    # an arrival waits out the iteration in progress: a decode-only one (tau_d) or, chunked, with
+    # probability rho_p one carrying a prompt's chunk (it cannot join an iteration in flight)
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0 * stretch
+    if config.chunked_prefill:
+        budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
+        t_carry = jnp.mean(s.own / jnp.maximum(p_nodes / budget, 1.0))
+        residual = (1.0 - rho_p) * residual + rho_p * t_carry / 2.0
 
     # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
     # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
@@ -261,8 +263,19 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
     ttft_nodes = residual + s.own
     e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
     qs = jnp.asarray(QUANTILES)
-    ttft_q = wait_plus_quantile_s(ttft_nodes, p_wait[..., None], w_cond[..., None], qs)
-    e2e_q = wait_plus_quantile_s(e2e_nodes, p_wait[..., None], w_cond[..., None], qs)
+    # shape of the prefill queue's wait given a wait (M/G/1 moments, Takacs): squared CV
+    # 2 rho - 1 + 4 (1 - rho) E[S] E[S^3] / (3 E[S^2]^2), 1 for M/M/1, < 1 for less variable
+    # prompts; below 1 the exponential is shifted to match it (its share of the wait only)
+    moments = [jnp.mean(s.busy**k) for k in (1, 2, 3)]
+    cw2 = mg1_conditional_wait_scv(rho_p, *moments)
+    share = (w_p + w_m) * stretch / jnp.maximum(wait, 1e-30)
+    shift = share * (1.0 - jnp.sqrt(smooth_min(jnp.maximum(cw2, 0.1), 1.0, temperature))) * w_cond
+    ttft_q = wait_plus_quantile_s(
+        ttft_nodes, p_wait[..., None], w_cond[..., None], qs, shift[..., None]
+    )
+    e2e_q = wait_plus_quantile_s(
+        e2e_nodes, p_wait[..., None], w_cond[..., None], qs, shift[..., None]
+    )
     if cost.speculative:  # per token: gap / E, plus the accepted-token spread (renewal CLT)
         tpot_nodes = tpot_nodes / e_step
         tpot = tpot / e_step

@@ -146,7 +146,13 @@ def steady_state(
             fits = p <= budget
             own = jnp.where(fits, small, p / budget * chunk)
             delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
-            full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
+            # a full budget packs budget / E[P] prompts (one, chunked, when it is smaller)
+            full = T(
+                prefill_tokens=budget,
+                prefill_seqs=jnp.maximum(budget / p_mean, 1.0),
+                decode_seqs=n_d,
+                decode_context=ctx_d,
+            )
             packed = p / budget * full
             # prefill-server time per prompt: packed into full iterations while a backlog lasts
             # (probability rho_p), its own iteration(s) otherwise
