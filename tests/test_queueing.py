@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel._queueing import mg1_conditional_wait_scv
 from perfmodel.dynamics import (
     Workload,
     allen_cunneen_wait_s,
@@ -70,6 +71,29 @@ def test_mm1_sojourn_quantile_from_wait_plus_service():
     for q in (0.5, 0.95, 0.99):
         got = float(wait_plus_quantile_s(nodes, rho, w / rho, q))
         assert got == pytest.approx(-np.log(1 - q) / (1 - rho), rel=0.01)
+
+
+def test_conditional_wait_scv_md1_against_lindley_and_mm1():
+    # Takacs' second moment: a wait given one has SCV 1 in M/M/1 (E[S^k] = k!) and
+    # (1 + 2 rho) / 3 in M/D/1; checked against the Lindley recursion W' = (W + D - A)^+
+    assert float(mg1_conditional_wait_scv(0.7, 1.0, 2.0, 6.0)) == pytest.approx(1.0)
+    rho = 0.7
+    assert float(mg1_conditional_wait_scv(rho, 1.0, 1.0, 1.0)) == pytest.approx((1 + 2 * rho) / 3)
+    gaps = np.random.default_rng(0).exponential(1.0 / rho, 200_000)
+    w, cur = np.empty_like(gaps), 0.0
+    for i, a in enumerate(gaps):
+        cur = max(cur + 1.0 - a, 0.0)
+        w[i] = cur
+    waited = w[w > 0]
+    assert waited.var() / waited.mean() ** 2 == pytest.approx((1 + 2 * rho) / 3, rel=0.03)
+
+
+def test_shifted_wait_quantile_is_exact():
+    # X = 0, P(wait) = 1, W | wait = d + Exp(W_cond - d): q-quantile d + (W_cond - d) ln(1 / (1 - q))
+    nodes = jnp.zeros(8)
+    for q in (0.5, 0.95, 0.99):
+        got = float(wait_plus_quantile_s(nodes, 1.0, 2.0, q, 0.5))
+        assert got == pytest.approx(0.5 + 1.5 * np.log(1.0 / (1.0 - q)), rel=1e-6)
 
 
 def test_lognormal_mixture_quantile_of_one_component():
