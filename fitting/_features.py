@@ -17,10 +17,11 @@ import pandas as pd
 import perfmodel
 from perfmodel import HardwareSpec, ModelSpec
 from perfmodel._constants import DTYPE_BYTES
-from perfmodel._ops import COLLECTIVE_KINDS, prefill_attention_flops
+from perfmodel._ops import COLLECTIVE_KINDS, attention_tile_flops, prefill_attention_flops
 
 from ._groups import notes_dict
 
+ATTN_TILE = 128.0  # perfmodel._ops.ATTENTION_QUERY_TILE
 ACT_BYTES = 2.0  # fp16/bf16 activations in every profiled kernel (vidur fp16, aic bf16)
 _UNGATED = {"phi", "gpt2", "gptj", "gpt_neox", "bloom", "falcon", "opt"}
 LOW_PRECISION = {"fp8", "fp8_block", "fp4", "int8"}
@@ -85,6 +86,9 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             flops = float(prefill_attention_flops(b, s, h, d, _f(notes.get("window_size", 0))))
             moved = b * s * (2 * h * d * ACT_BYTES + 2 * hkv * d * (ACT_BYTES + kv_b))
             q, units = s, b * hkv  # the grid's (sequence, KV head) pairs, as for decode
+            win = _f(notes.get("window_size", 0))
+            keys = min(s, win + ATTN_TILE) if win > 0 else s  # the last query tile's keys
+            tile = float(attention_tile_flops(keys, s, d))
         else:
             c = _f(row["context_len"]) + 1.0
             w = _f(notes.get("window_size", 0))
@@ -92,11 +96,13 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             flops = b * c * 2.0 * 2.0 * h * d
             moved = b * c * 2 * hkv * d * kv_b + b * 2 * h * d * ACT_BYTES
             q, units = c, b * hkv  # the decode grid: one CTA per (sequence, KV head)
+            tile = 0.0  # split-KV decode: no CTA spans a whole long context
         return "attention", {
             "flops": flops,
             "bytes": moved,
             "q": q,
             "units": units,
+            "tile": tile,
             "peak": peak_bf16,
             "bw": bw,
         }

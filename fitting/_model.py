@@ -91,6 +91,11 @@ PRIORS: dict[str, Prior] = {
     # Simple protocol pays ~2-3 us more per hop plus a larger base (NCCL tuning.cc latencies).
     "collective_ll_bandwidth_ratio": Prior("logit", 0.4, 1.0),
     "collective_simple_latency_s": Prior("log", 1.5e-5, 1.0),
+    # One CTA computes on one SM (1/108 of an A100, 1/132 of an H100); a lone CTA runs faster
+    # than the average one of a full grid, so its share of peak x eta_a can exceed that.
+    "attention_tile_share": Prior("log", 1.0 / 64.0, 1.0),
+    # A streaming kernel's CTAs launch while earlier ones load: most of the launch hides (wide).
+    "elementwise_launch_overlap": Prior("logit", 0.5, 1.5),
 }
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"

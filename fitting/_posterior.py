@@ -125,6 +125,8 @@ OPTIONAL_PARAMS = (
     "attention_cta_s",
     "collective_ll_bandwidth_ratio",
     "collective_simple_latency_s",
+    "attention_tile_share",
+    "elementwise_launch_overlap",
 )
 """Parameters added after the first posteriors were written: a file without one uses the
 field's default (``Efficiency`` / ``KernelEfficiency``), so older posteriors keep loading."""

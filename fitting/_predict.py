@@ -146,7 +146,16 @@ def predict_log(
             y = elementwise_time_s(b["bytes"], b["bw"], ker, b["onchip"])
         elif name == "attention":
             y = attention_time_s(
-                b["flops"], b["bytes"], b["q"], b["peak"], b["bw"], eff, ker, 0.0, b["units"]
+                b["flops"],
+                b["bytes"],
+                b["q"],
+                b["peak"],
+                b["bw"],
+                eff,
+                ker,
+                0.0,
+                b["units"],
+                b.get("tile", 0.0),
             )
         elif name == "serving":
             y = _serving_block(b, eff, ker)

@@ -72,6 +72,19 @@ class KernelEfficiency(eqx.Module):
             the LL latency (NCCL's tuning model gives Simple ~2-3 us more per hop and a larger
             base; nccl-tests: ~13-26 us).  A collective takes the faster protocol (NCCL picks the
             one its tuning model predicts fastest per call).  Default 0 (one regime).
+        attention_tile_share: share of the GPU's peak FLOP/s one attention CTA (one query tile)
+            computes at (about one SM's: 1/108 on A100, 1/132 on H100).  A kernel cannot finish
+            before its longest CTA, so greedy scheduling of the grid takes at most the spread-out
+            work plus the longest CTA (Graham 1969: makespan <= W / m + p_max): a causal prefill
+            of few sequences x heads (few CTAs, the last query tile spanning every key) runs far
+            below its FLOP roofline (aiconfigurator FA2/FA3, 1-4 heads x 1-4 sequences of 1-4k
+            tokens: 0.1-0.3 of peak where 64 heads reach 0.5).  Default inf (no tail).
+        elementwise_launch_overlap: share of ``launch_overhead_s`` an elementwise kernel hides
+            under its own stream (CTAs launch and ramp while earlier ones already load):
+            t = s + L - o * min(s, L).  vidur's kernels stay near their floor until the stream
+            exceeds it and then grow with the bytes (H100 RMSNorm 4 us from 1 to 256 tokens,
+            7 us at 512); least squares per GPU give o = 0.82-0.89 on A40, A100 and H100.
+            Default 0 (in series, as before).
     """
 
     launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
@@ -86,6 +99,8 @@ class KernelEfficiency(eqx.Module):
     attention_cta_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
     collective_ll_bandwidth_ratio: Array = eqx.field(converter=jnp.asarray, default=1.0)
     collective_simple_latency_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
+    attention_tile_share: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
+    elementwise_launch_overlap: Array = eqx.field(converter=jnp.asarray, default=0.0)
 
 
 def gemm_time_s(
@@ -127,13 +142,17 @@ def elementwise_time_s(
     onchip: ArrayLike = 1.0,
 ) -> Array:
     """Bandwidth-bound kernel (norm, residual add, activation, rope, embedding gather):
-    bytes / (BW * eta_elem) + onchip * bytes / R_onchip + launch (two ceilings in series: the HBM
+    s = bytes / (BW * eta_elem) + onchip * bytes / R_onchip (two ceilings in series: the HBM
     stream and the SMs' own issue rate, ``elementwise_onchip_bytes_per_s``, inf by default;
-    ``onchip`` = 0 for a pure stream with no per-row work, such as a residual add)."""
+    ``onchip`` = 0 for a pure stream with no per-row work, such as a residual add), plus the launch
+    L less the share o = ``elementwise_launch_overlap`` of it hidden under the stream:
+    s + L - o * min(s, L) (o = 0: in series, the default)."""
     bw = hbm_bytes_per_s * kernel.elementwise_bandwidth_fraction
     moved = jnp.asarray(bytes_moved)
     per_row = jnp.asarray(onchip) * moved / kernel.elementwise_onchip_bytes_per_s
-    return moved / bw + per_row + kernel.launch_overhead_s
+    stream = moved / bw + per_row
+    hidden = kernel.elementwise_launch_overlap * jnp.minimum(stream, kernel.launch_overhead_s)
+    return stream + kernel.launch_overhead_s - hidden
 
 
 def attention_time_s(
@@ -146,15 +165,20 @@ def attention_time_s(
     kernel: KernelEfficiency,
     temperature: float = 0.0,
     work_units: ArrayLike = 0.0,
+    tile_flops: ArrayLike = 0.0,
 ) -> Array:
     """One fused attention call: roofline of its FLOPs at eta_a(s) = eta_a,max s / (s + s_half),
     s = ``tokens_per_sequence``, and the bytes it moves (Q, K, V, output; the KV cache for decode)
     at eta_b, plus launch and ``attention_overhead_s`` (FlashAttention tiling: Dao 2023; Shah et al.
     2024), plus ``work_units`` x ``attention_cta_s`` in series (the kernel's grid: batch x KV
-    heads; default 0)."""
+    heads; default 0), plus the longest CTA's ``tile_flops`` (one query tile against every key it
+    attends, ``attention_tile_flops``) at ``attention_tile_share`` of the peak times eta_a(s)
+    (Graham's list-scheduling bound; default 0)."""
     q = jnp.asarray(tokens_per_sequence)
     eta = kernel.attention_compute_fraction_max * q / (q + kernel.attention_half_tokens)
-    compute_s = jnp.asarray(flops) / (peak_flops_per_s * eta)
+    compute_s = (jnp.asarray(flops) + jnp.asarray(tile_flops) / kernel.attention_tile_share) / (
+        peak_flops_per_s * eta
+    )
     memory_s = jnp.asarray(bytes_moved) / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
     fixed_s = kernel.launch_overhead_s + kernel.attention_overhead_s
     grid_s = jnp.asarray(work_units) * kernel.attention_cta_s
@@ -177,6 +201,19 @@ def prefill_attention_flops(
         w > 0, s * jnp.minimum((s + 1.0) / 2.0, jnp.where(w > 0, w, 1.0)), s * (s + 1.0) / 2.0
     )
     return batch * pairs * ATTENTION_MATMULS * FLOPS_PER_MAC * num_heads * head_dim
+
+
+ATTENTION_QUERY_TILE = 128.0
+"""Query rows per FlashAttention-2/3 CTA at head dims 64-256 (Dao 2023; Shah et al. 2024)."""
+
+
+def attention_tile_flops(keys: ArrayLike, new_tokens: ArrayLike, head_dim: ArrayLike) -> Array:
+    """FLOPs of a fused attention kernel's longest CTA: min(``ATTENTION_QUERY_TILE``, new tokens)
+    query rows of one head against ``keys`` keys (the last tile of a causal prefill sees every key),
+    2 matmuls * 2 FLOPs * head_dim per pair.  E.g. 4096 keys, head dim 128: 128 * 4096 * 512
+    = 268 MFLOP."""
+    rows = jnp.minimum(ATTENTION_QUERY_TILE, jnp.asarray(new_tokens))
+    return rows * jnp.asarray(keys) * ATTENTION_MATMULS * FLOPS_PER_MAC * head_dim
 
 
 def one_pass_collective_s(

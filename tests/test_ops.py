@@ -9,6 +9,7 @@ from jax.test_util import check_grads
 import perfmodel
 from perfmodel._ops import (
     KernelEfficiency,
+    attention_tile_flops,
     attention_time_s,
     collective_time_s,
     elementwise_time_s,
@@ -60,6 +61,47 @@ def test_fp8_gemm_uses_low_precision_ratio():
 def test_elementwise_is_bandwidth_bound():
     ker = KernelEfficiency(launch_overhead_s=3e-6, elementwise_bandwidth_fraction=0.5)
     assert float(elementwise_time_s(1e9, BW, ker)) == pytest.approx(1e9 / (0.5 * BW) + 3e-6)
+
+
+def test_elementwise_launch_overlap_hides_the_launch_under_the_stream():
+    """s + L - o * min(s, L): a 2 us stream under a 4 us launch at o = 0.75 takes 2 + 4 - 1.5
+    = 4.5 us; a 40 us stream takes 40 + 4 - 3 = 41 us; o = 1 is max(s, L), o = 0 (default) the sum."""
+    stream_2us = 2e-6 * 0.5 * BW
+    ker = KernelEfficiency(
+        launch_overhead_s=4e-6, elementwise_bandwidth_fraction=0.5, elementwise_launch_overlap=0.75
+    )
+    assert float(elementwise_time_s(stream_2us, BW, ker)) == pytest.approx(4.5e-6, rel=1e-12)
+    assert float(elementwise_time_s(20 * stream_2us, BW, ker)) == pytest.approx(41e-6, rel=1e-12)
+    full = KernelEfficiency(
+        launch_overhead_s=4e-6, elementwise_bandwidth_fraction=0.5, elementwise_launch_overlap=1.0
+    )
+    assert float(elementwise_time_s(stream_2us, BW, full)) == pytest.approx(4e-6, rel=1e-12)
+    none = KernelEfficiency(launch_overhead_s=4e-6, elementwise_bandwidth_fraction=0.5)
+    assert float(elementwise_time_s(stream_2us, BW, none)) == pytest.approx(6e-6, rel=1e-12)
+
+
+def test_prefill_attention_longest_tile_adds_in_series():
+    """One sequence x one head of 4096 tokens, head dim 128: the last query tile (128 rows x 4096
+    keys x 512 FLOP) = 268 MFLOP at 1/64 of the peak x eta is added to the spread-out work (Graham's
+    bound); 64 heads spread 64x the work over the same one-tile tail."""
+    s, d = 4096, 128
+    tile = float(attention_tile_flops(s, s, d))
+    assert tile == 128 * 4096 * 2 * 2 * 128
+    assert float(attention_tile_flops(s, 16, d)) == 16 * 4096 * 2 * 2 * 128  # short: 16 rows
+    ker = KernelEfficiency(launch_overhead_s=0.0, attention_half_tokens=0.0)
+    tail = KernelEfficiency(
+        launch_overhead_s=0.0, attention_half_tokens=0.0, attention_tile_share=1.0 / 64
+    )
+    eta = 0.6 * PEAK  # attention_compute_fraction_max default, no ramp
+    for heads in (1, 64):
+        flops = float(prefill_attention_flops(1, s, heads, d))
+        args = (flops, 0.0, s, PEAK, BW, NO_RAMP)
+        assert float(attention_time_s(*args, ker, 0.0, 0.0, tile)) == pytest.approx(flops / eta)
+        t = attention_time_s(*args, tail, 0.0, 0.0, tile)
+        assert float(t) == pytest.approx((flops + 64 * tile) / eta, rel=1e-12)
+    # one head: the tail (64 tiles = 8192 x 4096 pairs) is ~4x its causal work (4096 * 4097 / 2
+    # pairs); at 64 heads it is 1/16 of it
+    assert 64 * tile / float(prefill_attention_flops(1, s, 1, d)) == pytest.approx(4.0, rel=1e-3)
 
 
 def test_causal_prefill_flops_and_window():
