@@ -4,6 +4,8 @@
     python benchmarks/bench_calibration.py --split random       # just the random split
     python benchmarks/bench_calibration.py --gpus a40 l40s      # chosen held-out GPUs
     python benchmarks/bench_calibration.py --split residuals    # bundled posterior's residuals
+    python benchmarks/bench_calibration.py --save-dir D         # also write each fit to D/<split>.nc
+    python benchmarks/bench_calibration.py --load-dir D         # re-score those fits (no refit)
 
 Random split: rows shuffled (seeded), 20 % held out; the fit sees a stratified subsample of the
 other 80 % (the bundled settings), the score uses the held-out rows (seeded stratified subsample
@@ -19,18 +21,43 @@ import argparse
 import json
 import time
 
+import numpyro
+
+from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP
+
+numpyro.set_host_device_count(CHAINS)  # one chain per core, as fit_bundled (before JAX starts)
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
 import fitting
 from fitting._validate import validate
-from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP
 
 DEFAULT_LOGO = ("a40", "l40s", "h200-sxm", "a100-sxm-80gb", "h100-sxm")
 
 
-def _fit(train, args):
+def _fit(train, args, name: str):
+    """The split's posterior: fitted (and saved to ``--save-dir``), or read from ``--load-dir``."""
+    if args.load_dir:
+        from fitting._posterior import load_posterior
+
+        return FitLike(load_posterior(f"{args.load_dir}/{name}.nc"), None)
+    fr = _fit_table(train, args)
+    if args.save_dir:
+        from fitting._posterior import save_posterior
+
+        save_posterior(fr.posterior, f"{args.save_dir}/{name}.nc")
+    return fr
+
+
+class FitLike:
+    """A loaded posterior in the shape of ``fitting.fit_table``'s result."""
+
+    def __init__(self, posterior, diagnostics):
+        self.posterior, self.diagnostics = posterior, diagnostics
+
+
+def _fit_table(train, args):
     return fitting.fit_table(
         train,
         per_stratum=args.per_stratum,
@@ -87,6 +114,8 @@ def main() -> int:
     ap.add_argument("--max-rows", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--save-dir", default=None, help="write each split's posterior here")
+    ap.add_argument("--load-dir", default=None, help="re-score posteriors saved by --save-dir")
     args = ap.parse_args()
 
     table = fitting.load_measurements(fitting.bundled_measurements()).table
@@ -104,7 +133,7 @@ def main() -> int:
         shuffled = table.sample(frac=1.0, random_state=args.seed)
         cut = int(0.8 * len(shuffled))
         train, test = shuffled.iloc[:cut], shuffled.iloc[cut:]
-        fr = _fit(train, args)
+        fr = _fit(train, args, "random_20")
         res = validate(fr.posterior, test, max_rows=args.max_rows, seed=args.seed + 1)
         results["random_20"] = res
         print(_line("random 20% held out", res, time.perf_counter() - t0))
@@ -116,7 +145,7 @@ def main() -> int:
         for gpu in args.gpus:
             t0 = time.perf_counter()
             train, test = table[table.gpu != gpu], table[table.gpu == gpu]
-            fr = _fit(train, args)
+            fr = _fit(train, args, f"logo_{gpu}")
             assert gpu not in fr.posterior.gpus
             res = validate(fr.posterior, test, max_rows=args.max_rows, seed=args.seed + 1)
             results[f"logo_{gpu}"] = res
