@@ -83,10 +83,12 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
         kv_b = DTYPE_BYTES.get(row["kv_dtype"], ACT_BYTES)
         if op == "attn_prefill":
             s = _f(row["input_len"])
-            flops = float(prefill_attention_flops(b, s, h, d, _f(notes.get("window_size", 0))))
+            win = _f(notes.get("window_size", 0))
+            # the kernel computes whole 128 x 128 tiles: a window of W keys spans W / 128 KV tiles
+            # plus the diagonal one, so each query row pays ~W + 128 keys (2x the window at W = 128)
+            flops = float(prefill_attention_flops(b, s, h, d, win + ATTN_TILE if win > 0 else 0.0))
             moved = b * s * (2 * h * d * ACT_BYTES + 2 * hkv * d * (ACT_BYTES + kv_b))
             q, units = s, b * hkv  # the grid's (sequence, KV head) pairs, as for decode
-            win = _f(notes.get("window_size", 0))
             keys = min(s, win + ATTN_TILE) if win > 0 else s  # the last query tile's keys
             tile = float(attention_tile_flops(keys, s, d))
         else:
