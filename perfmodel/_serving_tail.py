@@ -23,8 +23,9 @@ server load rho_p, slope dTPOT/dn_d):
   while it waits, as far as the budget holds them: the wait and the residual are stretched by
   1 + lambda E[P] t_tok share (t_tok the marginal prefill time per token, share the part of
   them that fits after it and the queue ahead, whole prompts first fit).
-* Waits have the exponential tail P(W > t) = p exp(-t p / W); quantiles of TTFT and E2E come from
-  equal-probability nodes of the lognormal lengths convolved with it (``wait_plus_quantile_s``).
+* Waits have the tail P(W > t) = p exp(-t p / W), shifted where the prefill queue's wait given a
+  wait is less variable than exponential (Takacs' M/G/1 moments); quantiles of TTFT and E2E come
+  from equal-probability nodes of the lognormal lengths convolved with it (``wait_plus_quantile_s``).
 """
 
 from __future__ import annotations
