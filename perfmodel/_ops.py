@@ -72,8 +72,9 @@ class KernelEfficiency(eqx.Module):
             the LL latency (NCCL's tuning model gives Simple ~2-3 us more per hop and a larger
             base; nccl-tests: ~13-26 us).  A collective takes the faster protocol (NCCL picks the
             one its tuning model predicts fastest per call).  Default 0 (one regime).
-        attention_tile_share: share of the GPU's peak FLOP/s one attention CTA (one query tile)
-            computes at (about one SM's: 1/108 on A100, 1/132 on H100).  A kernel cannot finish
+        attention_tile_share: share of the GPU's peak FLOP/s x eta_a one attention CTA (one
+            query tile) computes at (one SM's share is 1/108 on A100, 1/132 on H100; the bundled
+            fit gives ~0.019 on both, ~2x that: a lone tail CTA has its SM to itself).  A kernel cannot finish
             before its longest CTA, so greedy scheduling of the grid takes at most the spread-out
             work plus the longest CTA (Graham 1969: makespan <= W / m + p_max): a causal prefill
             of few sequences x heads (few CTAs, the last query tile spanning every key) runs far
