@@ -299,7 +299,15 @@ def disagg_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
     @eqx.filter_jit
     def closed(rate, prompt):
         w = _workload(rate, prompt, DISAGG_OUTPUT)
-        return ft.disaggregation_percentiles(model, EFF, w, colocated=(H100, co), **pools)
+        return ft.disaggregation_percentiles(
+            model,
+            EFF,
+            w,
+            colocated=(H100, co),
+            prefill_efficiency=EFF,
+            decode_efficiency=EFF,
+            **pools,
+        )
 
     for prompt in DISAGG_PROMPTS:
         for load in DISAGG_LOADS:
@@ -312,6 +320,7 @@ def disagg_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
                     EFF,
                     Trace(_arrivals(rate, m, seed), np.full(m, prompt), np.full(m, DISAGG_OUTPUT)),
                     seed=seed,
+                    decode_efficiency=EFF,
                     **pools,
                 )
                 for seed in SEEDS

@@ -192,7 +192,7 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
         def per_draw(e_p, e_d):
             m = disaggregation_percentiles(
                 problem.model,
-                e_d,
+                e_p,  # the unused colocated half runs on the prefill engine
                 wl,
                 colocated=(hw_p, dep_p),
                 prefill=(hw_p, dep_p),
@@ -201,6 +201,7 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
                 transfer_latency_s=problem.transfer_latency_s,
                 orchestration_s=problem.orchestration_s,
                 prefill_efficiency=e_p,
+                decode_efficiency=e_d,
             )
             ttft, tpot = m.split_ttft_s, m.split_tpot_s
             stable = jnp.isfinite(ttft[2]) & jnp.isfinite(tpot[2])

@@ -154,11 +154,13 @@ def disaggregation_percentiles(
     transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
     orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
     prefill_efficiency: Efficiency | None = None,
+    decode_efficiency: Efficiency | None = None,
 ) -> DisaggregationPercentiles:
     """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
 
-    ``efficiency`` drives the colocated engine and the decode pool; ``prefill_efficiency`` (None:
-    ``efficiency``) the prefill pool, whose GPU type may differ from the decode pool's.
+    ``efficiency`` drives the colocated engine; ``prefill_efficiency`` and ``decode_efficiency``
+    (each None: ``efficiency``) the two pools, whose GPU types may differ, as in
+    ``disaggregation``.
 
     Colocated: ``serving_metrics`` as is.  Split (module docstring): the prefill pool's mean wait
     is ``serving_metrics``' with one-token outputs, its tail Cramer-Lundberg with Gamma service of
@@ -182,6 +184,7 @@ def disaggregation_percentiles(
     co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
     hw_p, dep_p = prefill
     eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
+    eff_d = efficiency if decode_efficiency is None else decode_efficiency
     one = eqx.tree_at(
         lambda w: (w.output_tokens_mean, w.output_tokens_cv),
         workload,
@@ -205,7 +208,7 @@ def disaggregation_percentiles(
     ctx = workload.prompt_tokens_mean + o_dec / 2.0
 
     def step_d(n):
-        return decode_step(model, hw_d, dep_d, efficiency, n, ctx).total_s
+        return decode_step(model, hw_d, dep_d, eff_d, n, ctx).total_s
 
     rate_d = workload.arrival_rate_per_s / dep_d.replicas
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)

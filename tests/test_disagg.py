@@ -149,13 +149,25 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
     }
     wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=256.0)
     closed = disaggregation_percentiles(LLAMA8B, EFF, wl, colocated=(H100, colocated), **pools)
-    # a slower prefill GPU (half the compute fraction) drives the prefill pool only: TPOT is the
-    # decode pool's, unchanged; mean TTFT grows by at least the longer prefill of the mean prompt
-    slow = Efficiency(compute_fraction_max=EFF.compute_fraction_max / 2)
+    # each keyword drives its own system: a slower GPU (half the compute and bandwidth fractions)
+    # as ``efficiency`` slows the colocated engine only, since the decode pool follows
+    # ``decode_efficiency`` (its TPOT is unchanged); as ``prefill_efficiency`` it grows mean TTFT
+    # by at least the longer prefill of the mean prompt
+    slow = Efficiency(
+        compute_fraction_max=EFF.compute_fraction_max / 2,
+        bandwidth_fraction=EFF.bandwidth_fraction / 2,
+    )
     both = disaggregation_percentiles(
-        LLAMA8B, EFF, wl, colocated=(H100, colocated), prefill_efficiency=slow, **pools
+        LLAMA8B,
+        slow,
+        wl,
+        colocated=(H100, colocated),
+        prefill_efficiency=slow,
+        decode_efficiency=EFF,
+        **pools,
     )
     np.testing.assert_array_equal(both.split_tpot_s, closed.split_tpot_s)
+    assert float(both.colocated_tpot_s[0]) > 1.5 * float(closed.colocated_tpot_s[0])
     p_dep = pools["prefill"][1]
     extra_s = float(prefill_step(LLAMA8B, H100, p_dep, slow, 2000.0).total_s) - float(
         prefill_step(LLAMA8B, H100, p_dep, EFF, 2000.0).total_s

@@ -62,12 +62,16 @@ class _Recorded:
 
     def __init__(self, model, efficiency, workload, *, colocated, prefill, decode, **kw):
         (hw_p, dep_p), (hw_d, dep_d) = prefill, decode
-        bw, eff_p = kw["transfer_bytes_per_s"], kw["prefill_efficiency"]
+        bw, eff_p, eff_d = (
+            kw["transfer_bytes_per_s"],
+            kw["prefill_efficiency"],
+            kw["decode_efficiency"],
+        )
         self.split_ttft_s = jnp.stack([bw * 0, dep_p.replicas, dep_d.replicas, bw])
         self.split_tpot_s = jnp.stack(
             [
                 bw * 0,
-                efficiency.bandwidth_fraction,
+                eff_d.bandwidth_fraction,
                 eff_p.bandwidth_fraction,
                 hw_d.hbm_bytes,
                 hw_p.hbm_bytes,
