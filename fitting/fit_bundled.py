@@ -14,7 +14,7 @@ import argparse
 import time
 
 PER_STRATUM = 10
-DRAWS = 1000
+DRAWS = 800
 WARMUP = 400
 CHAINS = 2
 SEED = 0

@@ -44,17 +44,18 @@ def _design() -> pd.DataFrame:
                         num_tokens=m,
                     )
                 )
-            rows.append(
-                _row(
-                    source="vidur",
-                    engine="sarathi",
-                    gpu=gpu,
-                    model="meta-llama/Llama-2-7b-hf",
-                    scenario="op",
-                    op="input_layernorm",
-                    num_tokens=m,
+            for op in ("input_layernorm", "post_attention_layernorm"):
+                rows.append(
+                    _row(
+                        source="vidur",
+                        engine="sarathi",
+                        gpu=gpu,
+                        model="meta-llama/Llama-2-7b-hf",
+                        scenario="op",
+                        op=op,
+                        num_tokens=m,
+                    )
                 )
-            )
     return pd.DataFrame(rows)
 
 
@@ -98,11 +99,7 @@ def test_nuts_recovers_known_efficiencies_from_simulated_data():
     truth = _truth(prep)
     with jax.numpy_dtype_promotion("standard"):
         tr = handlers.trace(
-            # seed 2: the model's sample sites changed in round 6 (two library-level parameters
-            # with no per-GPU draws), which moved seed 1's noise realisation to one whose norm
-            # sigma sits 0.5 % outside its 99 % interval (lower end 0.0302 vs 0.03); seeds 2 and 3
-            # both recover every checked value
-            handlers.seed(handlers.condition(calibration_model, truth), 2)
+            handlers.seed(handlers.condition(calibration_model, truth), 1)
         ).get_trace(prep, None)
     simulated = np.asarray(tr["log_value"]["value"])
     prep.log_value = simulated
