@@ -229,13 +229,15 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
     wait = ((w_p + w_m) * (1.0 + a * cs2_p + b * rho_p / (1.0 - rho_p)) + w_s) * stretch
     p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), 1e-9, 1.0)
     w_cond = wait / p_wait
-    # an arrival waits out the iteration in progress: a decode-only one (tau_d) or, chunked, with
-    # probability rho_p one carrying a prompt's chunk (it cannot join an iteration in flight)
+    # an arrival waits out the iteration in flight while decodes keep the engine iterating
+    # (P ~ 1 - exp(-n_d)): a decode-only one or, chunked, with probability rho_p one carrying a
+    # prompt's chunk (it cannot join an iteration in flight; with no decodes, as in a prefill
+    # pool, the prompt in flight is Kingman's residual already)
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0 * stretch
     if config.chunked_prefill:
         budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
         t_carry = jnp.mean(s.own / jnp.maximum(p_nodes / budget, 1.0))
-        residual = (1.0 - rho_p) * residual + rho_p * t_carry / 2.0
+        residual = (1.0 - rho_p) * residual - jnp.expm1(-s.n_d) * rho_p * t_carry / 2.0
 
     # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
     # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
