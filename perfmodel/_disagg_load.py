@@ -1,9 +1,17 @@
 """A disaggregated system under a ``Workload``: percentiles of the split system beside
 ``serving_metrics``' colocated ones (``disaggregation_percentiles``), from the two pools' tails.
 
-Prefill pool: one server of prompt work, FCFS.  Its mean wait comes from ``serving_metrics`` (which
-knows batching and chunking); its tail is the M/G/1 Cramer-Lundberg approximation
-P(W > t) ~ C exp(-theta t), lambda (E[exp(theta S)] - 1) = theta,
+Prefill pool: one server per replica with no decodes, FCFS, each iteration packing the prompts
+waiting at its start as far as the token budget B holds them, one more costing m = T(2 prompts)
+- T(1) (D = T(1); m < D for short, bandwidth-bound prompts), of which a share f = min((B - P) / P,
+1) fits (a whole prompt at 2,000 tokens of 8,192, a 192-token chunk at 8,000).  An arrival waits
+out the residual R of the iteration in flight, E[R] = u D (1 + c^2) / 2 (busy fraction
+u = min(lambda D, 1)), and the queued prompts ahead at q = D + (m - D) f each; by Little
+(Pollaczek-Khinchine) W = E[R] / (1 - lambda q), with Kingman's (c_a^2 + c^2) for (1 + c^2) for
+one replica's share of the stream.  Its prefill ends with its iteration, which also carries the
+prompts arriving during R: + lambda E[R] m f.  No fitted terms: the colocated engine's
+``CORRECTIONS`` were fitted with decodes in the iterations.  Its tail is the M/G/1
+Cramer-Lundberg approximation P(W > t) ~ C exp(-theta t), lambda (E[exp(theta S)] - 1) = theta,
 C = (1 - rho) / (lambda E[S exp(theta S)] - 1) (Asmussen, *Applied Probability and Queues*, 2003,
 XIII.5), with Gamma service of CV c (the prompt CV): E[exp(theta S)] = (1 - theta D c^2)^(-1/c^2),
 the M/D/1 exponent at c = 0 and M/M/1 (theta = mu - lambda, C = rho) at c = 1.  The exponential
@@ -95,6 +103,21 @@ def prefill_pool_waits(mean_wait_s, service_s, service_cv, quantiles) -> Array:
     return jnp.stack([w] + qs)
 
 
+def prefill_pool_mean_wait_s(rate, service_s, packed_s, packed_share, service_cv, ca2):
+    """Mean wait of one prefill replica (module docstring): u D (c_a^2 + c^2) / 2 / (1 - lambda q)
+    + lambda E[R] m f, q = D + (m - D) f, u = min(lambda D, 1); inf at lambda q >= 1 (the packed
+    capacity)."""
+    c2 = jnp.square(jnp.asarray(service_cv, dtype=float))
+    queued_s = service_s + (packed_s - service_s) * packed_share  # a queued prompt's work, q
+    load = rate * queued_s
+    ok = load < 1.0
+    load = jnp.where(ok, load, 0.5)
+    busy = jnp.minimum(rate * service_s, 1.0)
+    ahead = busy * service_s * (ca2 + c2) / 2.0 / (1.0 - load)
+    behind = rate * busy * service_s * (1.0 + c2) / 2.0 * packed_s * packed_share
+    return jnp.where(ok, ahead + behind, jnp.inf)
+
+
 def _slope_gain(step_of_batch, n_decode, tpot):
     """(tau'(1 + n), feedback gain g = n tau' / TPOT) of the decode pool."""
     slope = step_of_batch(n_decode + 2.0) - step_of_batch(n_decode + 1.0)
@@ -163,8 +186,8 @@ def disaggregation_percentiles(
     ``disaggregation``.
 
     Colocated: ``serving_metrics`` as is.  Split (module docstring): the prefill pool's mean wait
-    is ``serving_metrics``' with one-token outputs, its tail Cramer-Lundberg with Gamma service of
-    the prompt CV, each quantile added to the prefill time of the prompt at that quantile; then
+    is the packing M/G/1 one (``prefill_pool_mean_wait_s``, no fitted terms), its tail
+    Cramer-Lundberg with Gamma service of the prompt CV, each quantile added to the prefill time of the prompt at that quantile; then
     the hand-off of a mean-length prompt, the orchestration cost, the decode-pool entry step and
     the wait for a decode seat (many-server diffusion with the TPOT feedback, exponential tail).
     The decode pool's TPOT is the interference-free Little's-law fixed point at the batch a
@@ -185,22 +208,31 @@ def disaggregation_percentiles(
     hw_p, dep_p = prefill
     eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
     eff_d = efficiency if decode_efficiency is None else decode_efficiency
-    one = eqx.tree_at(
-        lambda w: (w.output_tokens_mean, w.output_tokens_cv),
-        workload,
-        (jnp.asarray(1.0), jnp.asarray(0.0)),
-    )
-    pre = serving_metrics(model, hw_p, dep_p, eff_p, one)
     mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     prompts = jnp.stack(
         [workload.prompt_tokens_mean]
         + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
     )
     own = prefill_step(model, hw_p, dep_p, eff_p, prompts).total_s
-    pre_waits = prefill_pool_waits(
-        pre.ttft_s.mean - own[0], own[0], workload.prompt_tokens_cv, QUANTILES
+    p_mean = workload.prompt_tokens_mean
+    packed_s = prefill_step(model, hw_p, dep_p, eff_p, p_mean, 2.0).total_s - own[0]
+    fits = jnp.clip((dep_p.max_num_batched_tokens - p_mean) / p_mean, 0.0, 1.0)
+    replicas_p = jnp.maximum(dep_p.replicas, 1.0)
+    ca2 = 1.0 - 1.0 / replicas_p + jnp.square(workload.interarrival_cv) / replicas_p
+    fits_kv = max_concurrent_requests(model, hw_p, dep_p, p_mean + 1.0) >= 1.0
+    w_pre = prefill_pool_mean_wait_s(
+        workload.arrival_rate_per_s / replicas_p,
+        own[0],
+        packed_s,
+        fits,
+        workload.prompt_tokens_cv,
+        ca2,
     )
-    pre_ttft = jnp.concatenate([pre.ttft_s.mean[None], own[1:] + pre_waits[1:]])
+    ok = fits_kv & jnp.isfinite(w_pre)
+    w_pre = jnp.where(ok, w_pre, own[0])  # an inf never reaches the tail's gradient
+    pre_waits = prefill_pool_waits(w_pre, own[0], workload.prompt_tokens_cv, QUANTILES)
+    pre_ttft = jnp.concatenate([(own[0] + w_pre)[None], own[1:] + pre_waits[1:]])
+    pre_ttft = jnp.where(ok, pre_ttft, jnp.inf)
     bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
     t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
     hw_d, dep_d = decode

@@ -213,3 +213,40 @@ def test_lundberg_tail_anchors_and_gradient():
     g = jax.grad(lambda r: lundberg_tail(r, 0.25)[0])(0.5)
     fd = (lundberg_tail(0.5 + 1e-5, 0.25)[0] - lundberg_tail(0.5 - 1e-5, 0.25)[0]) / 2e-5
     assert float(g) == pytest.approx(float(fd), rel=1e-4)
+
+
+def test_prefill_pool_wait_is_the_packing_mg1_one():
+    from perfmodel._disagg_load import prefill_pool_mean_wait_s
+
+    # no packing (f = 0): Pollaczek-Khinchine M/D/1, rho D / (2 (1 - rho)) at D = 1, rho = 0.6
+    w = prefill_pool_mean_wait_s(0.6, 1.0, 1.0, 0.0, 0.0, 1.0)
+    assert float(w) == pytest.approx(0.6 / 0.8, rel=1e-12)
+    # linear packing (m = D = 1, f = 1): + the prompts arriving in the residual rho / 2, each 1
+    w = prefill_pool_mean_wait_s(0.6, 1.0, 1.0, 1.0, 0.0, 1.0)
+    assert float(w) == pytest.approx(0.6 / 0.8 + 0.6 * 0.3, rel=1e-12)
+    # queued prompts packed at half cost: W = E[R] / (1 - lambda m) + lambda E[R] m; stable while
+    # lambda m < 1 even past lambda D = 1 (the busy fraction is then capped at 1)
+    w = prefill_pool_mean_wait_s(0.6, 1.0, 0.5, 1.0, 0.0, 1.0)
+    assert float(w) == pytest.approx(0.3 / 0.7 + 0.6 * 0.3 * 0.5, rel=1e-12)
+    assert jnp.isfinite(prefill_pool_mean_wait_s(1.5, 1.0, 0.5, 1.0, 0.0, 1.0))
+    assert jnp.isinf(prefill_pool_mean_wait_s(2.5, 1.0, 0.5, 1.0, 0.0, 1.0))
+    # no fitted colocated terms: in the split system at 2,000 tokens, load 0.6 per prefill
+    # replica, the mean TTFT exceeds that of an idle system by this wait (m = T(2) - T(1), f = 1);
+    # the decode pool is large and the outputs one token long, so it adds the same to both
+    from perfmodel._disagg_load import disaggregation_percentiles
+    from perfmodel._workload import Workload
+
+    pool, big = Deployment.create(replicas=4), Deployment.create(replicas=1000)
+    d_s = float(prefill_step(LLAMA8B, H100, pool, EFF, 2000.0).total_s)
+    m_s = float(prefill_step(LLAMA8B, H100, pool, EFF, 2000.0, 2.0).total_s) - d_s
+
+    def mean_ttft(rate):
+        wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=1.0)
+        out = disaggregation_percentiles(
+            LLAMA8B, EFF, wl, colocated=(H100, pool), prefill=(H100, pool), decode=(H100, big)
+        )
+        return float(out.split_ttft_s[0])
+
+    e_r = 0.6 * d_s / 2.0
+    w_s = e_r / (1.0 - 0.6 * m_s / d_s) + 0.6 / d_s * e_r * m_s
+    assert mean_ttft(4 * 0.6 / d_s) - mean_ttft(4e-9 / d_s) == pytest.approx(w_s, rel=1e-6)
