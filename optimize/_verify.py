@@ -4,7 +4,7 @@
   chunk);
 * colocated, k > 0: ``perfmodel.features.speculative_serving_metrics``;
 * p:d pool split, k = 0: ``perfmodel.features.disaggregation_percentiles`` (prefill pool
-  ``serving_metrics`` with one-token outputs and its prompt-length tail, KV hand-off,
+  a packing M/G/1 with its prompt-length tail, KV hand-off,
   orchestration, decode-pool entry and seat wait; interference-free decode fixed point);
 * p:d pool split with k > 0: no closed form has a speculative decode pool, so the search model
   (``optimize._split``) keeps its numbers, and ``metrics_model`` says so.
