@@ -61,7 +61,12 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         return idata, 0  # a serving GPU the fit never saw: leave its rows to the population
     flat = {n: np.asarray(post[n].values).reshape((-1, len(gpus))) for n in PARAM_NAMES}
     params = {n: jnp.asarray(np.median(v, axis=0)) for n, v in flat.items()}
-    loc = np.asarray(jax.jit(lambda p: predict_log(prep, p, None))(params))
+    # one call, compile-bound: XLA's backend optimisation off halves the compile (as optimize does)
+    run_once = jax.jit(
+        lambda p: predict_log(prep, p, None),
+        compiler_options={"xla_backend_optimization_level": 0},
+    )
+    loc = np.asarray(run_once(params))
     resid = prep.log_value - loc
     ok = np.isfinite(resid)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
