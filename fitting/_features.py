@@ -17,11 +17,15 @@ import pandas as pd
 import perfmodel
 from perfmodel import HardwareSpec, ModelSpec
 from perfmodel._constants import DTYPE_BYTES
-from perfmodel._ops import COLLECTIVE_KINDS, attention_tile_flops, prefill_attention_flops
+from perfmodel._ops import (
+    ATTENTION_QUERY_TILE as ATTN_TILE,
+    COLLECTIVE_KINDS,
+    attention_tile_flops,
+    prefill_attention_flops,
+)
 
 from ._groups import notes_dict
 
-ATTN_TILE = 128.0  # perfmodel._ops.ATTENTION_QUERY_TILE
 ACT_BYTES = 2.0  # fp16/bf16 activations in every profiled kernel (vidur fp16, aic bf16)
 _UNGATED = {"phi", "gpt2", "gptj", "gpt_neox", "bloom", "falcon", "opt"}
 LOW_PRECISION = {"fp8", "fp8_block", "fp4", "int8"}
