@@ -32,19 +32,9 @@ def _design() -> pd.DataFrame:
     rows = []
     for gpu in GPUS:
         for m in (1, 8, 64, 256, 1024, 4096, 16384):
-            for op in ("mlp_up_proj", "mlp_down_proj", "attn_pre_proj"):
-                rows.append(
-                    _row(
-                        source="vidur",
-                        engine="sarathi",
-                        gpu=gpu,
-                        model="meta-llama/Llama-2-7b-hf",
-                        scenario="op",
-                        op=op,
-                        num_tokens=m,
-                    )
-                )
-            for op in ("input_layernorm", "post_attention_layernorm"):
+            # three GEMMs and both layer norms, in that order
+            ops = ("mlp_up_proj", "mlp_down_proj", "attn_pre_proj")
+            for op in ops + ("input_layernorm", "post_attention_layernorm"):
                 rows.append(
                     _row(
                         source="vidur",
