@@ -8,6 +8,7 @@ without one, ``prior_efficiency_draws`` jitters the default ``Efficiency`` with 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -33,10 +34,19 @@ def prior_efficiency_draws(num_draws: int, *, seed: int = 0) -> Efficiency:
     return Efficiency(**values)
 
 
+def prior_seed(seed: int, gpu: str) -> int:
+    """The prior draws' seed for ``gpu``: ``seed`` mixed with the CRC-32 of its name, so each GPU
+    has a stream of its own (independent of the others, the same wherever it sits in a list)."""
+    return (seed * 1_000_003 + zlib.crc32(gpu.encode())) % 2**31
+
+
 def efficiency_draws_for(
     gpus: tuple[str, ...], num_draws: int, *, posterior=None, seed: int = 0
 ) -> Efficiency:
     """Draws for every candidate GPU, leaves of shape (len(gpus), num_draws).
+
+    Without a posterior each GPU's prior jitter comes from its own stream (``prior_seed``): two
+    GPUs are independent, not perfectly correlated.
 
     Args:
         gpus: hardware ids.
@@ -47,10 +57,12 @@ def efficiency_draws_for(
     per_gpu = []
     for g, gpu in enumerate(gpus):
         if posterior is None:
-            per_gpu.append(prior_efficiency_draws(num_draws, seed=seed))
+            per_gpu.append(prior_efficiency_draws(num_draws, seed=prior_seed(seed, gpu)))
         else:
             import fitting
 
             draws = fitting.efficiency_draws(posterior, gpu, num_draws, seed=seed + g)
-            per_gpu.append(jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_draws,)), draws))
+            per_gpu.append(
+                jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_draws,)), draws)
+            )
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *per_gpu)

@@ -46,9 +46,11 @@ def test_throughput_bound_cost_scales_one_for_one_with_rate():
     # only stability binds (no SLO): replicas ~ rate, so d log cost / d log rate ~ 1
     assert abs(el["arrival_rate_per_s"] - 1.0) < 0.05
     assert el["hbm_bytes_per_s"] < 0 and el["slo_ttft_p95_s"] == 0.0
-    # and the exact integer optimum agrees at large scale
+    # and the exact integer optimum agrees: only stability binds, so replicas = ceil(rate / c) and
+    # doubling the rate gives ceil(2 x) in {2 ceil(x) - 1, 2 ceil(x)} (a log-ratio tolerance is
+    # at the mercy of rounding at ~5 replicas)
     reps = [float(costs_at_min_replicas(_problem(r), config[None])[0][0]) for r in (200.0, 400.0)]
-    assert abs(np.log(reps[1] / reps[0]) / np.log(2.0) - 1.0) < 0.1
+    assert 2 * reps[0] - 1 <= reps[1] <= 2 * reps[0]
     assert abs(float(r_star) - reps[0]) <= 0.1 * reps[0] + 1
 
 
