@@ -44,7 +44,12 @@ from ._disagg import (
     kv_transfer_s,
 )
 from ._memory import max_concurrent_requests
-from ._queueing import diffusion_seat_wait, wait_quantile_s, window_mean_variance_factor
+from ._queueing import (
+    diffusion_seat_wait,
+    replica_arrival_scv,
+    wait_quantile_s,
+    window_mean_variance_factor,
+)
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step, prefill_step
 
@@ -218,7 +223,7 @@ def disaggregation_percentiles(
     packed_s = prefill_step(model, hw_p, dep_p, eff_p, p_mean, 2.0).total_s - own[0]
     fits = jnp.clip((dep_p.max_num_batched_tokens - p_mean) / p_mean, 0.0, 1.0)
     replicas_p = jnp.maximum(dep_p.replicas, 1.0)
-    ca2 = 1.0 - 1.0 / replicas_p + jnp.square(workload.interarrival_cv) / replicas_p
+    ca2 = replica_arrival_scv(workload.interarrival_cv, replicas_p)
     fits_kv = max_concurrent_requests(model, hw_p, dep_p, p_mean + 1.0) >= 1.0
     w_pre = prefill_pool_mean_wait_s(
         workload.arrival_rate_per_s / replicas_p,

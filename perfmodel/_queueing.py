@@ -120,6 +120,14 @@ def modulated_wait_s(w_kingman, rho, rate_var_rel, corr_s):
     return fast * slow / jnp.maximum(fast + slow, 1e-30)
 
 
+def replica_arrival_scv(interarrival_cv: ArrayLike, replicas: ArrayLike) -> Array:
+    """Squared CV of one replica's arrivals when a stream of squared CV c_a^2 is split at random
+    over r replicas (Bernoulli thinning with p = 1/r, as in Whitt 1983, the Queueing Network
+    Analyzer): p c_a^2 + 1 - p = 1 - 1/r + c_a^2 / r (r >= 1)."""
+    r = jnp.maximum(jnp.asarray(replicas, dtype=float), 1.0)
+    return 1.0 - 1.0 / r + jnp.square(jnp.asarray(interarrival_cv)) / r
+
+
 def mg1_conditional_wait_scv(rho: ArrayLike, m1: ArrayLike, m2: ArrayLike, m3: ArrayLike) -> Array:
     """Squared CV of an M/G/1 wait given that there is one, from the service moments E[S^k] = m_k
     (Takacs 1962: E[W^2] = 2 E[W]^2 + lambda E[S^3] / (3 (1 - rho))):

@@ -29,7 +29,7 @@ import numpy as np
 
 from ._batching import DecodeCost, EngineConfig
 from ._memory import max_concurrent_requests
-from ._queueing import solve_quantile
+from ._queueing import replica_arrival_scv, solve_quantile
 from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's names)
     CORRECTIONS,
     OUTPUT_NODES,
@@ -194,7 +194,7 @@ def _serving_metrics_impl(
         chunk_tokens=float("inf") if chunk_tokens is None else chunk_tokens,
     )
     replicas = jnp.maximum(deployment.replicas, 1.0)
-    ca2 = 1.0 - 1.0 / replicas + jnp.square(workload.interarrival_cv) / replicas
+    ca2 = replica_arrival_scv(workload.interarrival_cv, replicas)
 
     point = LoadPoint(
         model=model,
