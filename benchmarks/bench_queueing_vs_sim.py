@@ -8,6 +8,7 @@ relative error; the target is within 15 % at p95 on >= 90 % of points and never 
         [--utilizations 0.9 ...] [--save FILE]
     PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --summary A.json B.json
     PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --recompute A.json
+    PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --recompute --pool A7.json A8.json ...
 
 ``--summary`` prints the slice table (all points, per utilisation, pair, chunked/unchunked) of
 saved runs together (e.g. utilisations 0.2-0.7 at 10,000 requests and 0.9 at 40,000, run as two
@@ -16,7 +17,9 @@ saved simulator percentiles (no simulation: for developing the closed form).  At
 0.9 the simulator's own TTFT p95 moves by up to 3x between seeds at 10,000 requests and still by
 up to 2x at 40,000 where the running slots come close to saturating (Llama-3.1-8B; TPOT p95 by
 < 2 %), by <= +-12 % at 160,000: run that slice with ``--utilizations 0.9 --requests 160000``
-(``--seed`` repeats it with another seed).
+(``--seed`` repeats it with another seed).  ``--pool`` merges saved runs of the same grid point
+(other seeds) into one: the simulator's percentiles are averaged over the runs (independent
+replications: the spread of their mean falls as 1 / sqrt(runs)) and their requests summed.
 """
 
 from __future__ import annotations
@@ -80,6 +83,34 @@ def closed_form(point, eff):
         "tpot_s": {"p50": float(cf.tpot_s.p50), "p95": float(cf.tpot_s.p95)},
         "utilization": float(cf.utilization),
     }
+
+
+POINT_KEY = ("model", "gpu", "tp", "chunked", "budget", "cv", "util")
+"""Fields that name a grid point (runs of one point differ only in the simulator's seed)."""
+
+
+def pool(points):
+    """Merge runs of the same grid point: simulator percentiles averaged, requests summed."""
+    groups = {}
+    for p in points:
+        groups.setdefault(tuple(p[k] for k in POINT_KEY), []).append(p)
+    merged = []
+    for runs in groups.values():
+        rates = np.asarray([r["rate"] for r in runs])
+        if np.ptp(rates) > 1e-6 * rates.max():
+            raise SystemExit(f"--pool: runs of one point have different rates {rates}")
+        out = dict(runs[0])
+        out["sim"] = {
+            key: {
+                q: float(np.mean([r["sim"][key][q] for r in runs]))
+                for q in ("mean", "p50", "p95", "p99")
+            }
+            for key in ("ttft_s", "tpot_s", "e2e_s")
+        }
+        out["requests"] = int(sum(r["requests"] for r in runs))
+        out["runs"] = len(runs)
+        merged.append(out)
+    return merged
 
 
 def errors(point):
@@ -155,6 +186,11 @@ def main() -> None:
     ap.add_argument("--save", help="write every point (inputs, closed form, simulator) to JSON")
     ap.add_argument("--summary", nargs="+", help="print the slice table of saved runs")
     ap.add_argument(
+        "--pool",
+        action="store_true",
+        help="with --summary/--recompute: merge runs of the same point (seeds) into one",
+    )
+    ap.add_argument(
         "--recompute", nargs="+", help="current closed form vs the saved simulator percentiles"
     )
     args = ap.parse_args()
@@ -165,6 +201,8 @@ def main() -> None:
         for name in args.summary or args.recompute:
             with open(name) as fh:
                 points += json.load(fh)
+        if args.pool:
+            points = pool(points)
         if args.recompute:
             print(HEADER)
             for p in points:
@@ -207,6 +245,7 @@ def main() -> None:
                             "util": util,
                             "rate": float(rate),
                             "requests": args.requests,
+                            "seed": args.seed,
                             "sim": sim,
                         }
                         point["cf"] = closed_form(point, eff)
