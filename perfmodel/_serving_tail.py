@@ -300,4 +300,6 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
         "rate": offered,
         "capacity": capacity,
         "accepted": accept,
+        "running": (n_run, var_run),  # running count: mean, variance (the seat wait's diffusion)
+        "seat_wait": (p_seat, w_seat_cond),  # P(wait for a seat), E[W | wait] seconds
     }
