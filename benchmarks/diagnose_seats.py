@@ -28,12 +28,10 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import perfmodel.simulator._simulate as sim_module
+from benchmarks.bench_queueing_vs_sim import workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel._batching import DecodeCost, EngineConfig
 from perfmodel._serving_tail import LoadPoint, open_loop
-from perfmodel.dynamics import Workload
-
-PROMPT_MEAN, OUTPUT_MEAN, OUTPUT_CV = 1000.0, 200.0, 0.5
 
 
 def key_of(p):
@@ -98,13 +96,7 @@ def main() -> None:
             continue
         model, gpu = load_model(p["model"]), load_hardware(p["gpu"])
         dep = Deployment.create(tp=p["tp"], max_num_batched_tokens=float(p["budget"]))
-        w = Workload(
-            arrival_rate_per_s=p["rate"],
-            prompt_tokens_mean=PROMPT_MEAN,
-            prompt_tokens_cv=p["cv"],
-            output_tokens_mean=OUTPUT_MEAN,
-            output_tokens_cv=OUTPUT_CV,
-        )
+        w = workload(p["rate"], p["cv"])
         point = LoadPoint(
             model=model,
             hardware=gpu,
