@@ -8,13 +8,32 @@ import fitting
 from fitting._validate import score_draws, validate
 from fitting.ingest import COLUMNS
 
-KEYS = {"n", "median_ape", "mape", "coverage_50", "coverage_90", "skipped", "by_scenario", "by_gpu", "by_source"}
+KEYS = {
+    "n",
+    "median_ape",
+    "mape",
+    "coverage_50",
+    "coverage_90",
+    "skipped",
+    "by_scenario",
+    "by_gpu",
+    "by_source",
+}
 
 
 def test_scores_on_constructed_draws():
     rng = np.random.default_rng(0)
-    table = pd.DataFrame({"scenario": ["op", "op", "prefill"], "gpu": ["a", "b", "a"], "source": ["s", "s", "t"]})
-    draws = np.stack([rng.standard_normal(4000), rng.standard_normal(4000), 5.0 + 0.1 * rng.standard_normal(4000)], axis=1)
+    table = pd.DataFrame(
+        {"scenario": ["op", "op", "prefill"], "gpu": ["a", "b", "a"], "source": ["s", "s", "t"]}
+    )
+    draws = np.stack(
+        [
+            rng.standard_normal(4000),
+            rng.standard_normal(4000),
+            5.0 + 0.1 * rng.standard_normal(4000),
+        ],
+        axis=1,
+    )
     out = score_draws(table, draws, np.zeros(3))
     assert out["n"] == 3
     ape = [abs(np.exp(np.median(draws[:, i])) - 1.0) for i in range(3)]
@@ -28,9 +47,21 @@ def test_scores_on_constructed_draws():
 def _rows():
     raw = pd.read_csv(fitting.bundled_measurements()[0].parent / "splitwise.csv")
     ok = raw[~raw.notes.str.contains("MISMATCH|POWER-CAPPED")].sample(60, random_state=0)
-    nvl = {c: np.nan for c in COLUMNS} | dict(
-        source="x", gpu="h100-nvl", scenario="collective", op="all_reduce", metric="time", unit="s",
-        value=1e-4, message_bytes=2**20, tp=1, pp=1, num_gpus=2, notes="single-node", engine="nccl")
+    nvl = {c: np.nan for c in COLUMNS} | {
+        "source": "x",
+        "gpu": "h100-nvl",
+        "scenario": "collective",
+        "op": "all_reduce",
+        "metric": "time",
+        "unit": "s",
+        "value": 1e-4,
+        "message_bytes": 2**20,
+        "tp": 1,
+        "pp": 1,
+        "num_gpus": 2,
+        "notes": "single-node",
+        "engine": "nccl",
+    }
     return pd.concat([ok, pd.DataFrame([nvl])], ignore_index=True)
 
 
@@ -58,3 +89,31 @@ def test_intervals_are_calibrated_on_data_drawn_from_the_predictive():
     out = validate(post, table, num_draws=400, seed=5)
     assert 0.75 <= out["coverage_90"] <= 1.0
     assert 0.3 <= out["coverage_50"] <= 0.7
+
+
+def test_chunked_draws_equal_one_vmapped_call():
+    """Draws are evaluated in chunks of one compiled shape, the last one padded: chunking must
+    neither reorder, drop nor change a draw (10 draws in chunks of 4: 4 + 4 + 2 padded to 4)."""
+    import jax
+    import jax.numpy as jnp
+
+    from fitting._posterior import _draw_indices, map_chunks, parameter_draws
+    from fitting._predict import predict_log
+
+    post = fitting.load_posterior()
+    prep = fitting.prepare(_rows(), gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
+    rng = np.random.default_rng(3)
+    params = parameter_draws(post, prep.gpus, _draw_indices(post, 10, rng), rng)
+    xs = (
+        {k: jnp.asarray(v) for k, v in params.items()},
+        jnp.asarray(rng.normal(0.0, 0.1, (10, len(prep.cells)))),
+    )
+
+    def fn(p, o):
+        return predict_log(prep, p, o)
+
+    whole = np.asarray(jax.vmap(fn)(*xs))
+    chunked = map_chunks(fn, xs, 4)
+    assert chunked.shape == whole.shape == (10, 60)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-12, atol=0.0)
+    assert np.all(np.ptp(whole, axis=0) > 0.0)  # the draws differ, so an order slip would show
