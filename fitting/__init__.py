@@ -21,10 +21,10 @@ from ._posterior import (
     efficiency_draws as efficiency_draws,
     kernel_efficiency_draws as kernel_efficiency_draws,
     load_posterior as load_posterior,
-    predictive_log_draws as predictive_log_draws,
     save_posterior as save_posterior,
 )
 from ._predict import predict_log as predict_log
+from ._predictive import predictive_log_draws as predictive_log_draws
 from ._rows import Prepared as Prepared, prepare as prepare
 from ._update import (
     update_posterior as update_posterior,

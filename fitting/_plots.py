@@ -18,8 +18,9 @@ import pandas as pd
 
 from ._fit import STRATA, subsample
 from ._model import PARAM_NAMES, PRIORS
-from ._posterior import Posterior, predictive_log_draws
+from ._posterior import Posterior
 from ._predict import prepare
+from ._predictive import predictive_log_draws
 
 MAX_GPUS_SHOWN = 8
 """Histograms drawn per parameter panel (the first GPUs of the posterior, then the rest omitted)."""
@@ -37,7 +38,9 @@ def _pyplot():
     return plt
 
 
-def plot_posteriors(posterior: Posterior, path: str | Path, *, gpus: tuple[str, ...] | None = None) -> Path:
+def plot_posteriors(
+    posterior: Posterior, path: str | Path, *, gpus: tuple[str, ...] | None = None
+) -> Path:
     """Per-parameter posterior histograms (one colour per GPU) to ``path``."""
     plt = _pyplot()
     gpus = tuple(gpus or posterior.gpus)[:MAX_GPUS_SHOWN]
@@ -55,7 +58,7 @@ def plot_posteriors(posterior: Posterior, path: str | Path, *, gpus: tuple[str, 
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("log10 value" if log else "fraction", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"posterior per GPU ({posterior.num_draws} draws)")
@@ -65,8 +68,14 @@ def plot_posteriors(posterior: Posterior, path: str | Path, *, gpus: tuple[str, 
     return Path(path)
 
 
-def predictive_summary(posterior: Posterior, table: pd.DataFrame, *, num_draws: int = 200, seed: int = 0,
-                       max_rows: int | None = 2000) -> pd.DataFrame:
+def predictive_summary(
+    posterior: Posterior,
+    table: pd.DataFrame,
+    *,
+    num_draws: int = 200,
+    seed: int = 0,
+    max_rows: int | None = 2000,
+) -> pd.DataFrame:
     """Per covered row: scenario, gpu, measured, predictive median and 5/95 % quantiles."""
     if max_rows is not None and len(table) > max_rows:
         cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
@@ -75,14 +84,24 @@ def predictive_summary(posterior: Posterior, table: pd.DataFrame, *, num_draws: 
     if serving.sum() > MAX_SERVING_ROWS:
         keep = table[serving].sample(MAX_SERVING_ROWS, random_state=seed).index
         table = table[~serving | table.index.isin(keep)]
-    prep = prepare(table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
+    prep = prepare(
+        table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
+    )
     if not len(prep.log_value):
         return pd.DataFrame(columns=["scenario", "gpu", "measured", "median", "lo90", "hi90"])
-    q = np.quantile(predictive_log_draws(posterior, prep, num_draws, seed=seed), [0.05, 0.5, 0.95], axis=0)
-    out = pd.DataFrame({"scenario": prep.table["scenario"].astype(str).to_numpy(),
-                        "gpu": prep.table["gpu"].astype(str).to_numpy(),
-                        "measured": np.exp(prep.log_value), "median": np.exp(q[1]),
-                        "lo90": np.exp(q[0]), "hi90": np.exp(q[2])})
+    q = np.quantile(
+        predictive_log_draws(posterior, prep, num_draws, seed=seed), [0.05, 0.5, 0.95], axis=0
+    )
+    out = pd.DataFrame(
+        {
+            "scenario": prep.table["scenario"].astype(str).to_numpy(),
+            "gpu": prep.table["gpu"].astype(str).to_numpy(),
+            "measured": np.exp(prep.log_value),
+            "median": np.exp(q[1]),
+            "lo90": np.exp(q[0]),
+            "hi90": np.exp(q[2]),
+        }
+    )
     return out[np.isfinite(out["median"]) & np.isfinite(out["hi90"])]
 
 
@@ -92,8 +111,16 @@ def plot_predicted_vs_measured(summary: pd.DataFrame, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 6))
     for scen, s in summary.groupby("scenario"):
         yerr = np.vstack([s["median"] - s["lo90"], s["hi90"] - s["median"]])
-        ax.errorbar(s["measured"], s["median"], yerr=yerr, fmt="o", ms=3, alpha=0.6, elinewidth=0.6,
-                    label=f"{scen} ({len(s)})")
+        ax.errorbar(
+            s["measured"],
+            s["median"],
+            yerr=yerr,
+            fmt="o",
+            ms=3,
+            alpha=0.6,
+            elinewidth=0.6,
+            label=f"{scen} ({len(s)})",
+        )
     if len(summary):
         lo = float(min(summary["measured"].min(), summary["lo90"].min()))
         hi = float(max(summary["measured"].max(), summary["hi90"].max()))
@@ -115,8 +142,13 @@ def plot_residuals(summary: pd.DataFrame, path: str | Path) -> Path:
     plt = _pyplot()
     groups = sorted(summary["scenario"].unique()) if len(summary) else []
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(groups) + 2), 4))
-    data = [np.log(summary.loc[summary["scenario"] == g, "measured"] / summary.loc[summary["scenario"] == g, "median"])
-            for g in groups]
+    data = [
+        np.log(
+            summary.loc[summary["scenario"] == g, "measured"]
+            / summary.loc[summary["scenario"] == g, "median"]
+        )
+        for g in groups
+    ]
     if groups:
         ax.boxplot(data, showfliers=True)
         ax.set_xticks(range(1, len(groups) + 1), groups, rotation=20, fontsize=8)
@@ -133,9 +165,16 @@ def plot_residuals(summary: pd.DataFrame, path: str | Path) -> Path:
     return Path(path)
 
 
-def write_plots(posterior: Posterior, out_dir: str | Path, *, table: pd.DataFrame | None = None,
-                num_draws: int = 200, seed: int = 0, max_rows: int | None = 2000,
-                hardware_csv: str | Path | None = None) -> list[Path]:
+def write_plots(
+    posterior: Posterior,
+    out_dir: str | Path,
+    *,
+    table: pd.DataFrame | None = None,
+    num_draws: int = 200,
+    seed: int = 0,
+    max_rows: int | None = 2000,
+    hardware_csv: str | Path | None = None,
+) -> list[Path]:
     """Write ``posteriors.png`` and, given measurements, ``predicted_vs_measured.png`` and
     ``residuals_by_scenario.png`` into ``out_dir`` (created); returns the paths written."""
     from ._update import user_hardware
@@ -149,7 +188,9 @@ def write_plots(posterior: Posterior, out_dir: str | Path, *, table: pd.DataFram
     paths = [plot_posteriors(posterior, out / "posteriors.png", gpus=gpus)]
     if table is not None and len(table):
         with user_hardware(hardware_csv):
-            summary = predictive_summary(posterior, table, num_draws=num_draws, seed=seed, max_rows=max_rows)
+            summary = predictive_summary(
+                posterior, table, num_draws=num_draws, seed=seed, max_rows=max_rows
+            )
         paths.append(plot_predicted_vs_measured(summary, out / "predicted_vs_measured.png"))
         paths.append(plot_residuals(summary, out / "residuals_by_scenario.png"))
     return paths

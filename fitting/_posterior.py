@@ -12,7 +12,6 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -20,16 +19,13 @@ import perfmodel
 from perfmodel import Efficiency
 from perfmodel._ops import KernelEfficiency
 
-from ._model import PARAM_NAMES, STUDENT_DF, kernel_cells, kernel_groups, to_natural
-from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
+from ._model import PARAM_NAMES, kernel_cells, to_natural
+from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
 """Bundled posterior, relative to ``perfmodel.data_dir()``."""
 
 _LOW_PRECISION = {"fp8", "fp4", "int8"}
-
-SERVING_ROW_DRAWS_PER_CHUNK = 256
-"""Row x draw evaluations of ``serving_metrics`` per chunk (bounds memory near 0.3 GB)."""
 
 
 class PosteriorError(ValueError):
@@ -252,102 +248,14 @@ def kernel_efficiency_draws(
     return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})
 
 
-def gpu_group_draws(
-    posterior: Posterior,
-    gpus: tuple[str, ...],
-    keys: tuple[str, ...],
-    idx: np.ndarray,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """GPU x group bias draws eta_gk on log time, (draws, gpus, keys): fitted pairs keep theirs,
-    an unseen GPU or kernel group draws N(0, tau_gpu) (its own bias, unknown); a fitted GPU's
-    whole-model groups, anchor groups, serving groups and older posterior files without the term
-    get 0.
-
-    An unseen GPU's whole-model groups (prefill, decode step, static batch) also draw
-    N(0, tau_gpu): their (source, scenario) offsets were learned on the GPUs each source measured
-    (most sources measured one), so how the same engine fares on another GPU is a GPU x scenario
-    bias the fit cannot see, of the size the kernel groups' GPU biases show.  Fitted GPUs keep 0
-    (their rows pinned the offsets), so in-sample intervals are unchanged."""
-    out = np.zeros((len(idx), len(gpus), len(keys)))
-    post = posterior.idata.posterior
-    if "gpu_group" not in post:
-        return out
-    eta = np.asarray(post["gpu_group"].values)
-    eta = eta.reshape((-1,) + eta.shape[2:])[idx]
-    fit_gpus = [str(g) for g in post["gpu_group"].coords["gpu"].values]
-    fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
-    tau_k, zero = posterior.flat("tau_gpu_kernel")[idx], np.zeros(len(idx))
-    for j, k in enumerate(keys):
-        if k.startswith("serving:"):
-            continue
-        kernel = kernel_groups([k])[0]
-        whole_model = not k.startswith(("op:", "collective:"))
-        for i, g in enumerate(gpus):
-            if g in fit_gpus and k in fit_keys:
-                out[:, i, j] = eta[:, fit_gpus.index(g), fit_keys.index(k)]
-            else:
-                unseen_gpu_step = whole_model and g not in fit_gpus
-                tau = tau_k if kernel or unseen_gpu_step else zero
-                out[:, i, j] = tau * rng.standard_normal(len(idx))
-    return out
+_MOVED = ("SERVING_ROW_DRAWS_PER_CHUNK", "gpu_group_draws", "map_chunks", "predictive_log_draws")
 
 
-def map_chunks(fn, xs, batch: int) -> np.ndarray:
-    """``vmap(fn)`` over the leading axis of the pytree ``xs``, ``batch`` entries per call.
+def __getattr__(name: str):
+    """The predictive draws moved to ``_predictive``; ``from fitting._posterior import ...``
+    keeps working (PEP 562; a lazy import, since ``_predictive`` imports this module)."""
+    if name in _MOVED:
+        from . import _predictive
 
-    One program of static shape is compiled and called once per chunk (the last chunk padded
-    with copies of its first entry, then cut).  Not a ``lax.map`` inside one ``jit``: XLA took
-    2.3x longer to compile the closed-loop queueing solve nested in that scan (55 vs 24 s in the
-    bundled validate, same chunk shape, same numbers).
-    """
-    xs = jax.tree_util.tree_map(np.asarray, xs)  # host-side slicing: no program per slice
-    n = int(jax.tree_util.tree_leaves(xs)[0].shape[0])
-    f = jax.jit(jax.vmap(fn))
-    outs = []
-    for start in range(0, n, batch):
-        k = min(batch, n - start)
-
-        def cut(a, start=start, k=k):
-            part = a[start : start + k]
-            return part if k == batch else np.concatenate([part, np.repeat(part[:1], batch - k, 0)])
-
-        outs.append(np.asarray(f(*jax.tree_util.tree_map(cut, xs)))[:k])
-    return np.concatenate(outs, axis=0)
-
-
-def predictive_log_draws(
-    posterior: Posterior, prep: Prepared, num_draws: int = 200, *, seed: int = 0, noise: bool = True
-) -> np.ndarray:
-    """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
-
-    log y = log f(theta_g; delta_cell) + eta_gk + sigma_group * t_nu (the cell offset adds to log time, or
-    scales a collective's latency); unseen GPUs and cells take population draws (an unseen group's
-    sigma is the largest fitted one).
-    """
-    rng = np.random.default_rng(seed)
-    idx = _draw_indices(posterior, num_draws, rng)
-    params = parameter_draws(posterior, prep.gpus, idx, rng)
-    offsets = (
-        np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells], axis=1)
-        if prep.cells
-        else np.zeros((len(idx), 0))
-    )
-    keys = posterior.noise_keys
-    sig_all = posterior.flat("sigma")[idx]
-    sig = np.stack(
-        [sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1) for k in prep.noise_keys],
-        axis=1,
-    )
-    xs = ({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets))
-    n_serving = len(prep.blocks["serving"]["pos"]) if "serving" in prep.blocks else 0
-    # serving_metrics holds ~1 MB of quadrature nodes per row and draw: chunk the draws so one
-    # chunk stays near SERVING_ROW_DRAWS_PER_CHUNK row-draws
-    batch = max(1, SERVING_ROW_DRAWS_PER_CHUNK // n_serving) if n_serving else num_draws
-    loc = map_chunks(lambda p, o: predict_log(prep, p, o), xs, min(batch, num_draws))
-    eta = gpu_group_draws(posterior, prep.gpus, prep.noise_keys, idx, rng)
-    loc = loc + eta[:, prep.gpu_idx, prep.noise_idx]
-    if not noise:
-        return loc
-    eps = rng.standard_t(STUDENT_DF, size=loc.shape)
-    return loc + sig[:, prep.noise_idx] * eps
+        return getattr(_predictive, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

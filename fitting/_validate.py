@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 
 from ._fit import STRATA, skipped_summary, subsample
-from ._posterior import Posterior, predictive_log_draws
+from ._posterior import Posterior
 from ._predict import prepare
+from ._predictive import predictive_log_draws
 
 MAX_SERVING_ROWS = 64
 """Serving rows scored per call (a seeded random subset beyond this; the note says so)."""

@@ -97,8 +97,9 @@ def test_chunked_draws_equal_one_vmapped_call():
     import jax
     import jax.numpy as jnp
 
-    from fitting._posterior import _draw_indices, map_chunks, parameter_draws
+    from fitting._posterior import _draw_indices, parameter_draws
     from fitting._predict import predict_log
+    from fitting._predictive import map_chunks
 
     post = fitting.load_posterior()
     prep = fitting.prepare(_rows(), gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
