@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ._diagnostics import Diagnostics, diagnose
-from ._model import run_nuts, run_svi, sample_prior
+from ._inference import run_nuts, run_svi, sample_prior
 from ._posterior import Posterior
 from ._rows import Prepared, prepare
 from ._serving_stage import add_serving_stage
