@@ -47,6 +47,9 @@ Array = jnp.ndarray
 
 QUEUEING_CODE = 4
 """``binding_budget`` code meaning "queueing": index of "queueing" after ``BINDING_BUDGETS``."""
+CLOSED_LOOP_BISECTIONS = 30
+"""Bisection steps of the closed-loop rate (N = rate E[E2E(rate)]) on [0, N / E2E(idle)]: 2^-30
+~ 1e-9 of the bracket; each step is a full steady-state solve, so steps beyond it only cost."""
 
 
 class ServingMetrics(eqx.Module):
@@ -225,7 +228,9 @@ def _serving_metrics_impl(
         e2e = run(rate, False)["e2e"].mean
         return jnp.where(jnp.isfinite(e2e), rate * e2e, 2.0 * n_safe + 1.0)
 
-    rate_closed = solve_quantile(in_flight, n_safe, 0.0, n_safe / e2e_idle, iters=48)
+    rate_closed = solve_quantile(
+        in_flight, n_safe, 0.0, n_safe / e2e_idle, iters=CLOSED_LOOP_BISECTIONS
+    )
     rate = jnp.where(closed, rate_closed, rate_open)
     return _finish(point, replicas, run(rate))
 
