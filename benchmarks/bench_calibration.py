@@ -84,8 +84,8 @@ def residual_table(table, posterior, per_cell: int, seed: int):
     import numpy as np
 
     from fitting._fit import subsample
-    from fitting._posterior import predictive_log_draws
     from fitting._predict import noise_key, prepare
+    from fitting._predictive import predictive_log_draws
 
     rows = subsample(table[table["scenario"] != "serving"], per_cell, seed)
     prep = prepare(

@@ -211,16 +211,3 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
         numpyro.sample(
             "log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed
         )
-
-
-_MOVED = ("POSTERIOR_VARS", "run_nuts", "run_svi", "sample_prior")
-
-
-def __getattr__(name: str):
-    """The inference drivers moved to ``_inference``; ``from fitting._model import run_nuts``
-    keeps working (PEP 562; a lazy import, since ``_inference`` imports this module)."""
-    if name in _MOVED:
-        from . import _inference
-
-        return getattr(_inference, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -246,16 +246,3 @@ def kernel_efficiency_draws(
     idx = _draw_indices(posterior, num_draws, rng)
     p = parameter_draws(posterior, (gpu,), idx, rng)
     return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})
-
-
-_MOVED = ("SERVING_ROW_DRAWS_PER_CHUNK", "gpu_group_draws", "map_chunks", "predictive_log_draws")
-
-
-def __getattr__(name: str):
-    """The predictive draws moved to ``_predictive``; ``from fitting._posterior import ...``
-    keeps working (PEP 562; a lazy import, since ``_predictive`` imports this module)."""
-    if name in _MOVED:
-        from . import _predictive
-
-        return getattr(_predictive, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

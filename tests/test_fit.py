@@ -14,11 +14,11 @@ from numpyro import handlers
 
 import fitting
 from fitting import _posterior
+from fitting._inference import run_nuts
 from fitting._model import (
     PARAM_NAMES,
     calibration_model,
     prior_center_unconstrained,
-    run_nuts,
     to_natural,
 )
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 import fitting
-from fitting._posterior import predictive_log_draws
+from fitting._predictive import predictive_log_draws
 from fitting._update import update_posterior, without_gpu
 from servingmath.cli import main
 

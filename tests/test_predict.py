@@ -344,7 +344,8 @@ def test_gpu_group_draws_keep_fitted_pairs_and_widen_unseen_ones():
     groups and a fitted GPU's whole-model groups get no GPU x group term."""
     import arviz as az
 
-    from fitting._posterior import Posterior, gpu_group_draws
+    from fitting._posterior import Posterior
+    from fitting._predictive import gpu_group_draws
 
     n = 4000
     rng = np.random.default_rng(0)
