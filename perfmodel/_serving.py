@@ -111,6 +111,7 @@ def serving_metrics(
     chunk_tokens: float | None = None,
     temperature: float = 0.0,
     decode_cost: DecodeCost | None = None,
+    means_only: bool = False,
 ) -> ServingMetrics:
     """TTFT/TPOT/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
 
@@ -124,6 +125,8 @@ def serving_metrics(
         decode_cost: ``DecodeCost`` of a decode iteration (a cached prefix read by every decode,
             with ``workload`` prompts then the uncached tokens; speculative draft + verify with E
             tokens per iteration).  None = plain decoding.
+        means_only: skip the percentile quadrature (p50/p95/p99 come back NaN, the means and
+            every other field as usual): for callers that read means only (calibration rows).
 
     Returns:
         ``ServingMetrics``; compiled once per (static options, shapes) with ``eqx.filter_jit``,
@@ -148,6 +151,7 @@ def serving_metrics(
         temperature,
         closed_loop,
         DecodeCost() if decode_cost is None else decode_cost,
+        means_only,
     )
 
 
@@ -163,6 +167,7 @@ def _serving_metrics(
     temperature,
     closed_loop,
     decode_cost,
+    means_only,
 ):
     return _serving_metrics_impl(
         model,
@@ -175,6 +180,7 @@ def _serving_metrics(
         temperature=temperature,
         closed_loop=closed_loop,
         decode_cost=decode_cost,
+        means_only=means_only,
     )
 
 
@@ -191,6 +197,7 @@ def _serving_metrics_impl(
     closed_loop: bool = True,
     corrections=None,
     decode_cost: DecodeCost | None = None,
+    means_only: bool = False,
 ) -> ServingMetrics:
     config = EngineConfig(
         chunked_prefill=chunked_prefill,
@@ -213,7 +220,7 @@ def _serving_metrics_impl(
     )
 
     def run(rate, quantiles=True):
-        return open_loop(point, rate, quantiles)
+        return open_loop(point, rate, quantiles, means_only=means_only)
 
     rate_open = workload.arrival_rate_per_s / replicas
     if not closed_loop:

@@ -127,8 +127,11 @@ class LoadPoint(eqx.Module):
     temperature: float = eqx.field(static=True, default=0.0)
 
 
-def open_loop(point: LoadPoint, rate, quantiles=True):
+def open_loop(point: LoadPoint, rate, quantiles=True, means_only=False):
     """TTFT/TPOT/E2E (``Percentiles``), utilisation and stability of one replica at ``rate``.
+
+    ``quantiles=False`` returns the E2E mean only (the closed-loop rate solve); ``means_only``
+    returns every field but leaves p50/p95/p99 NaN (no quadrature: callers that read means).
 
     Under a speculative ``point.cost`` the queueing runs in decode iterations ((O - 1) / E per
     request, each iteration's gap from the steady state); TPOT per token is the gap / E, widened
@@ -263,32 +266,39 @@ def open_loop(point: LoadPoint, rate, quantiles=True):
     e2e_mean = ttft_mean + jnp.mean(o_dec_nodes * tpot_nodes)
     if not quantiles:  # means only (the closed-loop rate solve)
         return {"e2e": percentiles(e2e_mean, jnp.stack([e2e_mean] * 3, axis=-1), stable)}
-    ttft_nodes = residual + s.own
-    e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
-    qs = jnp.asarray(QUANTILES)
-    # shape of the prefill queue's wait given a wait (M/G/1 moments, Takacs): squared CV
-    # 2 rho - 1 + 4 (1 - rho) E[S] E[S^3] / (3 E[S^2]^2), 1 for M/M/1, < 1 for less variable
-    # prompts; below 1 the exponential is shifted to match it (its share of the wait only)
-    moments = [jnp.mean(s.busy**k) for k in (1, 2, 3)]
-    cw2 = mg1_conditional_wait_scv(rho_p, *moments)
-    share = (w_p + w_m) * stretch / jnp.maximum(wait, 1e-30)
-    shift = share * (1.0 - jnp.sqrt(smooth_min(jnp.maximum(cw2, 0.1), 1.0, temperature))) * w_cond
-    ttft_q = wait_plus_quantile_s(
-        ttft_nodes, p_wait[..., None], w_cond[..., None], qs, shift[..., None]
-    )
-    e2e_q = wait_plus_quantile_s(
-        e2e_nodes, p_wait[..., None], w_cond[..., None], qs, shift[..., None]
-    )
-    if cost.speculative:  # per token: gap / E, plus the accepted-token spread (renewal CLT)
-        tpot_nodes = tpot_nodes / e_step
-        tpot = tpot / e_step
-        cv2_accept = cost.tokens_per_step_var() / (jnp.maximum(o_tok_nodes, 1.0) * e_step)
-        tpot_var = tpot_var / jnp.square(e_step) + jnp.square(tpot_nodes) * cv2_accept
-    tpot_q = lognormal_mixture_quantile(tpot_nodes, tpot_var, qs)
-    # chunked: a request's mean gap is at most that of iterations all carrying a full budget
-    # (with a backlog, the budget paces the prefill landing in the gaps)
-    gap_max = s.gap_max / e_step if cost.speculative else s.gap_max
-    tpot_q = jnp.minimum(tpot_q, gap_max[..., None])
+    if means_only:  # no quadrature: the percentiles are not computed (NaN)
+        ttft_q = e2e_q = tpot_q = jnp.full(jnp.shape(ttft_mean) + (len(QUANTILES),), jnp.nan)
+        if cost.speculative:
+            tpot = tpot / e_step
+    else:
+        ttft_nodes = residual + s.own
+        e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
+        qs = jnp.asarray(QUANTILES)
+        # shape of the prefill queue's wait given a wait (M/G/1 moments, Takacs): squared CV
+        # 2 rho - 1 + 4 (1 - rho) E[S] E[S^3] / (3 E[S^2]^2), 1 for M/M/1, < 1 for less variable
+        # prompts; below 1 the exponential is shifted to match it (its share of the wait only)
+        moments = [jnp.mean(s.busy**k) for k in (1, 2, 3)]
+        cw2 = mg1_conditional_wait_scv(rho_p, *moments)
+        share = (w_p + w_m) * stretch / jnp.maximum(wait, 1e-30)
+        shift = (
+            share * (1.0 - jnp.sqrt(smooth_min(jnp.maximum(cw2, 0.1), 1.0, temperature))) * w_cond
+        )
+        ttft_q = wait_plus_quantile_s(
+            ttft_nodes, p_wait[..., None], w_cond[..., None], qs, shift[..., None]
+        )
+        e2e_q = wait_plus_quantile_s(
+            e2e_nodes, p_wait[..., None], w_cond[..., None], qs, shift[..., None]
+        )
+        if cost.speculative:  # per token: gap / E, plus the accepted-token spread (renewal CLT)
+            tpot_nodes = tpot_nodes / e_step
+            tpot = tpot / e_step
+            cv2_accept = cost.tokens_per_step_var() / (jnp.maximum(o_tok_nodes, 1.0) * e_step)
+            tpot_var = tpot_var / jnp.square(e_step) + jnp.square(tpot_nodes) * cv2_accept
+        tpot_q = lognormal_mixture_quantile(tpot_nodes, tpot_var, qs)
+        # chunked: a request's mean gap is at most that of iterations all carrying a full budget
+        # (with a backlog, the budget paces the prefill landing in the gaps)
+        gap_max = s.gap_max / e_step if cost.speculative else s.gap_max
+        tpot_q = jnp.minimum(tpot_q, gap_max[..., None])
     return {
         "ttft": percentiles(ttft_mean, ttft_q, stable),
         "tpot": percentiles(tpot, tpot_q, stable),

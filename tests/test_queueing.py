@@ -241,6 +241,27 @@ def test_closed_loop_obeys_littles_law():
     assert rate * float(m.e2e_s.mean) == pytest.approx(32.0, rel=1e-4)
 
 
+def test_means_only_skips_the_percentiles_and_keeps_every_mean():
+    """``means_only`` (calibration rows read means) returns the same means, utilisation,
+    throughput and binding budget, with p50/p95/p99 NaN rather than a made-up value."""
+    w = Workload(
+        arrival_rate_per_s=10.0,
+        prompt_tokens_mean=1000.0,
+        prompt_tokens_cv=1.0,
+        output_tokens_mean=200.0,
+    )
+    full = serving_metrics(MODEL, GPU, DEP, EFF, w)
+    lean = serving_metrics(MODEL, GPU, DEP, EFF, w, means_only=True)
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        assert float(getattr(lean, name).mean) == float(getattr(full, name).mean)
+        assert np.isnan(
+            [float(getattr(getattr(lean, name), q)) for q in ("p50", "p95", "p99")]
+        ).all()
+    for name in ("utilization", "output_tokens_per_s", "decode_batch", "binding_budget"):
+        assert float(getattr(lean, name)) == float(getattr(full, name))
+    assert bool(lean.stable) and float(full.ttft_s.p95) > float(full.ttft_s.mean)
+
+
 def test_giant_prompts_hurt_p95_ttft_far_more_than_throughput():
     # same mean prompt, a few giant ones (CV 0.2 -> 3): seed behaviour of issue 3
     calm, spiky = _metrics(15.0, 0.2, 8192.0), _metrics(15.0, 3.0, 8192.0)
