@@ -215,15 +215,19 @@ def test_gradients_finite_and_match_finite_differences():
             assert np.all(np.isfinite(np.asarray(_grads(r, budget))))
 
 
+OPEN_LOAD = Workload(
+    arrival_rate_per_s=10.0,
+    prompt_tokens_mean=1000.0,
+    prompt_tokens_cv=1.0,
+    output_tokens_mean=200.0,
+)
+"""The open-loop load of the vmap, means-only and temperature tests (one compiled program)."""
+
+
 def test_vmap_over_efficiency_draws_equals_loop():
     effs = [Efficiency(bandwidth_fraction=b) for b in (0.6, 0.75, 0.9)]
     stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *effs)
-    w = Workload(
-        arrival_rate_per_s=10.0,
-        prompt_tokens_mean=1000.0,
-        prompt_tokens_cv=1.0,
-        output_tokens_mean=200.0,
-    )
+    w = OPEN_LOAD
     f = jax.jit(jax.vmap(lambda e: serving_metrics(MODEL, GPU, DEP, e, w)))
     batched = f(stacked)
     for i, e in enumerate(effs):
@@ -244,12 +248,7 @@ def test_closed_loop_obeys_littles_law():
 def test_means_only_skips_the_percentiles_and_keeps_every_mean():
     """``means_only`` (calibration rows read means) returns the same means, utilisation,
     throughput and binding budget, with p50/p95/p99 NaN rather than a made-up value."""
-    w = Workload(
-        arrival_rate_per_s=10.0,
-        prompt_tokens_mean=1000.0,
-        prompt_tokens_cv=1.0,
-        output_tokens_mean=200.0,
-    )
+    w = OPEN_LOAD
     full = serving_metrics(MODEL, GPU, DEP, EFF, w)
     lean = serving_metrics(MODEL, GPU, DEP, EFF, w, means_only=True)
     for name in ("ttft_s", "tpot_s", "e2e_s"):
@@ -272,12 +271,7 @@ def test_giant_prompts_hurt_p95_ttft_far_more_than_throughput():
 
 
 def test_temperature_zero_is_exact_and_small_temperature_close():
-    w = Workload(
-        arrival_rate_per_s=10.0,
-        prompt_tokens_mean=1000.0,
-        prompt_tokens_cv=1.0,
-        output_tokens_mean=200.0,
-    )
+    w = OPEN_LOAD
     exact = serving_metrics(MODEL, GPU, DEP, EFF, w)
     soft = serving_metrics(MODEL, GPU, DEP, EFF, w, temperature=1e-3)
     assert float(soft.ttft_s.p95) == pytest.approx(float(exact.ttft_s.p95), rel=0.05)
