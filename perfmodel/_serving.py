@@ -219,8 +219,8 @@ def _serving_metrics_impl(
         temperature=temperature,
     )
 
-    def run(rate, quantiles=True):
-        return open_loop(point, rate, quantiles, means_only=means_only)
+    def run(rate, means_only=means_only):
+        return open_loop(point, rate, means_only)
 
     rate_open = workload.arrival_rate_per_s / replicas
     if not closed_loop:
@@ -229,10 +229,10 @@ def _serving_metrics_impl(
     n_per = jnp.maximum(workload.concurrency, 0.0) / replicas
     closed = n_per > 0
     n_safe = jnp.where(closed, n_per, 1.0)
-    e2e_idle = run(jnp.asarray(1e-12) * n_safe, False)["e2e"].mean
+    e2e_idle = run(jnp.asarray(1e-12) * n_safe, True)["e2e"].mean
 
     def in_flight(rate):
-        e2e = run(rate, False)["e2e"].mean
+        e2e = run(rate, True)["e2e"].mean
         return jnp.where(jnp.isfinite(e2e), rate * e2e, 2.0 * n_safe + 1.0)
 
     rate_closed = solve_quantile(

@@ -127,11 +127,11 @@ class LoadPoint(eqx.Module):
     temperature: float = eqx.field(static=True, default=0.0)
 
 
-def open_loop(point: LoadPoint, rate, quantiles=True, means_only=False):
+def open_loop(point: LoadPoint, rate, means_only=False):
     """TTFT/TPOT/E2E (``Percentiles``), utilisation and stability of one replica at ``rate``.
 
-    ``quantiles=False`` returns the E2E mean only (the closed-loop rate solve); ``means_only``
-    returns every field but leaves p50/p95/p99 NaN (no quadrature: callers that read means).
+    ``means_only`` leaves p50/p95/p99 NaN (no quadrature: callers that read means, such as the
+    closed-loop rate solve and calibration rows); every other field is computed as usual.
 
     Under a speculative ``point.cost`` the queueing runs in decode iterations ((O - 1) / E per
     request, each iteration's gap from the steady state); TPOT per token is the gap / E, widened
@@ -264,12 +264,8 @@ def open_loop(point: LoadPoint, rate, quantiles=True, means_only=False):
 
     ttft_mean = residual + wait + jnp.mean(s.own)
     e2e_mean = ttft_mean + jnp.mean(o_dec_nodes * tpot_nodes)
-    if not quantiles:  # means only (the closed-loop rate solve)
-        return {"e2e": percentiles(e2e_mean, jnp.stack([e2e_mean] * 3, axis=-1), stable)}
     if means_only:  # no quadrature: the percentiles are not computed (NaN)
         ttft_q = e2e_q = tpot_q = jnp.full(jnp.shape(ttft_mean) + (len(QUANTILES),), jnp.nan)
-        if cost.speculative:
-            tpot = tpot / e_step
     else:
         ttft_nodes = residual + s.own
         e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
@@ -291,7 +287,6 @@ def open_loop(point: LoadPoint, rate, quantiles=True, means_only=False):
         )
         if cost.speculative:  # per token: gap / E, plus the accepted-token spread (renewal CLT)
             tpot_nodes = tpot_nodes / e_step
-            tpot = tpot / e_step
             cv2_accept = cost.tokens_per_step_var() / (jnp.maximum(o_tok_nodes, 1.0) * e_step)
             tpot_var = tpot_var / jnp.square(e_step) + jnp.square(tpot_nodes) * cv2_accept
         tpot_q = lognormal_mixture_quantile(tpot_nodes, tpot_var, qs)
@@ -299,6 +294,8 @@ def open_loop(point: LoadPoint, rate, quantiles=True, means_only=False):
         # (with a backlog, the budget paces the prefill landing in the gaps)
         gap_max = s.gap_max / e_step if cost.speculative else s.gap_max
         tpot_q = jnp.minimum(tpot_q, gap_max[..., None])
+    if cost.speculative:  # the mean per token: gap / E
+        tpot = tpot / e_step
     return {
         "ttft": percentiles(ttft_mean, ttft_q, stable),
         "tpot": percentiles(tpot, tpot_q, stable),
