@@ -2,7 +2,7 @@
 
 Solves jointly, by damped fixed-point iteration, for the mean decode batch n_d (Little's law,
 n_d = lambda (E[O] - 1) TPOT, capped by the running slots), the prefill server's utilisation
-rho_p (time per prompt packed into full iterations while a backlog lasts, its own iterations
+rho_p (time per prompt packed with the backlog's prompts while a backlog lasts, its own iterations
 otherwise) and the mean gap TPOT.  Unchunked, prompts take prefill-only iterations:
 TPOT = tau_d / (1 - lambda E[Delta]).  Chunked, iterations are a mixture of decode-only ones
 (memory-bound) and ones carrying prefill (compute-bound); the gap is the mixture's mean, not T at
@@ -136,6 +136,11 @@ def steady_state(
             decode_context=ctx_d,
         )
 
+    def backlog(rho_p):
+        """Prompts present while the prefill server is busy: 1 / (1 - rho_p), the M/M/1 mean
+        number in system given busy (E[L] / P(busy))."""
+        return 1.0 / (1.0 - jnp.minimum(rho_p, 0.99))
+
     def costs(n_d, rho_p):
         tau_d = T(decode_seqs=n_d, decode_context=ctx_d)
         p = p_nodes
@@ -146,14 +151,17 @@ def steady_state(
             fits = p <= budget
             own = jnp.where(fits, small, p / budget * chunk)
             delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
-            # a full budget packs budget / E[P] prompts (one, chunked, when it is smaller)
+            # a backlogged iteration packs the prompts present, k = 1 / (1 - rho_p) of them, as
+            # far as the budget holds them (not a full budget: at B = 16384 and rho_p ~ 0.75 the
+            # backlog is ~4 prompts, not B / E[P] = 16)
+            held = smooth_min(backlog(rho_p) * p_mean, budget, temperature)
             full = T(
-                prefill_tokens=budget,
-                prefill_seqs=jnp.maximum(budget / p_mean, 1.0),
+                prefill_tokens=held,
+                prefill_seqs=jnp.maximum(held / p_mean, 1.0),
                 decode_seqs=n_d,
                 decode_context=ctx_d,
             )
-            packed = p / budget * full
+            packed = p / held * full
             # prefill-server time per prompt: packed into full iterations while a backlog lasts
             # (probability rho_p), its own iteration(s) otherwise
             busy = rho_p * packed + (1.0 - rho_p) * own
