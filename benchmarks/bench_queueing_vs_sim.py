@@ -9,6 +9,7 @@ relative error; the target is within 15 % at p95 on >= 90 % of points and never 
     PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --summary A.json B.json
     PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --recompute A.json
     PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --recompute --pool A7.json A8.json ...
+    PYTHONPATH=. python benchmarks/bench_queueing_vs_sim.py --recompute A.json --rate-equivalent
 
 ``--summary`` prints the slice table (all points, per utilisation, pair, chunked/unchunked) of
 saved runs together (e.g. utilisations 0.2-0.7 at 10,000 requests and 0.9 at 40,000, run as two
@@ -20,6 +21,9 @@ up to 2x at 40,000 where the running slots come close to saturating (Llama-3.1-8
 (``--seed`` repeats it with another seed).  ``--pool`` merges saved runs of the same grid point
 (other seeds) into one: the simulator's percentiles are averaged over the runs (independent
 replications: the spread of their mean falls as 1 / sqrt(runs)) and their requests summed.
+``--rate-equivalent`` reads each p95 TTFT miss as a load error: the relative change d of the
+arrival rate at which the closed form's p95 equals the simulator's (near the running slots'
+saturation a 2 % change of the rate moves the p95 by a factor 2-5).
 """
 
 from __future__ import annotations
@@ -83,6 +87,30 @@ def closed_form(point, eff):
         "tpot_s": {"p50": float(cf.tpot_s.p50), "p95": float(cf.tpot_s.p95)},
         "utilization": float(cf.utilization),
     }
+
+
+def rate_equivalent(point, eff, span=0.2, steps=30):
+    """Relative rate change at which the closed form's p95 TTFT equals the simulator's: the miss
+    read as a load error (bisection in log rate over +-``span``; +-inf when outside it)."""
+    model, gpu = load_model(point["model"]), load_hardware(point["gpu"])
+    dep = Deployment.create(tp=point["tp"], max_num_batched_tokens=float(point["budget"]))
+    target = point["sim"]["ttft_s"]["p95"]
+
+    def p95(rate):
+        cf = serving_metrics(
+            model, gpu, dep, eff, workload(rate, point["cv"]), chunked_prefill=point["chunked"]
+        )
+        return float(cf.ttft_s.p95)
+
+    lo, hi = point["rate"] * (1.0 - span), point["rate"] * (1.0 + span)
+    if p95(lo) > target:
+        return -np.inf
+    if p95(hi) < target:
+        return np.inf
+    for _ in range(steps):
+        mid = np.sqrt(lo * hi)
+        lo, hi = (mid, hi) if p95(mid) < target else (lo, mid)
+    return float(np.sqrt(lo * hi) / point["rate"] - 1.0)
 
 
 POINT_KEY = ("model", "gpu", "tp", "chunked", "budget", "cv", "util")
@@ -193,6 +221,11 @@ def main() -> None:
     ap.add_argument(
         "--recompute", nargs="+", help="current closed form vs the saved simulator percentiles"
     )
+    ap.add_argument(
+        "--rate-equivalent",
+        action="store_true",
+        help="with --recompute: for each p95 TTFT miss (> 15 %%), the rate change that closes it",
+    )
     args = ap.parse_args()
     eff = Efficiency()
     t0 = time.time()
@@ -210,6 +243,13 @@ def main() -> None:
                 print(line(p), flush=True)
         print(f"\n{len(points)} points, {time.time() - t0:.0f} s\n")
         print(summary(points))
+        if args.recompute and args.rate_equivalent:
+            misses = [p for p in points if abs(errors(p)[0]) > 0.15]
+            print("\np95 TTFT misses read as a load error (closed form at rate x (1 + d)):")
+            for p in misses:
+                print(
+                    f"{line(p).split(' | ')[0]} | err95 {errors(p)[0]:+.0%} | d {rate_equivalent(p, eff):+.2%}"
+                )
         return
     points = []
     pairs = PAIRS[:1] if args.quick else PAIRS
