@@ -39,6 +39,7 @@ from ._batching import (
     prefill_budget_tokens,
     saturated_output_tokens_per_s,
 )
+from ._prompt_law import prompt_nodes, tail_ratio, truncated_lognormal
 from ._queueing import (
     diffusion_seat_wait,
     kingman_wait_s,
@@ -51,7 +52,7 @@ from ._queueing import (
 )
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._steady_state import prompt_nodes, steady_state, tail_ratio, truncated_lognormal
+from ._steady_state import steady_state
 from ._workload import Workload
 
 Array = jnp.ndarray
