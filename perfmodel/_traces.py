@@ -121,7 +121,7 @@ def load_trace(name_or_path: str | Path) -> Trace:
     if path.suffix == ".jsonl":
         return _load_mooncake(path, str(name_or_path))
     try:
-        fh = open(path, newline="")
+        fh = open(path, newline="")  # noqa: SIM115 (only the open may raise OSError; closed by `with fh`)
     except OSError as exc:
         raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
     with fh:
@@ -176,7 +176,7 @@ def _load_mooncake(path: Path, name: str) -> Trace:
     """Mooncake JSON lines (``_MOONCAKE`` keys); errors name the file, line and key."""
     arrivals, prompts, outputs, hashes = [], [], [], []
     try:
-        fh = open(path)
+        fh = open(path)  # noqa: SIM115 (only the open may raise OSError; closed by `with fh`)
     except OSError as exc:
         raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
     with fh:
