@@ -3,7 +3,7 @@
 Given the engine's steady state (``_steady_state``: decode batch n_d, mean gap TPOT, prefill
 server load rho_p, slope dTPOT/dn_d):
 
-* Prefill path: a G/G/1 queue whose backlogged server drains full iterations (Kingman 1961).
+* Prefill path: a G/G/1 queue whose backlogged server packs the prompts present (Kingman 1961).
 * Running slots: the number of running sequences N is a birth-death process whose departure rate
   N / (E[O] TPOT(N)) grows more slowly than N (more sequences, slower iterations).  Its
   diffusion approximation (an Ornstein-Uhlenbeck process, Halfin & Whitt 1981 generalised) has
