@@ -247,8 +247,7 @@ def steady_state(
 
         def prefill_rate(n):
             budget = prefill_budget_tokens(deployment, config, n, temperature)
-            full = T(prefill_tokens=budget, prefill_seqs=1.0, decode_seqs=n, decode_context=ctx_d)
-            return budget / full
+            return budget / budget_iteration(n, budget)
 
         c0, dc = jax.jvp(prefill_rate, (n_d,), (one,))
         rate_slope = dc / c0
