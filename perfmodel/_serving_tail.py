@@ -165,11 +165,11 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         config,
         rate,
         p_nodes,
-        workload.output_tokens_mean,
-        temperature,
-        tail,
-        cost,
-        workload.output_tokens_cv,
+        o_mean=workload.output_tokens_mean,
+        temperature=temperature,
+        tail=tail,
+        cost=cost,
+        o_cv=workload.output_tokens_cv,
     )
     o_tok_nodes = jnp.maximum(o_nodes - 1.0, 0.0)
     e_step = cost.tokens_per_step()
