@@ -79,6 +79,7 @@ def iteration_s(
     deployment,
     efficiency,
     spec,
+    *,
     n_decode,
     prefill_tokens,
     tokens_per_prefill_seq,
@@ -186,11 +187,11 @@ def slo_metrics(
             deployment,
             efficiency,
             spec,
-            n_decode,
-            prefill_tokens,
-            per_seq,
-            context,
-            temperature,
+            n_decode=n_decode,
+            prefill_tokens=prefill_tokens,
+            tokens_per_prefill_seq=per_seq,
+            context=context,
+            temperature=temperature,
         )
 
     t_full = iteration(n_max, smooth_min(n_max * e * i_len / o_len, budget, temperature), i_len)

@@ -74,7 +74,18 @@ def split_slo_metrics(
     k = 1.0 if spec is None else jnp.maximum(spec.draft_tokens, 1.0)
 
     def iteration(n):
-        return iteration_s(model, hw_d, dep_d, eff_d, spec, n, 0.0, k, context, temperature)
+        return iteration_s(
+            model,
+            hw_d,
+            dep_d,
+            eff_d,
+            spec,
+            n_decode=n,
+            prefill_tokens=0.0,
+            tokens_per_prefill_seq=k,
+            context=context,
+            temperature=temperature,
+        )
 
     t_full, t_one = iteration(n_max), iteration(1.0)
     mu_d = n_max * e / (o_len * t_full)
