@@ -1,9 +1,14 @@
 """``servingmath simulate`` and the load options of ``servingmath explain``: keys, errors, exit codes."""
 
+import argparse
 import json
+import math
 
 import pytest
 
+import perfmodel as pm
+from perfmodel.dynamics import Workload
+from servingmath._dynamics_cli import dynamics_report, render_dynamics
 from servingmath.cli import main
 
 BASE = ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm"]
@@ -91,9 +96,11 @@ def test_explain_gains_the_load_keys(capsys):
         ["explain", *BASE, "--rate", "4", "--input-len", "1000", "--output-len", "100", "--json"],
     )
     assert KEYS <= set(out) and out["stable"] is True
+    # light load: the p95 barely moves with the rate (and rises with it)
+    assert 0.0 < out["ttft_p95_load_elasticity"] < 2.0
     over = _json(capsys, ["explain", *BASE, "--rate", "500", "--json"])
     assert over["stable"] is False and over["ttft_s"]["p95"] is None  # infinite -> null, never NaN
-    assert over["binding_budget"] == "queueing"
+    assert over["binding_budget"] == "queueing" and over["ttft_p95_load_elasticity"] is None
     plain = _json(capsys, ["explain", *BASE, "--json"])
     assert "ttft_s" not in plain
 
@@ -209,3 +216,31 @@ def test_max_model_len_rejects_long_prompts_and_caps_outputs(tmp_path, capsys):
     assert (
         text == 0 and "note: 1 prompts longer than --max-model-len 1024" in capsys.readouterr().out
     )
+
+
+def test_p95_ttft_load_elasticity_and_its_flag():
+    # near the running slots' saturation (decode batch ~250 of 256 seats) the elasticity is the
+    # log-ratio of the closed form's own p95s at -1 % and +1 % of the rate, and it is large
+    args = argparse.Namespace(chunked_prefill=True, chunk_tokens=None)
+    model, gpu = pm.load_model("meta-llama/Llama-3.1-8B"), pm.load_hardware("h100-sxm")
+    dep = pm.Deployment.create(tp=1, max_num_batched_tokens=16384.0)
+
+    def report(rate):
+        w = Workload(
+            arrival_rate_per_s=rate,
+            prompt_tokens_mean=1000.0,
+            prompt_tokens_cv=1.0,
+            output_tokens_mean=200.0,
+            output_tokens_cv=0.5,
+        )
+        return dynamics_report(args, model, gpu, dep, pm.Efficiency(), w)
+
+    rate = 33.9
+    out = report(rate)
+    lo, hi = (report(rate * k)["ttft_s"]["p95"] for k in (0.99, 1.01))
+    e = out["ttft_p95_load_elasticity"]
+    assert e == pytest.approx(math.log(hi / lo) / math.log(1.01 / 0.99), rel=1e-6)
+    assert e > 10.0 and "near slot saturation" in render_dynamics(out)
+    calm = dict(out, ttft_p95_load_elasticity=1.5)
+    assert "p95 TTFT elasticity" in render_dynamics(calm)
+    assert "near slot saturation" not in render_dynamics(calm)
