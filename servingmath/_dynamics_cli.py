@@ -179,7 +179,6 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
         if all(math.isfinite(p) and p > 0 for p in p95):
             elasticity = math.log(p95[1] / p95[0]) / math.log((1 + LOAD_STEP) / (1 - LOAD_STEP))
     return {
-        "ttft_p95_load_elasticity": elasticity,
         "ttft_s": _pct(m.ttft_s),
         "tpot_s": _pct(m.tpot_s),
         "e2e_s": _pct(m.e2e_s),
@@ -188,6 +187,7 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
         "output_tokens_per_s": float(m.output_tokens_per_s),
         "decode_batch": float(m.decode_batch),
         "binding_budget": BINDING_NAMES[int(m.binding_budget)],
+        "ttft_p95_load_elasticity": elasticity,
     }
 
 
@@ -269,8 +269,8 @@ def render_dynamics(report: dict) -> str:
     e = report.get("ttft_p95_load_elasticity")
     if e is not None:
         note = (
-            "  near slot saturation: a 1 % load error moves p95 TTFT by "
-            f"{math.expm1(e * math.log1p(0.01)):.0%}; plan with headroom"
+            f"  near slot saturation: a {LOAD_STEP:.0%} load error moves p95 TTFT by "
+            f"{math.expm1(e * math.log1p(LOAD_STEP)):.0%}; plan with headroom"
             if e > KNIFE_EDGE
             else ""
         )
