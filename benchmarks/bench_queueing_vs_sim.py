@@ -75,13 +75,18 @@ def rate_for(model, gpu, dep, eff, cv, chunked, target):
     return np.sqrt(lo * hi)
 
 
-def closed_form(point, eff):
-    """Closed-form p50/p95 TTFT and TPOT (seconds) at a saved point's rate."""
+def point_metrics(point, eff, rate):
+    """``serving_metrics`` of a saved point's model, GPU and scheduler at ``rate``."""
     model, gpu = load_model(point["model"]), load_hardware(point["gpu"])
     dep = Deployment.create(tp=point["tp"], max_num_batched_tokens=float(point["budget"]))
-    cf = serving_metrics(
-        model, gpu, dep, eff, workload(point["rate"], point["cv"]), chunked_prefill=point["chunked"]
+    return serving_metrics(
+        model, gpu, dep, eff, workload(rate, point["cv"]), chunked_prefill=point["chunked"]
     )
+
+
+def closed_form(point, eff):
+    """Closed-form p50/p95 TTFT and TPOT (seconds) at a saved point's rate."""
+    cf = point_metrics(point, eff, point["rate"])
     return {
         "ttft_s": {"p50": float(cf.ttft_s.p50), "p95": float(cf.ttft_s.p95)},
         "tpot_s": {"p50": float(cf.tpot_s.p50), "p95": float(cf.tpot_s.p95)},
@@ -92,15 +97,10 @@ def closed_form(point, eff):
 def rate_equivalent(point, eff, span=0.2, steps=30):
     """Relative rate change at which the closed form's p95 TTFT equals the simulator's: the miss
     read as a load error (bisection in log rate over +-``span``; +-inf when outside it)."""
-    model, gpu = load_model(point["model"]), load_hardware(point["gpu"])
-    dep = Deployment.create(tp=point["tp"], max_num_batched_tokens=float(point["budget"]))
     target = point["sim"]["ttft_s"]["p95"]
 
     def p95(rate):
-        cf = serving_metrics(
-            model, gpu, dep, eff, workload(rate, point["cv"]), chunked_prefill=point["chunked"]
-        )
-        return float(cf.ttft_s.p95)
+        return float(point_metrics(point, eff, rate).ttft_s.p95)
 
     lo, hi = point["rate"] * (1.0 - span), point["rate"] * (1.0 + span)
     if p95(lo) > target:
