@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._fit import STRATA, subsample
 from ._model import PARAM_NAMES, PRIORS
 from ._posterior import Posterior
 from ._predict import prepare
 from ._predictive import predictive_log_draws
+from ._validate import cap_rows
 
 MAX_GPUS_SHOWN = 8
 """Histograms drawn per parameter panel (the first GPUs of the posterior, then the rest omitted)."""
@@ -77,13 +77,7 @@ def predictive_summary(
     max_rows: int | None = 2000,
 ) -> pd.DataFrame:
     """Per covered row: scenario, gpu, measured, predictive median and 5/95 % quantiles."""
-    if max_rows is not None and len(table) > max_rows:
-        cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
-        table = subsample(table, max(1, max_rows // max(cells, 1)), seed)
-    serving = table["scenario"] == "serving"
-    if serving.sum() > MAX_SERVING_ROWS:
-        keep = table[serving].sample(MAX_SERVING_ROWS, random_state=seed).index
-        table = table[~serving | table.index.isin(keep)]
+    table, _ = cap_rows(table, max_rows, MAX_SERVING_ROWS, seed)
     prep = prepare(
         table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
     )

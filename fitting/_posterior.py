@@ -133,7 +133,8 @@ def _default_value(name: str) -> float:
     return float(getattr(obj, name))
 
 
-def _draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator) -> np.ndarray:
+def draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of ``num_draws`` posterior draws, at random (with replacement when it has fewer)."""
     total = posterior.num_draws
     return rng.choice(total, size=num_draws, replace=num_draws > total)
 
@@ -172,7 +173,7 @@ def parameter_draws(
     return out
 
 
-def _cell_offsets(
+def cell_offset_draws(
     posterior: Posterior, cell: str, idx: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
     """Offset draws of one cell; an unseen cell draws from N(0, tau_src)."""
@@ -218,7 +219,7 @@ def efficiency_draws(
     ``compute_fraction_max`` by the fitted ``low_precision_compute_ratio``.
     """
     rng = np.random.default_rng(seed)
-    idx = _draw_indices(posterior, num_draws, rng)
+    idx = draw_indices(posterior, num_draws, rng)
     p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
     scale = np.exp(_source_offsets(posterior, source, idx, rng))
     fields = {f: p[f] for f in EFFICIENCY_FIELDS}
@@ -243,6 +244,6 @@ def kernel_efficiency_draws(
 ) -> KernelEfficiency:
     """``num_draws`` draws of ``KernelEfficiency`` for ``gpu`` (population for an unseen GPU)."""
     rng = np.random.default_rng(seed)
-    idx = _draw_indices(posterior, num_draws, rng)
+    idx = draw_indices(posterior, num_draws, rng)
     p = parameter_draws(posterior, (gpu,), idx, rng)
     return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._model import STUDENT_DF, kernel_groups
-from ._posterior import Posterior, _cell_offsets, _draw_indices, parameter_draws
+from ._posterior import Posterior, cell_offset_draws, draw_indices, parameter_draws
 from ._predict import Prepared, predict_log
 
 SERVING_ROW_DRAWS_PER_CHUNK = 256
@@ -93,10 +93,10 @@ def predictive_log_draws(
     sigma is the largest fitted one).
     """
     rng = np.random.default_rng(seed)
-    idx = _draw_indices(posterior, num_draws, rng)
+    idx = draw_indices(posterior, num_draws, rng)
     params = parameter_draws(posterior, prep.gpus, idx, rng)
     offsets = (
-        np.stack([_cell_offsets(posterior, c, idx, rng) for c in prep.cells], axis=1)
+        np.stack([cell_offset_draws(posterior, c, idx, rng) for c in prep.cells], axis=1)
         if prep.cells
         else np.zeros((len(idx), 0))
     )

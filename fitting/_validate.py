@@ -50,6 +50,32 @@ def score_draws(table: pd.DataFrame, log_draws: np.ndarray, log_value: np.ndarra
     return out
 
 
+def cap_rows(
+    table: pd.DataFrame, max_rows: int | None, max_serving: int, seed: int
+) -> tuple[pd.DataFrame, list[str]]:
+    """The rows to score: above ``max_rows``, a seeded stratified subsample (the same share of
+    every source/scenario/op/gpu/metric cell); then at most ``max_serving`` serving rows (a seeded
+    random subset: each costs a closed-loop solve per draw).  Returns them and a note per cut."""
+    notes = []
+    if max_rows is not None and len(table) > max_rows:
+        cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
+        per = max(1, max_rows // max(cells, 1))
+        table = subsample(table, per, seed)
+        notes.append(
+            f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, "
+            f"{len(table)} rows"
+        )
+    serving = table["scenario"] == "serving"
+    if serving.sum() > max_serving:
+        keep = table[serving].sample(max_serving, random_state=seed).index
+        table = table[~serving | table.index.isin(keep)]
+        notes.append(
+            f"serving rows: seeded random {max_serving} of {int(serving.sum())} "
+            "(each costs a closed-loop solve per draw)"
+        )
+    return table, notes
+
+
 def validate(
     posterior: Posterior,
     table: pd.DataFrame,
@@ -75,23 +101,7 @@ def validate(
         (count), ``skipped_reasons`` (reason -> count), ``by_scenario``, ``by_gpu``, ``by_source``
         (each label -> the same five scores), ``subsample`` (None or a description).
     """
-    notes = []
-    if max_rows is not None and len(table) > max_rows:
-        cells = table.groupby(STRATA, dropna=False, sort=False).ngroups
-        per = max(1, max_rows // max(cells, 1))
-        table = subsample(table, per, seed)
-        notes.append(
-            f"seeded stratified subsample: <= {per} rows per {'/'.join(STRATA)} cell, "
-            f"{len(table)} rows"
-        )
-    serving = table["scenario"] == "serving"
-    if serving.sum() > MAX_SERVING_ROWS:
-        keep = table[serving].sample(MAX_SERVING_ROWS, random_state=seed).index
-        table = table[~serving | table.index.isin(keep)]
-        notes.append(
-            f"serving rows: seeded random {MAX_SERVING_ROWS} of {int(serving.sum())} "
-            "(each costs a closed-loop solve per draw)"
-        )
+    table, notes = cap_rows(table, max_rows, MAX_SERVING_ROWS, seed)
     note = "; ".join(notes) or None
     prep = prepare(
         table, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys

@@ -97,14 +97,14 @@ def test_chunked_draws_equal_one_vmapped_call():
     import jax
     import jax.numpy as jnp
 
-    from fitting._posterior import _draw_indices, parameter_draws
+    from fitting._posterior import draw_indices, parameter_draws
     from fitting._predict import predict_log
     from fitting._predictive import map_chunks
 
     post = fitting.load_posterior()
     prep = fitting.prepare(_rows(), gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
     rng = np.random.default_rng(3)
-    params = parameter_draws(post, prep.gpus, _draw_indices(post, 10, rng), rng)
+    params = parameter_draws(post, prep.gpus, draw_indices(post, 10, rng), rng)
     xs = (
         {k: jnp.asarray(v) for k, v in params.items()},
         jnp.asarray(rng.normal(0.0, 0.1, (10, len(prep.cells)))),
