@@ -27,11 +27,10 @@ from scipy.optimize import minimize
 
 jax.config.update("jax_enable_x64", True)
 
+from benchmarks.bench_queueing_vs_sim import workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel._serving import _serving_metrics_impl
-from perfmodel.dynamics import Workload
 
-OUTPUT_MEAN, OUTPUT_CV, PROMPT_MEAN = 200.0, 0.5, 1000.0
 UNCORRECTED = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0)
 """``CORRECTIONS`` of the physical model alone."""
 FITTED = (0, 1, 4, 5, 6, 7)
@@ -58,15 +57,15 @@ def make_eval(key, pts):
     def f(corr):
         def one(b, c, r):
             d = Deployment.create(tp=tp, max_num_batched_tokens=b)
-            w = Workload(
-                arrival_rate_per_s=r,
-                prompt_tokens_mean=PROMPT_MEAN,
-                prompt_tokens_cv=c,
-                output_tokens_mean=OUTPUT_MEAN,
-                output_tokens_cv=OUTPUT_CV,
-            )
             m = _serving_metrics_impl(
-                model, gpu, d, eff, w, chunked_prefill=chunked, closed_loop=False, corrections=corr
+                model,
+                gpu,
+                d,
+                eff,
+                workload(r, c),
+                chunked_prefill=chunked,
+                closed_loop=False,
+                corrections=corr,
             )
             return jnp.stack([m.ttft_s.p50, m.ttft_s.p95, m.tpot_s.p50, m.tpot_s.p95])
 
