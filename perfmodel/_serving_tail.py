@@ -9,8 +9,10 @@ server load rho_p, slope dTPOT/dn_d):
   diffusion approximation (an Ornstein-Uhlenbeck process, Halfin & Whitt 1981 generalised) has
   restoring rate r = (1 - g) / (E[O] TPOT), g = n_d TPOT'(n_d) / TPOT the feedback gain, and noise
   from arrivals (c_a^2 lambda), departures (lambda) and the compound-Poisson prefill work that
-  stalls every decode (lambda^3 c_a^2 E[Delta^2] / (1 - lambda E[Delta])^2), so
-  Var(N) = n [(1 + c_a^2) / 2 + c_a^2 lambda^2 E[Delta^2] / (2 (1 - lambda E[Delta])^2)] / (1 - g).
+  stalls every decode; an arrival and the departures its prefill delays are one jump
+  1 + X, X = lambda Delta / (1 - u), u = lambda E[Delta], so
+  Var(N) = n [(1 + c_a^2) / 2 + c_a^2 u / (1 - u) + c_a^2 E[X^2] / 2] / (1 - g)^2, with n from
+  Little's law at the requests' own mean gaps.
   Near saturation g -> 1 and N swings wide: slots fill long before the mean batch reaches them,
   which a G/G/c law with independent servers (Allen-Cunneen) misses.  The seat wait is the
   diffusion's (``diffusion_seat_wait``).
@@ -66,7 +68,18 @@ OUTPUT_NODES = 32
 """Equal-probability nodes of the output-length lognormal."""
 GAIN_MAX = 0.95
 """Cap on the slot-feedback gain g (g >= 1 only beyond saturation, where latencies are inf)."""
-CORRECTIONS: tuple[float, ...] = (-0.012, 0.0227, 1.0, 1.0, 0.0983, 0.0379, -0.0909, 0.157)
+CORRECTIONS: tuple[float, ...] = (
+    -0.0017,
+    -0.0013,
+    1.0,
+    1.0,
+    0.0935,
+    0.0394,
+    -0.7463,
+    -0.7629,
+    0.7183,
+    0.4546,
+)
 """Discrepancy terms against the simulator (Kennedy & O'Hagan 2001 style), in order:
 
 * ``wait_cs2_gain`` a and ``wait_load_gain`` b (prompts in prefill-only iterations): the prefill
@@ -76,10 +89,14 @@ CORRECTIONS: tuple[float, ...] = (-0.012, 0.0227, 1.0, 1.0, 0.0983, 0.0379, -0.0
 * ``tpot_jensen_gain`` d: weight of the second-order (Jensen) shift of the mean TPOT;
 * ``chunked_wait_cs2_gain``, ``chunked_wait_load_gain``: a and b under chunked prefill;
 * ``seat_var_log_gain`` (unchunked) and ``chunked_seat_var_log_gain``: the running count's
-  variance in the seat wait is scaled by exp(.) (the diffusion's spread; 0 = as modelled).
+  variance in the seat wait is scaled by exp(.) (the diffusion's spread; 0 = as modelled);
+* ``chunked_seat_clump_exponent`` e: chunked, that variance is further scaled by k^e, k the
+  prompts a backlogged iteration packs (they start decoding together; 0 = not);
+* ``running_jensen_gain``: weight of the Jensen shift of the requests' mean gaps in the running
+  count's Little law (0 = the steady gap TPOT*, 1 = the reported mean TPOT).
 
-(0, 0, 1, 1, 0, 0, 0, 0) is the uncorrected model (``benchmarks/fit_queueing_corrections.py``
-fits them)."""
+(0, 0, 1, 1, 0, 0, 0, 0, 0, 0) is the uncorrected model
+(``benchmarks/fit_queueing_corrections.py`` fits them)."""
 
 
 class Percentiles(eqx.Module):
@@ -148,8 +165,9 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         point.corrections,
     )
     corr = jnp.asarray(CORRECTIONS if corrections is None else corrections)
+    if corr.shape != (len(CORRECTIONS),):  # an index past the end would be clamped, not raise
+        raise ValueError(f"corrections: {len(CORRECTIONS)} terms (CORRECTIONS), got {corr.shape}")
     a, b, c, d = corr[jnp.asarray((4, 5, 2, 3) if config.chunked_prefill else (0, 1, 2, 3))]
-    seat_gain = jnp.exp(corr[7] if config.chunked_prefill else corr[6])
     # prompts longer than max_model_len are rejected (vLLM): the engine serves the truncated law
     p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, deployment.max_model_len)
     accept, p_mean, p_var = truncated_lognormal(*p_args)
@@ -184,7 +202,6 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     # where the slots saturate; with the TPOT feedback n_d / seats reaches 0.7 only a few per cent
     # of the rate below that point
     seats = jnp.maximum(s.seats, 1e-9)
-    resid_time = jnp.mean(s.own) + o_bar * s.tpot
     rho_s = rate * (jnp.mean(s.own) + o_bar * s.tpot_full) / seats
     capacity = saturated_output_tokens_per_s(
         model,
@@ -202,12 +219,41 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     rho_p = jnp.where(stable, s.rho_p, 0.5)
     rho_s = jnp.where(stable, rho_s, 0.5)
     w_p = kingman_wait_s(rho_p, ca2, cs2_p, busy_mean)
-
-    # diffusion of the running count: feedback gain g, noise of arrivals/departures/prefill stalls
     gain = jnp.clip(s.n_d * s.slope / jnp.maximum(s.tpot, 1e-30), 0.0, GAIN_MAX)
-    stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
+
+    # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
+    # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
+    # N, OU with correlation time E[O] TPOT / (1 - g), averaged over its (O - 1) gaps); slow
+    # deviations are amplified by the slot feedback, 1 / (1 - g)^2
+    gaps = jnp.maximum(o_dec_nodes, 1.0)
+    loop = jnp.square(1.0 - gain)
+    stalls = ca2 * rate * s.tpot * s.delta2 / (gaps * jnp.square(1.0 - s.extra) * loop)
+    # Jensen: TPOT is convex in the prefill share u seen over a life, so its mean is
+    # TPOT* (1 + Var(TPOT_stall) / TPOT*^2) to second order (bounded as j / (1 + j))
+    jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
+    jensen_shift = jensen / (1.0 + jensen)
+
+    # running count: Little's law with the requests' own mean gaps (the Jensen shift weighted by
+    # ``running_jensen_gain``), n = lambda (E[own prefill] + E[(O - 1) TPOT(O)])
+    own_gaps = s.tpot * (1.0 + corr[9] * jensen_shift)
+    resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes * own_gaps)
     n_run = jnp.where(stable, rate * resid_time, 0.5 * seats)
-    var_run = n_run * ((1.0 + ca2) / 2.0 + stall) / jnp.square(1.0 - gain)
+    # its diffusion: one arrival enters (+1) and its prefill work Delta delays the departures by
+    # X = lambda Delta / (1 - u): one jump 1 + X, E[(1 + X)^2] = 1 + 2 u / (1 - u) + E[X^2], so
+    # Var(N) = n [(1 + c_a^2) / 2 + c_a^2 u / (1 - u) + c_a^2 E[X^2] / 2] / (1 - g)^2 (the cross
+    # term: the entry and the stall it causes move N together, not independently)
+    stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
+    cross = ca2 * s.extra / (1.0 - s.extra)
+    var_run = n_run * ((1.0 + ca2) / 2.0 + cross + stall) / jnp.square(1.0 - gain)
+    if config.chunked_prefill:
+        # prompts a backlogged iteration packs (``_steady_state``: those present, 1 / (1 - rho_p),
+        # as far as the budget holds them) start decoding together: the spread at the seats
+        # grows with that clump k as k^e (``chunked_seat_clump_exponent`` e)
+        budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
+        clump = smooth_min(1.0 / (1.0 - jnp.minimum(rho_p, 0.99)), budget / p_mean, temperature)
+        seat_gain = jnp.exp(corr[7] + corr[8] * jnp.log(jnp.maximum(clump, 1.0)))
+    else:
+        seat_gain = jnp.exp(corr[6])
     p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run * seat_gain, s.seats, rate)
     w_s = p_seat * w_seat_cond
     w_m = modulated_wait_s(
@@ -239,17 +285,10 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     # pool, the prompt in flight is Kingman's residual already)
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0 * stretch
     if config.chunked_prefill:
-        budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
         t_carry = jnp.mean(s.own / jnp.maximum(p_nodes / budget, 1.0))
         residual = (1.0 - rho_p) * residual - jnp.expm1(-s.n_d) * rho_p * t_carry / 2.0
 
-    # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
-    # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
-    # N, OU with correlation time E[O] TPOT / (1 - g), averaged over its (O - 1) gaps); slow
-    # deviations are amplified by the slot feedback, 1 / (1 - g)^2
-    gaps = jnp.maximum(o_dec_nodes, 1.0)
-    loop = jnp.square(1.0 - gain)
-    stalls = ca2 * rate * s.tpot * s.delta2 / (gaps * jnp.square(1.0 - s.extra) * loop)
+    # its spread (see ``stalls`` above)
     window = gaps * (1.0 - gain) / jnp.maximum(o_bar, 1.0)
     var_own = n_run * (1.0 + ca2) / 2.0 / loop
     drift = jnp.square(s.slope) * var_own * window_mean_variance_factor(window)
@@ -257,10 +296,7 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     # the headroom TPOT(n_d = seats) - TPOT, squared; the prefill in its own gaps stays
     headroom = jnp.square(jnp.maximum(s.tpot_full - s.tpot, 0.0))
     tpot_var = c * (stalls * loop + jnp.minimum(stalls * (1.0 - loop) + drift, headroom))
-    # Jensen: TPOT is convex in the prefill share u seen over a life, so its mean is
-    # TPOT* (1 + Var(TPOT_stall) / TPOT*^2) to second order (bounded as j / (1 + j))
-    jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
-    tpot_nodes = s.tpot * (1.0 + d * jensen / (1.0 + jensen))
+    tpot_nodes = s.tpot * (1.0 + d * jensen_shift)
     tpot = jnp.mean(tpot_nodes)
 
     ttft_mean = residual + wait + jnp.mean(s.own)
