@@ -5,11 +5,11 @@ TPOT over the agreement grid).  Fitted: the TTFT terms (prefill-queue wait gains
 rho / (1 - rho), chunked and unchunked apart; the log-scale of the running count's variance in
 the seat wait, chunked and unchunked apart, and its chunked exponent in the prompts a backlogged
 iteration packs; the weight of the Jensen shift in the running count's mean); the TPOT terms
-stay at the model's own (1, 1).  Loss:
-a Cauchy loss ln(1 + (r / 0.15)^2) of the log ratio r = ln(closed form / simulator) of p95 TTFT
-(weight 1) and p50 TTFT (weight 0.2), so that a few points the closed form cannot follow (slots
-near saturation) do not drag the rest; Nelder-Mead from the shipped ``CORRECTIONS`` (the loss
-has several local minima: from the uncorrected model the eight-term simplex stalls in a poorer one).
+stay at the model's own (1, 1).  Loss: a Cauchy loss ln(1 + (r / 0.15)^2) of the log ratio
+r = ln(closed form / simulator) of p95 TTFT (weight 1) and p50 TTFT (weight 0.2), so that a few
+points the closed form cannot follow (slots near saturation) do not drag the rest; Nelder-Mead
+from the shipped ``CORRECTIONS`` (the loss has several local minima: from the uncorrected model
+the eight-term simplex stalls in a poorer one).
 
 Overfitting check: fitted on each model/GPU pair alone and scored on the other (held out), then
 fitted on both (the shipped values).

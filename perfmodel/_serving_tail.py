@@ -288,7 +288,7 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         t_carry = jnp.mean(s.own / jnp.maximum(p_nodes / budget, 1.0))
         residual = (1.0 - rho_p) * residual - jnp.expm1(-s.n_d) * rho_p * t_carry / 2.0
 
-    # its spread (see ``stalls`` above)
+    # a request's TPOT spread: the prefill in its own gaps (``stalls`` above) and the batch's drift
     window = gaps * (1.0 - gain) / jnp.maximum(o_bar, 1.0)
     var_own = n_run * (1.0 + ca2) / 2.0 / loop
     drift = jnp.square(s.slope) * var_own * window_mean_variance_factor(window)

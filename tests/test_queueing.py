@@ -276,3 +276,24 @@ def test_temperature_zero_is_exact_and_small_temperature_close():
     soft = serving_metrics(MODEL, GPU, DEP, EFF, w, temperature=1e-3)
     assert float(soft.ttft_s.p95) == pytest.approx(float(exact.ttft_s.p95), rel=0.05)
     assert float(soft.tpot_s.mean) == pytest.approx(float(exact.tpot_s.mean), rel=0.05)
+
+
+def test_corrections_of_the_wrong_length_are_refused():
+    # an index past the end of a JAX array is clamped, not an error: a corrections vector from an
+    # older CORRECTIONS (8 terms) would silently reuse its last entry for the missing ones
+    from perfmodel._batching import DecodeCost, EngineConfig
+    from perfmodel._serving_tail import CORRECTIONS, LoadPoint, open_loop
+
+    point = LoadPoint(
+        model=MODEL,
+        hardware=GPU,
+        deployment=Deployment.create(tp=1),
+        efficiency=Efficiency(),
+        workload=Workload(arrival_rate_per_s=5.0, prompt_tokens_mean=1000.0),
+        config=EngineConfig(chunked_prefill=True),
+        cost=DecodeCost(),
+        ca2=jnp.asarray(1.0),
+        corrections=jnp.zeros(len(CORRECTIONS) - 2),
+    )
+    with pytest.raises(ValueError, match=f"{len(CORRECTIONS)} terms"):
+        open_loop(point, jnp.asarray(5.0))

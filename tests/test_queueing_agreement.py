@@ -166,8 +166,9 @@ def test_chunked_budget_packs_several_prompts():
 # 256 seats, where the p95 TTFT is the seat wait.  Simulated p95 (s) averaged over six seeds
 # (7, 8, 9, 11, 12, 13) of 160,000 requests each (``--utilizations 0.9 --requests 160000
 # --seed S``; one seed alone ranges 0.44-0.70, 0.94-1.46 and 1.61-4.28 s).  Before the entry/stall
-# cross term in the running count's variance and Little's law at the requests' own mean gaps,
-# the closed form was 36-58 % low here (prompt cv, rate, pooled simulated p95 TTFT).
+# cross term in the running count's variance, Little's law at the requests' own mean gaps and the
+# chunked clump exponent (BENCHMARKS round 8), the closed form was 36-58 % low here (prompt cv,
+# rate, pooled simulated p95 TTFT).
 SATURATING = [
     (0.3, 33.979848, 0.56984),
     (1.0, 33.925405, 1.31865),
