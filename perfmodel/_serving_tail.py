@@ -54,7 +54,7 @@ from ._queueing import (
 )
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._steady_state import steady_state
+from ._steady_state import prompts_present, steady_state
 from ._workload import Workload
 
 Array = jnp.ndarray
@@ -246,11 +246,11 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     cross = ca2 * s.extra / (1.0 - s.extra)
     var_run = n_run * ((1.0 + ca2) / 2.0 + cross + stall) / jnp.square(1.0 - gain)
     if config.chunked_prefill:
-        # prompts a backlogged iteration packs (``_steady_state``: those present, 1 / (1 - rho_p),
-        # as far as the budget holds them) start decoding together: the spread at the seats
-        # grows with that clump k as k^e (``chunked_seat_clump_exponent`` e)
+        # prompts a backlogged iteration packs (those present, as far as the budget holds them,
+        # as ``_steady_state`` prices it) start decoding together: the spread at the seats grows
+        # with that clump k as k^e (``chunked_seat_clump_exponent`` e)
         budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
-        clump = smooth_min(1.0 / (1.0 - jnp.minimum(rho_p, 0.99)), budget / p_mean, temperature)
+        clump = smooth_min(prompts_present(rho_p), budget / p_mean, temperature)
         seat_gain = jnp.exp(corr[7] + corr[8] * jnp.log(jnp.maximum(clump, 1.0)))
     else:
         seat_gain = jnp.exp(corr[6])

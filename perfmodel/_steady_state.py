@@ -53,6 +53,12 @@ class Steady(eqx.Module):
     gap_max: Array  # longest mean gap a request can see: every iteration carries a full budget
 
 
+def prompts_present(rho_p):
+    """Prompts present while the prefill server is busy: 1 / (1 - rho_p), the M/M/1 mean number
+    in system given busy (E[L] / P(busy)); rho_p capped at 0.99."""
+    return 1.0 / (1.0 - jnp.minimum(rho_p, 0.99))
+
+
 def steady_state(
     model,
     hardware,
@@ -104,11 +110,6 @@ def steady_state(
             decode_context=ctx_d,
         )
 
-    def backlog(rho_p):
-        """Prompts present while the prefill server is busy: 1 / (1 - rho_p), the M/M/1 mean
-        number in system given busy (E[L] / P(busy))."""
-        return 1.0 / (1.0 - jnp.minimum(rho_p, 0.99))
-
     def costs(n_d, rho_p):
         tau_d = T(decode_seqs=n_d, decode_context=ctx_d)
         p = p_nodes
@@ -122,7 +123,7 @@ def steady_state(
             # a backlogged iteration packs the prompts present, k = 1 / (1 - rho_p) of them, as
             # far as the budget holds them (not a full budget: at B = 16384 and rho_p ~ 0.75 the
             # backlog is ~4 prompts, not B / E[P] = 16)
-            held = smooth_min(backlog(rho_p) * p_mean, budget, temperature)
+            held = smooth_min(prompts_present(rho_p) * p_mean, budget, temperature)
             full = T(
                 prefill_tokens=held,
                 prefill_seqs=jnp.maximum(held / p_mean, 1.0),
