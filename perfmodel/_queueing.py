@@ -8,7 +8,8 @@
 * Many servers whose speed falls with their load (running slots of an iteration-level engine):
   the diffusion of Halfin & Whitt (1981) with a general variance V of the busy count,
   beta = (c - n) / sqrt(V), P(wait) = phi(beta) / (phi(beta) + beta Phi(beta)),
-  E[W | wait] = V / ((c - n) lambda) (the excess over c is a reflected Brownian motion).
+  E[W | wait] = V / ((c - n) lambda) (the excess over c is a reflected Brownian motion); with
+  a restoring force that weakens from n to c, the stationary density exp(-U) by quadrature.
 * Tail: P(W > t) ~ rho exp(-t / W_cond), W_cond = W / rho (exponential given a wait; exact for
   M/M/1, the heavy-traffic limit for G/G/1, Kingman 1962).
 
@@ -81,7 +82,11 @@ def allen_cunneen_wait_s(
 
 
 def diffusion_seat_wait(
-    busy_mean: ArrayLike, busy_var: ArrayLike, servers: ArrayLike, rate_per_s: ArrayLike
+    busy_mean: ArrayLike,
+    busy_var: ArrayLike,
+    servers: ArrayLike,
+    rate_per_s: ArrayLike,
+    stiffness: ArrayLike | None = None,
 ) -> tuple[Array, Array]:
     """(P(wait), E[W | wait]) of a many-server queue from the diffusion of its busy count
     (Halfin & Whitt 1981, with the busy count's variance V in place of the Poisson n):
@@ -89,6 +94,13 @@ def diffusion_seat_wait(
     E[W | wait] = V / ((c - n) lambda).  Overload (n >= c): (1, inf).
 
     M/M/c anchor: V = n = lambda / mu gives Halfin-Whitt's square-root-staffing P(wait).
+
+    ``stiffness`` (last axis: equally spaced points from n to c) is the drift's slope relative
+    to its value at n, k(x).  The stationary density is then exp(-U), U(x) = int_n^x K / V,
+    K(x) = int_n^x k: Gaussian below n, integrated (trapezoid) from n to c, and above c the
+    excess drains at the drift's value there, (c - n) k_bar (mean k), an exponential tail of
+    mass exp(-U(c)) V / ((c - n) k_bar); E[W | wait] = V / ((c - n) k_bar lambda).  With k = 1
+    both equal the closed forms above (up to the quadrature).
     """
     n = jnp.asarray(busy_mean)
     c = jnp.asarray(servers)
@@ -96,10 +108,31 @@ def diffusion_seat_wait(
     gap = jnp.where(stable, c - n, 1.0)
     v = jnp.maximum(jnp.asarray(busy_var), 1e-9)
     beta = gap / jnp.sqrt(v)
-    phi = jnp.exp(-0.5 * jnp.square(beta)) / jnp.sqrt(2.0 * jnp.pi)
-    p = phi / (phi + beta * ndtr(beta))
-    w_cond = v / (gap * jnp.maximum(jnp.asarray(rate_per_s), 1e-30))
+    if stiffness is None:
+        phi = jnp.exp(-0.5 * jnp.square(beta)) / jnp.sqrt(2.0 * jnp.pi)
+        p = phi / (phi + beta * ndtr(beta))
+        k_mean = 1.0
+    else:
+        k = jnp.asarray(stiffness)
+        dt = 1.0 / (k.shape[-1] - 1)  # steps of the unit interval n -> c
+        force = _cumulative_trapezoid(k, dt)  # K / (c - n)
+        k_mean = force[..., -1]
+        # U in units of the standard deviation: beta^2 int_0^t K(s) / (c - n) ds
+        potential = jnp.square(beta)[..., None] * _cumulative_trapezoid(force, dt)
+        density = jnp.exp(-potential)
+        # masses in units of sqrt(V): below n 1 / 2 * sqrt(2 pi), n -> c beta int_0^1 e^-U,
+        # above c e^-U(c) / (beta k_bar)
+        above = density[..., -1] / (beta * k_mean)
+        below = jnp.sqrt(jnp.pi / 2.0) + beta * _cumulative_trapezoid(density, dt)[..., -1]
+        p = above / (above + below)
+    w_cond = v / (gap * k_mean * jnp.maximum(jnp.asarray(rate_per_s), 1e-30))
     return jnp.where(stable, p, 1.0), jnp.where(stable, w_cond, jnp.inf)
+
+
+def _cumulative_trapezoid(y: Array, dx: float) -> Array:
+    """Running trapezoid integral of ``y`` (last axis, step ``dx``), starting at 0."""
+    steps = (y[..., 1:] + y[..., :-1]) * (dx / 2.0)
+    return jnp.concatenate([jnp.zeros_like(y[..., :1]), jnp.cumsum(steps, axis=-1)], axis=-1)
 
 
 def modulated_wait_s(w_kingman, rho, rate_var_rel, corr_s):

@@ -15,7 +15,8 @@ server load rho_p, slope dTPOT/dn_d):
   Little's law at the requests' own mean gaps.
   Near saturation g -> 1 and N swings wide: slots fill long before the mean batch reaches them,
   which a G/G/c law with independent servers (Allen-Cunneen) misses.  The seat wait is the
-  diffusion's (``diffusion_seat_wait``).
+  diffusion's (``diffusion_seat_wait``), with the restoring force weakening from the mean to the
+  seats as g and TPOT grow with N (``_running_count``: past the roofline's kink, fast).
 * TPOT of a request: the prefill work landing in its own gaps (compound Poisson through
   TPOT = tau_d / (1 - u), u = lambda E[Delta]: Var = c_a^2 lambda TPOT E[Delta^2] / ((O - 1)(1 - u)^2))
   plus its mean gap drifting with N's own noise (variance slope^2 n (1 + c_a^2) / 2 / (1 - g)^2
@@ -38,6 +39,7 @@ import jax.numpy as jnp
 from ._batching import (
     DecodeCost,
     EngineConfig,
+    decode_iteration_s,
     prefill_budget_tokens,
     saturated_output_tokens_per_s,
 )
@@ -52,6 +54,7 @@ from ._queueing import (
     wait_plus_quantile_s,
     window_mean_variance_factor,
 )
+from ._running_count import running_stiffness
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._steady_state import prompts_present, steady_state
@@ -70,15 +73,15 @@ GAIN_MAX = 0.95
 """Cap on the slot-feedback gain g (g >= 1 only beyond saturation, where latencies are inf)."""
 CORRECTIONS: tuple[float, ...] = (
     -0.0017,
-    -0.0013,
+    -0.0015,
     1.0,
     1.0,
-    0.0935,
-    0.0394,
-    -0.7463,
-    -0.7629,
-    0.7183,
-    0.4546,
+    0.0941,
+    0.0393,
+    -0.8213,
+    -0.7929,
+    0.7391,
+    0.1906,
 )
 """Discrepancy terms against the simulator (Kennedy & O'Hagan 2001 style), in order:
 
@@ -254,7 +257,25 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         seat_gain = jnp.exp(corr[7] + corr[8] * jnp.log(jnp.maximum(clump, 1.0)))
     else:
         seat_gain = jnp.exp(corr[6])
-    p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run * seat_gain, s.seats, rate)
+
+    def decode_s(n):
+        return decode_iteration_s(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            cost,
+            decode_seqs=n,
+            decode_context=s.ctx_d[..., None],
+            temperature=temperature,
+        )
+
+    # the force pulling N back weakens towards the seats (g and TPOT grow with N, by a jump
+    # past the roofline's kink): the seats fill more often than the Gaussian says
+    stiffness = running_stiffness(
+        decode_s, n_run, seats, s.n_d, s.tpot, gain, s.extra, config.chunked_prefill, GAIN_MAX
+    )
+    p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run * seat_gain, s.seats, rate, stiffness)
     w_s = p_seat * w_seat_cond
     w_m = modulated_wait_s(
         w_p, rho_p, jnp.square(s.rate_slope) * var_run, o_bar * s.tpot / (1.0 - gain)

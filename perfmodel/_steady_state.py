@@ -51,6 +51,7 @@ class Steady(eqx.Module):
     tpot_full: Array  # mean gap with all ``seats`` decoding, at this arrival rate
     rate_slope: Array  # d ln c / d n_d, c = prefill tokens/s of a backlogged server (chunked)
     gap_max: Array  # longest mean gap a request can see: every iteration carries a full budget
+    ctx_d: Array  # mean context a decode reads (length-biased), tokens
 
 
 def prompts_present(rho_p):
@@ -274,4 +275,5 @@ def steady_state(
         tpot_full=full,
         rate_slope=rate_slope,
         gap_max=gap_max,
+        ctx_d=ctx_d,
     )

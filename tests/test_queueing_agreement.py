@@ -181,3 +181,24 @@ def test_ttft_tail_near_saturated_seats_within_the_40_percent_bound(cv, rate, si
     dep = Deployment.create(tp=1, max_num_batched_tokens=16384.0)
     cf = serving_metrics(MODEL, GPU, dep, EFF, _workload(rate, cv))
     assert float(cf.ttft_s.p95) == pytest.approx(sim_p95, rel=0.40)
+
+
+# Llama-2-70B on four A100s, unchunked at budget 2048, utilisation 0.9: the decode batch (~120)
+# sits just past the roofline's kink (decode turns compute-bound near 105 sequences), so the
+# running count's restoring force weakens towards the 256 seats and they fill more often than a
+# Gaussian says.  Simulated p95 TTFT (s) averaged over eight seeds (7, 8, 9, 11, 12, 13, 14, 15)
+# of 160,000 requests each (one seed alone: 1.82-3.37 and 4.08-6.02 s; eight further seeds give
+# 2.44 and 5.27).  With the restoring force frozen at the mean (before BENCHMARKS round 9) the
+# closed form was 42 and 40 % low (prompt cv, rate, pooled simulated p95 TTFT).
+PAST_THE_KINK = [
+    (0.3, 4.271421, 2.53445),
+    (1.0, 4.333383, 5.30259),
+]
+
+
+@pytest.mark.parametrize("cv, rate, sim_p95", PAST_THE_KINK)
+def test_ttft_tail_past_the_roofline_kink_within_the_40_percent_bound(cv, rate, sim_p95):
+    model, gpu = load_model("meta-llama/Llama-2-70b-hf"), load_hardware("a100-sxm-80gb")
+    dep = Deployment.create(tp=4, max_num_batched_tokens=2048.0)
+    cf = serving_metrics(model, gpu, dep, EFF, _workload(rate, cv), chunked_prefill=False)
+    assert float(cf.ttft_s.p95) == pytest.approx(sim_p95, rel=0.40)
