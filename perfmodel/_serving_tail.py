@@ -21,7 +21,9 @@ server load rho_p, slope dTPOT/dn_d):
   TPOT = tau_d / (1 - u), u = lambda E[Delta]: Var = c_a^2 lambda TPOT E[Delta^2] / ((O - 1)(1 - u)^2))
   plus its mean gap drifting with N's own noise (variance slope^2 n (1 + c_a^2) / 2 / (1 - g)^2
   averaged over its (O - 1) gaps against the correlation time 1 / r); slow deviations are
-  amplified by the loop, 1 / (1 - g)^2.
+  amplified by the loop, 1 / (1 - g)^2.  Over a life N roams its spread, which can straddle the
+  roofline's kink: there g is the gain averaged over the spread, and the mean gap gains the
+  iteration time's Jensen excess E[tau(N)] - tau(n_d) (``_running_count.averaged_gain``).
 * Unchunked, a prompt's prefill-only iteration also carries the prompts that arrive behind it
   while it waits, as far as the budget holds them: the wait and the residual are stretched by
   1 + lambda E[P] t_tok share (t_tok the marginal prefill time per token, share the part of
@@ -54,7 +56,7 @@ from ._queueing import (
     wait_plus_quantile_s,
     window_mean_variance_factor,
 )
-from ._running_count import running_stiffness
+from ._running_count import Feedback, averaged_gain, running_stiffness
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._steady_state import prompts_present, steady_state
@@ -72,16 +74,16 @@ OUTPUT_NODES = 32
 GAIN_MAX = 0.95
 """Cap on the slot-feedback gain g (g >= 1 only beyond saturation, where latencies are inf)."""
 CORRECTIONS: tuple[float, ...] = (
-    -0.0017,
+    -0.0018,
     -0.0015,
     1.0,
     1.0,
-    0.0941,
+    0.0938,
     0.0393,
-    -0.8213,
-    -0.7929,
-    0.7391,
-    0.1906,
+    -0.8209,
+    -0.7921,
+    0.7374,
+    0.2028,
 )
 """Discrepancy terms against the simulator (Kennedy & O'Hagan 2001 style), in order:
 
@@ -224,40 +226,6 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     w_p = kingman_wait_s(rho_p, ca2, cs2_p, busy_mean)
     gain = jnp.clip(s.n_d * s.slope / jnp.maximum(s.tpot, 1e-30), 0.0, GAIN_MAX)
 
-    # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
-    # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
-    # N, OU with correlation time E[O] TPOT / (1 - g), averaged over its (O - 1) gaps); slow
-    # deviations are amplified by the slot feedback, 1 / (1 - g)^2
-    gaps = jnp.maximum(o_dec_nodes, 1.0)
-    loop = jnp.square(1.0 - gain)
-    stalls = ca2 * rate * s.tpot * s.delta2 / (gaps * jnp.square(1.0 - s.extra) * loop)
-    # Jensen: TPOT is convex in the prefill share u seen over a life, so its mean is
-    # TPOT* (1 + Var(TPOT_stall) / TPOT*^2) to second order (bounded as j / (1 + j))
-    jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
-    jensen_shift = jensen / (1.0 + jensen)
-
-    # running count: Little's law with the requests' own mean gaps (the Jensen shift weighted by
-    # ``running_jensen_gain``), n = lambda (E[own prefill] + E[(O - 1) TPOT(O)])
-    own_gaps = s.tpot * (1.0 + corr[9] * jensen_shift)
-    resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes * own_gaps)
-    n_run = jnp.where(stable, rate * resid_time, 0.5 * seats)
-    # its diffusion: one arrival enters (+1) and its prefill work Delta delays the departures by
-    # X = lambda Delta / (1 - u): one jump 1 + X, E[(1 + X)^2] = 1 + 2 u / (1 - u) + E[X^2], so
-    # Var(N) = n [(1 + c_a^2) / 2 + c_a^2 u / (1 - u) + c_a^2 E[X^2] / 2] / (1 - g)^2 (the cross
-    # term: the entry and the stall it causes move N together, not independently)
-    stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
-    cross = ca2 * s.extra / (1.0 - s.extra)
-    var_run = n_run * ((1.0 + ca2) / 2.0 + cross + stall) / jnp.square(1.0 - gain)
-    if config.chunked_prefill:
-        # prompts a backlogged iteration packs (those present, as far as the budget holds them,
-        # as ``_steady_state`` prices it) start decoding together: the spread at the seats grows
-        # with that clump k as k^e (``chunked_seat_clump_exponent`` e)
-        budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
-        clump = smooth_min(prompts_present(rho_p), budget / p_mean, temperature)
-        seat_gain = jnp.exp(corr[7] + corr[8] * jnp.log(jnp.maximum(clump, 1.0)))
-    else:
-        seat_gain = jnp.exp(corr[6])
-
     def decode_s(n):
         return decode_iteration_s(
             model,
@@ -270,11 +238,56 @@ def open_loop(point: LoadPoint, rate, means_only=False):
             temperature=temperature,
         )
 
+    # the running count's noise: one arrival enters (+1) and its prefill work Delta delays the
+    # departures by X = lambda Delta / (1 - u): one jump 1 + X, E[(1 + X)^2] = 1 + 2 u / (1 - u)
+    # + E[X^2], so Var(N) = n [(1 + c_a^2) / 2 + c_a^2 u / (1 - u) + c_a^2 E[X^2] / 2] / (1 - g)^2
+    # (the cross term: the entry and the stall it causes move N together, not independently)
+    stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
+    noise = (1.0 + ca2) / 2.0 + ca2 * s.extra / (1.0 - s.extra) + stall
+    if config.chunked_prefill:
+        # prompts a backlogged iteration packs (those present, as far as the budget holds them,
+        # as ``_steady_state`` prices it) start decoding together: the spread at the seats grows
+        # with that clump k as k^e (``chunked_seat_clump_exponent`` e)
+        budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
+        clump = smooth_min(prompts_present(rho_p), budget / p_mean, temperature)
+        seat_gain = jnp.exp(corr[7] + corr[8] * jnp.log(jnp.maximum(clump, 1.0)))
+    else:
+        seat_gain = jnp.exp(corr[6])
+    # over a request's life the decode batch roams its spread, which can straddle the
+    # roofline's kink: its gaps see the feedback gain averaged over the spread, g_bar, and the
+    # iteration time's Jensen excess E[tau(N)] - tau(n_d) (a convex roofline), amplified by the
+    # loop, 1 / (1 - g_bar) (``_running_count.averaged_gain``)
+    feedback = Feedback.at_mean(
+        decode_s, s.n_d, s.tpot, gain, s.extra, config.chunked_prefill, GAIN_MAX
+    )
+    spread = rate * (jnp.mean(s.own) + o_bar * s.tpot) * noise * seat_gain
+    g_bar, tau_excess = averaged_gain(decode_s, feedback, spread)
+    share = 1.0 - s.extra if config.chunked_prefill else 1.0 / (1.0 - s.extra)
+    gap_excess = share * tau_excess / (1.0 - g_bar)
+
+    # a request's mean gap: the prefill work landing in its own gaps (compound Poisson, through
+    # TPOT = tau_d / (1 - u), u = lambda E[Delta]) and the batch it shares drifting (own noise of
+    # N, OU with correlation time E[O] TPOT / (1 - g_bar), averaged over its (O - 1) gaps); slow
+    # deviations are amplified by the slot feedback, 1 / (1 - g_bar)^2
+    gaps = jnp.maximum(o_dec_nodes, 1.0)
+    loop = jnp.square(1.0 - g_bar)
+    stalls = ca2 * rate * s.tpot * s.delta2 / (gaps * jnp.square(1.0 - s.extra) * loop)
+    # Jensen: TPOT is convex in the prefill share u seen over a life, so its mean is
+    # TPOT* (1 + Var(TPOT_stall) / TPOT*^2) to second order (bounded as j / (1 + j))
+    jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
+    jensen_shift = jensen / (1.0 + jensen)
+
+    # running count: Little's law with the requests' own mean gaps (the Jensen shift weighted by
+    # ``running_jensen_gain``), n = lambda (E[own prefill] + E[(O - 1) TPOT(O)])
+    own_gaps = s.tpot * (1.0 + corr[9] * jensen_shift) + gap_excess
+    resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes * own_gaps)
+    n_run = jnp.where(stable, rate * resid_time, 0.5 * seats)
+    # its diffusion (the noise above), and at the seats the calibrated spread
+    var_run = n_run * noise / jnp.square(1.0 - gain)
+
     # the force pulling N back weakens towards the seats (g and TPOT grow with N, by a jump
     # past the roofline's kink): the seats fill more often than the Gaussian says
-    stiffness = running_stiffness(
-        decode_s, n_run, seats, s.n_d, s.tpot, gain, s.extra, config.chunked_prefill, GAIN_MAX
-    )
+    stiffness = running_stiffness(decode_s, feedback, n_run, seats)
     p_seat, w_seat_cond = diffusion_seat_wait(n_run, var_run * seat_gain, s.seats, rate, stiffness)
     w_s = p_seat * w_seat_cond
     w_m = modulated_wait_s(
@@ -310,14 +323,14 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         residual = (1.0 - rho_p) * residual - jnp.expm1(-s.n_d) * rho_p * t_carry / 2.0
 
     # a request's TPOT spread: the prefill in its own gaps (``stalls`` above) and the batch's drift
-    window = gaps * (1.0 - gain) / jnp.maximum(o_bar, 1.0)
+    window = gaps * (1.0 - g_bar) / jnp.maximum(o_bar, 1.0)
     var_own = n_run * (1.0 + ca2) / 2.0 / loop
     drift = jnp.square(s.slope) * var_own * window_mean_variance_factor(window)
     # the loop cannot push a request's gap past the slots' cap: its amplified part is at most
     # the headroom TPOT(n_d = seats) - TPOT, squared; the prefill in its own gaps stays
     headroom = jnp.square(jnp.maximum(s.tpot_full - s.tpot, 0.0))
     tpot_var = c * (stalls * loop + jnp.minimum(stalls * (1.0 - loop) + drift, headroom))
-    tpot_nodes = s.tpot * (1.0 + d * jensen_shift)
+    tpot_nodes = s.tpot * (1.0 + d * jensen_shift) + gap_excess
     tpot = jnp.mean(tpot_nodes)
 
     ttft_mean = residual + wait + jnp.mean(s.own)

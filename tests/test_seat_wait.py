@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from perfmodel._queueing import diffusion_seat_wait
-from perfmodel._running_count import STIFFNESS_NODES, running_stiffness
+from perfmodel._running_count import STIFFNESS_NODES, Feedback, averaged_gain, running_stiffness
 
 
 def _erlang_c(servers: int, load: float) -> float:
@@ -86,25 +86,39 @@ def test_a_weaker_force_fills_the_seats_more_often(beta, drop, more):
     assert float(w_weak) > float(w_stiff)
 
 
+def _stiffness(tau, n_d, tpot, gain, u, seats=256.0):
+    return running_stiffness(
+        tau, Feedback.at_mean(tau, n_d, tpot, gain, u, False, 0.95), n_d, seats
+    )
+
+
+def _averaged(tau, n_d, spread, tpot, gain, u=0.7):
+    return averaged_gain(tau, Feedback.at_mean(tau, n_d, tpot, gain, u, False, 0.95), spread)
+
+
 def test_stiffness_on_a_straight_roofline():
     # tau = a + b n, unchunked TPOT = tau / (1 - u): g(N) = b N / tau(N), and
     # k(N) / k(n) = (1 - g(N)) / (1 - g(n)) tau(n) / tau(N) = (tau(n) / tau(N))^2
     a, b, u, n_d = 0.010, 4e-5, 0.5, 150.0
     tau = lambda n: a + b * n
-    gain = b * n_d / tau(n_d)
-    k = running_stiffness(tau, n_d, 256.0, n_d, tau(n_d) / (1 - u), gain, u, False, 0.95)
+    k = _stiffness(tau, n_d, tau(n_d) / (1 - u), b * n_d / tau(n_d), u)
     x = n_d + (256.0 - n_d) * np.linspace(0.0, 1.0, STIFFNESS_NODES)
     np.testing.assert_allclose(np.asarray(k), (tau(n_d) / tau(x)) ** 2, rtol=1e-9)
 
 
+def _kinked(a, b, d, kink):
+    """max(a + b n, c0 + d n): memory-bound below ``kink``, compute-bound (slope d > b) above."""
+    c0 = a + (b - d) * kink
+    return lambda n: jnp.maximum(a + b * n, c0 + d * n)
+
+
 def test_stiffness_drops_past_the_roofline_kink():
-    # tau = max(a + b n, c0 + d n), memory-bound below n* = (a - c0) / (d - b), compute-bound
-    # above (c0 < 0); past n*, k(N) / k(n) = (c0 / tau(N)) / (a / tau(n)) * tau(n) / tau(N)
+    # past the kink, tau = c0 + d N (c0 < a), g(N) = d N / tau(N), and
+    # k(N) / k(n) = (c0 / tau(N)) / (a / tau(n)) * tau(n) / tau(N)
     a, b, d, u, n_d = 0.030, 7e-5, 1.66e-4, 0.7, 100.0
-    c0 = a + b * 105.0 - d * 105.0  # the kink at 105 sequences
-    tau = lambda n: jnp.maximum(a + b * n, c0 + d * n)
-    gain = b * n_d / tau(n_d)
-    k = running_stiffness(tau, n_d, 256.0, n_d, tau(n_d) / (1 - u), gain, u, False, 0.95)
+    tau = _kinked(a, b, d, 105.0)
+    c0 = a + (b - d) * 105.0
+    k = _stiffness(tau, n_d, tau(n_d) / (1 - u), b * n_d / tau(n_d), u)
     x = n_d + (256.0 - n_d) * np.linspace(0.0, 1.0, STIFFNESS_NODES)
     past = x > 105.0
     expect = c0 * tau(n_d) ** 2 / (a * np.asarray(tau(x)) ** 2)
@@ -115,11 +129,42 @@ def test_stiffness_drops_past_the_roofline_kink():
 
 def test_stiffness_is_differentiable():
     def p_wait(b):
-        tau = lambda n: 0.01 + b * n
-        k = running_stiffness(tau, 150.0, 256.0, 150.0, 0.05, 0.4, 0.5, False, 0.95)
+        k = _stiffness(lambda n: 0.01 + b * n, 150.0, 0.05, 0.4, 0.5)
         return diffusion_seat_wait(150.0, 900.0, 256.0, 20.0, k)[0]
 
     g = jax.grad(p_wait)(4e-5)
     fd = (p_wait(4e-5 * 1.001) - p_wait(4e-5 * 0.999)) / (4e-5 * 0.002)
     assert float(g) == pytest.approx(float(fd), rel=1e-3)
     assert float(g) > 0.0  # a steeper roofline weakens the force: more waits
+
+
+def test_averaged_gain_without_spread_is_the_point_gain():
+    g_bar, excess = _averaged(_kinked(0.030, 7e-5, 1.66e-4, 105.0), 100.0, 0.0, 0.12, 0.2)
+    assert float(g_bar) == pytest.approx(0.2, abs=1e-12)
+    assert float(excess) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_jensen_excess_of_a_kink_at_the_mean():
+    # tau = tau(n) + b (N - n) + (d - b) (N - n)^+ for a kink at n: E[tau(N)] - tau(n) =
+    # (d - b) sd / sqrt(2 pi); the 8-node Gauss-Hermite rule puts E[Z^+] 5.4 % high (0.4204)
+    b, d, n = 7e-5, 1.66e-4, 105.0
+    g_bar, excess = _averaged(_kinked(0.030, b, d, n), n, 400.0, 0.12, 0.3)
+    sd = 20.0 / (1.0 - float(g_bar))
+    assert float(excess) == pytest.approx((d - b) * sd / np.sqrt(2 * np.pi), rel=0.06)
+    # a straight roofline has none (a spread that stays above N = 0)
+    _, straight = _averaged(lambda x: 0.03 + b * x, n, 100.0, 0.12, 0.3)
+    assert abs(float(straight)) < 1e-15
+
+
+def test_averaged_gain_rises_across_the_kink():
+    # below the kink (memory-bound, g = b n / tau = 0.19 at n = 100) a spread reaching past it
+    # (compute-bound, g ~ 0.5) raises the averaged gain; far below it, it barely moves
+    b = 7e-5
+    tau = _kinked(0.030, b, 1.66e-4, 105.0)
+    for n, spread, rises in ((100.0, 400.0, True), (40.0, 4.0, False)):
+        g = b * n / float(tau(n))
+        g_bar, _ = _averaged(tau, n, spread, float(tau(n)) / 0.3, g)
+        if rises:
+            assert float(g_bar) > g + 0.1
+        else:
+            assert float(g_bar) == pytest.approx(g, abs=0.02)
