@@ -278,10 +278,14 @@ def _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
 def render_features(report: dict) -> str:
     """Human lines for ``feature_report``: the headline numbers, then each verdict."""
     lines = [
-        f"prefix cache: hit rate {report['prefix_hit_rate']:.2f}, effective prefill "
-        f"{report['effective_prefill_tokens']:,.0f} tokens ({report['prefix_prefill_speedup']:.2f}x faster)",
-        f"speculative decoding: {report['spec_tokens_per_step']:.2f} tokens/step, "
-        f"speedup {report['spec_speedup']:.2f}x",
+        (
+            f"prefix cache: hit rate {report['prefix_hit_rate']:.2f}, effective prefill "
+            f"{report['effective_prefill_tokens']:,.0f} tokens ({report['prefix_prefill_speedup']:.2f}x faster)"
+        ),
+        (
+            f"speculative decoding: {report['spec_tokens_per_step']:.2f} tokens/step, "
+            f"speedup {report['spec_speedup']:.2f}x"
+        ),
     ]
     if "disaggregation" in report:
         d = report["disaggregation"]

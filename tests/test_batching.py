@@ -22,8 +22,13 @@ EFF = Efficiency()
 
 def test_iteration_is_forward_step():
     d = Deployment.create(tp=1)
-    kw = dict(prefill_tokens=700.0, prefill_seqs=2.0, prefill_context=100.0, decode_seqs=30.0,
-              decode_context=900.0)
+    kw = {
+        "prefill_tokens": 700.0,
+        "prefill_seqs": 2.0,
+        "prefill_context": 100.0,
+        "decode_seqs": 30.0,
+        "decode_context": 900.0,
+    }
     assert float(iteration_s(MODEL, GPU, d, EFF, **kw)) == float(forward_step(MODEL, GPU, d, EFF, **kw).total_s)
     assert np.isfinite(float(iteration_s(MODEL, GPU, d, EFF)))  # empty iteration: overhead, no NaN
 

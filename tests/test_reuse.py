@@ -142,14 +142,14 @@ def test_mooncake_trace_reuse_grows_with_cache_size():
 
 def test_hit_rate_falls_when_live_requests_take_the_cache():
     dep = Deployment.create()
-    kw = dict(
-        prompt_tokens=3000.0,
-        output_tokens=200.0,
-        shared_fraction=0.5,
-        prefix_tokens=2000.0,
-        arrival_rate_per_s=50.0,
-        num_prefixes=200.0,
-    )
+    kw = {
+        "prompt_tokens": 3000.0,
+        "output_tokens": 200.0,
+        "shared_fraction": 0.5,
+        "prefix_tokens": 2000.0,
+        "arrival_rate_per_s": 50.0,
+        "num_prefixes": 200.0,
+    }
     idle = prefix_reuse(LLAMA8B, H100, dep, EFF, live_requests=0.0, **kw)
     busy = prefix_reuse(LLAMA8B, H100, dep, EFF, live_requests=120.0, **kw)
     assert float(busy.cache_tokens) < float(idle.cache_tokens)

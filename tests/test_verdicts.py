@@ -51,7 +51,12 @@ def test_decode_bandwidth_verdict_matches_the_roofline():
 
 
 def test_prefix_reuse_real_with_a_shared_system_prompt_and_not_without():
-    kw = dict(prompt_tokens=3000.0, output_tokens=200.0, arrival_rate_per_s=1.0, prefix_tokens=2000.0)
+    kw = {
+        "prompt_tokens": 3000.0,
+        "output_tokens": 200.0,
+        "arrival_rate_per_s": 1.0,
+        "prefix_tokens": 2000.0,
+    }
     real = verdicts(LLAMA8B, H100, Deployment.create(), EFF, shared_fraction=0.9, **kw)
     rare = verdicts(LLAMA8B, H100, Deployment.create(), EFF, shared_fraction=0.02, **kw)
     assert real["prefix_reuse"].startswith("Prefix reuse is real")

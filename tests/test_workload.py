@@ -85,8 +85,8 @@ def test_user_csv_same_columns(tmp_path):
         ("a,b\n1,2\n", r"mine\.csv:1: missing columns"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.5,10,x\n",
          r"mine\.csv:2: column GeneratedTokens: cannot read 'x'"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,10,2\n"
-         "2023-11-16 18:00:00,10,2\n", r"mine\.csv:3: column TIMESTAMP: timestamps go backwards"),
+        (("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,10,2\n"
+          "2023-11-16 18:00:00,10,2\n"), r"mine\.csv:3: column TIMESTAMP: timestamps go backwards"),
         ("num_prefill_tokens,num_decode_tokens\n-4,2\n", r"mine\.csv:2: column num_prefill_tokens"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", r"mine\.csv:2: column TIMESTAMP"),
     ],

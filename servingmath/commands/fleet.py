@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     )
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
-    fp, configs = fleet_problem(problem, classes, rate, max_gpus)
+    fp, _configs = fleet_problem(problem, classes, rate, max_gpus)
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
     result = _report(gpus, classes, fp, plan, exact)
@@ -116,11 +116,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [(g, f"{v['gpus']} GPUs ({', '.join(f'class {k}: {n} replicas' for k, n in v['replicas_by_class'].items())})")
             for g, v in result["plan"].items() if v["gpus"]]
-    rows.append(("cost", f"${result['cost_per_hour']:.2f}/hour (exact milp optimum "
-                         f"${result['milp_cost_per_hour']:.2f}/hour, gap {result['gap']:.2%})"))
+    rows.append(("cost", (f"${result['cost_per_hour']:.2f}/hour (exact milp optimum "
+                          f"${result['milp_cost_per_hour']:.2f}/hour, gap {result['gap']:.2%})")))
     print("fleet\n" + table(rows))
-    print("classes\n" + table([(f"class {i}", f"prompt {c['prompt_tokens']:.0f}, output {c['output_tokens']:.0f}, "
-                                              f"{c['requests_per_s']:.2f} req/s")
+    print("classes\n" + table([(f"class {i}", (f"prompt {c['prompt_tokens']:.0f}, output {c['output_tokens']:.0f}, "
+                                               f"{c['requests_per_s']:.2f} req/s"))
                                for i, c in enumerate(result["classes"])]))
     return 0
 

@@ -93,7 +93,7 @@ def _requests(args, workload, trace, concurrency) -> tuple[Trace, int]:
     """The requests to simulate (a trace's head, rescaled to --rate; or sampled) and the loop."""
     if trace is None:
         if concurrency == 0 and float(workload.concurrency) > 0:
-            concurrency = int(round(float(workload.concurrency)))
+            concurrency = round(float(workload.concurrency))
         return requests_from_workload(workload, args.requests, args.seed), concurrency
     sub = trace.head(min(args.requests, len(trace)))
     if concurrency == 0:
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     features = feature_report(
         args, model, hardware, deployment, efficiency, workload, trace_reuse=measured
     )
-    block = int(round(float(deployment.block_size_tokens)))
+    block = round(float(deployment.block_size_tokens))
     prefix = prefix_caching(args, requests, block)
     spec = features.get("speculative")
     speculation = None
