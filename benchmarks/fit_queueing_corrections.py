@@ -35,8 +35,8 @@ from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel._serving import _serving_metrics_impl
 from perfmodel._serving_tail import CORRECTIONS
 
-UNCORRECTED = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-"""``CORRECTIONS`` of the physical model alone."""
+UNCORRECTED = tuple(1.0 if i in (2, 3) else 0.0 for i in range(len(CORRECTIONS)))
+"""``CORRECTIONS`` of the physical model alone: the TPOT weights (2, 3) at 1, the rest 0."""
 FITTED = (0, 1, 4, 5, 6, 7, 8, 9)
 """Indices of ``CORRECTIONS`` fitted here (the TTFT terms)."""
 SCALE = 0.15

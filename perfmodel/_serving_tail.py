@@ -242,8 +242,8 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     # departures by X = lambda Delta / (1 - u): one jump 1 + X, E[(1 + X)^2] = 1 + 2 u / (1 - u)
     # + E[X^2], so Var(N) = n [(1 + c_a^2) / 2 + c_a^2 u / (1 - u) + c_a^2 E[X^2] / 2] / (1 - g)^2
     # (the cross term: the entry and the stall it causes move N together, not independently)
-    stall = ca2 * jnp.square(rate) * s.delta2 / (2.0 * jnp.square(1.0 - s.extra))
-    noise = (1.0 + ca2) / 2.0 + ca2 * s.extra / (1.0 - s.extra) + stall
+    jump2 = jnp.square(rate) * s.delta2 / jnp.square(1.0 - s.extra)  # E[X^2]
+    noise = (1.0 + ca2) / 2.0 + ca2 * s.extra / (1.0 - s.extra) + ca2 * jump2 / 2.0
     if config.chunked_prefill:
         # prompts a backlogged iteration packs (those present, as far as the budget holds them,
         # as ``_steady_state`` prices it) start decoding together: the spread at the seats grows
