@@ -87,3 +87,64 @@ def test_every_catalog_model_loads():
                 pm.load_model(model_id)
             continue
         assert float(pm.load_model(model_id).total_params) > 1e9, model_id
+
+
+# ---------------------------------------------------------------- issue 17 item 9: current catalog ----
+
+NEW_GPUS = ["mi350x", "mi355x", "h200-nvl", "gh200-144gb"]
+
+
+@pytest.mark.parametrize("gpu", [*NEW_GPUS, "h100-nvl"])
+def test_current_accelerators_load_with_finite_specs(gpu):
+    import math
+
+    hw = pm.load_hardware(gpu)
+    for value in (hw.hbm_bytes, hw.hbm_bytes_per_s, hw.dense_flops_per_s[0], hw.link_bytes_per_s):
+        assert math.isfinite(float(value)) and float(value) > 0, gpu
+
+
+def test_h100_nvl_is_now_predictable():
+    hw = pm.load_hardware("h100-nvl")
+    # NVIDIA H100 NVL datasheet / nvidia.com/en-us/data-center/h100 spec table: BF16 Tensor Core
+    # 1,671 TFLOPS with sparsity -> 835.5 dense; NVLink bridge 600 GB/s bidirectional -> 300 one way.
+    assert float(hw.dense_flops_per_s[0]) == pytest.approx(835.5e12)
+    assert float(hw.link_bytes_per_s) == pytest.approx(300e9)
+
+
+@pytest.mark.parametrize(
+    "gpu, bf16",
+    [
+        # AMD MI355X spec page (amd.com/en/products/accelerators/instinct/mi350/mi355x.html, via
+        # stas00/ml-engineering compute/accelerator/README.md note 22): 2.5 PFLOPS dense FP16/BF16.
+        ("mi355x", 2.5e15),
+        # AMD MI350X: 2.3 PFLOPS dense (8-GPU platform 18.5 PF / 8; MI355X x 2200/2400 MHz).
+        ("mi350x", 2.3e15),
+        # nvidia.com/en-us/data-center/h200 spec table, H200 NVL column: 1,671 TFLOPS with sparsity.
+        ("h200-nvl", 835.5e12),
+        # stas00/ml-engineering TFLOPS table, NVIDIA GH200 SXM: 989 TFLOPS (same GPU as H100 SXM).
+        ("gh200-144gb", 989e12),
+    ],
+)
+def test_new_rows_bf16_equals_datasheet(gpu, bf16):
+    assert float(pm.load_hardware(gpu).dense_flops_per_s[0]) == pytest.approx(bf16)
+
+
+def test_gh200_rows_are_the_two_memory_variants():
+    assert float(pm.load_hardware("gh200").hbm_bytes) == 96 * 2**30
+    assert float(pm.load_hardware("gh200-144gb").hbm_bytes) == 144 * 2**30
+
+
+def test_no_row_quotes_a_sparse_fp8_rate():
+    """Dense FP8 is 2x dense BF16 on every part here; a 4x ratio means a 2:4-sparsity figure crept in.
+
+    The slack covers vendors' own rounding: NVIDIA lists L40S at 362.05 / 733 TFLOPS (ratio 2.025).
+    """
+    with open(pm.data_dir() / "hardware.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    checked = 0
+    for row in rows:
+        bf16, fp8 = row["dense_bf16_flops_per_s"], row["dense_fp8_flops_per_s"]
+        if bf16 and fp8:
+            assert float(fp8) <= 2.05 * float(bf16), row["id"]
+            checked += 1
+    assert checked >= 20

@@ -201,7 +201,7 @@ def test_uncovered_rows_are_skipped_with_reasons():
                 ),
                 row(
                     source="vidur",
-                    gpu="h100-nvl",
+                    gpu="tpu-v9",
                     scenario="collective",
                     op="all_reduce",
                     num_gpus=2,
@@ -222,7 +222,7 @@ def test_uncovered_rows_are_skipped_with_reasons():
     reasons = [r for _, r in prep.skipped]
     assert len(prep.log_value) == 1 and len(reasons) == 2
     assert reasons[0] == SERVING_REASON
-    assert "h100-nvl" in reasons[1] and "dense_bf16_flops_per_s" in reasons[1]
+    assert "tpu-v9" in reasons[1] and "unknown GPU" in reasons[1]
 
 
 def test_prediction_is_differentiable_in_the_parameters():

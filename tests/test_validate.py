@@ -49,7 +49,7 @@ def _rows():
     ok = raw[~raw.notes.str.contains("MISMATCH|POWER-CAPPED")].sample(60, random_state=0)
     nvl = {c: np.nan for c in COLUMNS} | {
         "source": "x",
-        "gpu": "h100-nvl",
+        "gpu": "tpu-v9",
         "scenario": "collective",
         "op": "all_reduce",
         "metric": "time",
@@ -70,7 +70,7 @@ def test_validate_keys_and_counts_on_a_tiny_table():
     out = validate(post, _rows(), num_draws=100)
     assert KEYS <= set(out)
     assert out["n"] == 60 and out["skipped"] == 1
-    assert any("h100-nvl" in reason for reason in out["skipped_reasons"])
+    assert any("tpu-v9" in reason for reason in out["skipped_reasons"])
     assert set(out["by_scenario"]) == {"prefill", "decode_step"}
     assert sum(s["n"] for s in out["by_gpu"].values()) == 60
     for s in [out, *out["by_scenario"].values()]:
