@@ -75,6 +75,6 @@ def test_engine_flags_name_the_knobs():
     )
     assert "--tensor-parallel-size 4 --pipeline-parallel-size 2" in args["vllm"]
     assert "--kv-cache-dtype fp8" in args["vllm"] and "--enable-chunked-prefill" in args["vllm"]
-    assert "--tp 4" in args["sglang"] and "--chunked-prefill-size 4096" in args["sglang"]
+    assert "--tp-size 4" in args["sglang"] and "--chunked-prefill-size 4096" in args["sglang"]
     assert "--tp_size 4" in args["trtllm"] and "--max_num_tokens 4096" in args["trtllm"]
     assert "--max_batch_size 128" in args["trtllm"]
