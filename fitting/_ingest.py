@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
@@ -63,10 +64,28 @@ def _expand(paths: Iterable[str | PathLike[str]]) -> list[Path]:
     return out
 
 
+BAD_GZIP = (gzip.BadGzipFile, EOFError, zlib.error)
+"""What reading a ``.gz`` file that is not (or no longer) gzip data raises."""
+
+
+def _unreadable(path: Path, exc: Exception) -> MeasurementFormatError:
+    """The one-line error for bytes that are not the text or gzip their name promises."""
+    if isinstance(exc, BAD_GZIP):
+        return MeasurementFormatError(
+            f"{path}: not gzip data although the name ends in .gz; recompress it or drop the .gz"
+        )
+    return MeasurementFormatError(
+        f"{path}: not UTF-8 text; pass SCHEMA.md CSVs or vLLM/SGLang/GenAI-Perf JSON results"
+    )
+
+
 def _read_text(path: Path) -> str:
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return fh.read()
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            return fh.read()
+    except (UnicodeDecodeError, *BAD_GZIP) as exc:
+        raise _unreadable(path, exc) from None
 
 
 def _json_records(path: Path) -> list[tuple[int, Any]]:
@@ -123,7 +142,9 @@ def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndar
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
     except pd.errors.EmptyDataError:
         raise MeasurementFormatError(f"{path}:1: empty file; write the SCHEMA.md header") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+    except (UnicodeDecodeError, *BAD_GZIP) as exc:
+        raise _unreadable(path, exc) from None
+    except pd.errors.ParserError as exc:
         raise MeasurementFormatError(f"{path}: not a readable CSV ({exc}); check quoting") from None
     unknown = [c for c in frame.columns if c not in F.COLUMNS]
     if unknown:

@@ -17,7 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from ._constants import COMPUTE_DTYPES, GB
-from ._params import LayerCounts, layer_counts
+from ._params import LayerCounts, layer_counts, text_config
 from ._specs import HardwareSpec, ModelSpec
 
 DEFAULT_INTERNODE_BYTES_PER_S = 50.0 * GB
@@ -54,10 +54,12 @@ def _close(name: str, options: list[str]) -> str:
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh))
     except OSError as exc:
         raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
+    except UnicodeDecodeError:
+        raise CatalogError(f"{path}: not a UTF-8 text file; pass a CSV") from None
 
 
 # ---------------------------------------------------------------- hardware --------------------
@@ -80,16 +82,30 @@ def _hardware_rows(path: str) -> dict[str, dict[str, str]]:
 def _prices(path: str) -> dict[str, float]:
     """Cheapest on-demand $ per GPU-hour for each hardware id."""
     best: dict[str, float] = {}
-    for row in _read_csv(Path(path)):
-        gpu, price = row.get("gpu", ""), row.get("price_per_gpu_hour", "")
+    for line, row in enumerate(_read_csv(Path(path)), start=2):
+        gpu, price = row.get("gpu", ""), (row.get("price_per_gpu_hour") or "").strip()
         if gpu and price:
-            best[gpu] = min(best.get(gpu, math.inf), float(price))
+            value = _positive(price, f"{path}:{line}", "price_per_gpu_hour")
+            best[gpu] = min(best.get(gpu, math.inf), value)
     return best
 
 
 def hardware_ids(hardware_csv: str | Path | None = None) -> list[str]:
     """Ids in a hardware CSV (default: the bundled catalog)."""
     return list(_hardware_rows(str(hardware_csv or data_dir() / "hardware.csv")))
+
+
+def _positive(raw: str, where: str, key: str) -> float:
+    """A CSV cell that must hold a positive, finite number."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise CatalogError(
+            f"{where}: column {key!r} = {raw!r} is not a number; write it in SI units"
+        ) from None
+    if not (math.isfinite(value) and value > 0):
+        raise CatalogError(f"{where}: column {key!r} = {raw!r} must be a positive, finite number")
+    return value
 
 
 def _field(row: dict[str, str], key: str, where: str, required: bool) -> float:
@@ -100,13 +116,7 @@ def _field(row: dict[str, str], key: str, where: str, required: bool) -> float:
                 f"{where}: column {key!r} is empty; fill it with the datasheet value (SI units)"
             )
         return math.nan
-    try:
-        value = float(raw)
-    except ValueError:
-        raise CatalogError(f"{where}: column {key!r} = {raw!r} is not a number; write it in SI units") from None
-    if not value > 0:
-        raise CatalogError(f"{where}: column {key!r} = {raw!r} must be positive")
-    return value
+    return _positive(raw, where, key)
 
 
 def hardware_from_row(
@@ -179,19 +189,45 @@ def model_from_counts(name: str, c: LayerCounts) -> ModelSpec:
     )
 
 
+POSITIVE_CONFIG_KEYS = (
+    "hidden_size", "n_embd", "d_model",
+    "num_hidden_layers", "n_layer", "num_layers",
+    "num_attention_heads", "n_head",
+    "num_key_value_heads", "num_kv_heads",
+    "head_dim", "vocab_size", "intermediate_size", "moe_intermediate_size",
+)
+"""Dimensions that are counts of at least one wherever a config gives them (``null`` = absent)."""
+
+
+def _check_dimensions(config: dict[str, Any], name: str) -> None:
+    cfg = text_config(config)
+    for key in POSITIVE_CONFIG_KEYS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and value >= 1
+        ):
+            raise CatalogError(
+                f"config for {name!r}: {key} = {value!r} must be a positive whole number; "
+                "fix the config.json"
+            )
+
+
 def model_from_config(config: dict[str, Any], name: str = "custom") -> ModelSpec:
     """A ``ModelSpec`` from a parsed Hugging Face ``config.json``.
 
     Raises:
-        CatalogError: a key the architecture needs is missing or not a number.
+        CatalogError: a key the architecture needs is missing, not a number, or not positive.
     """
+    _check_dimensions(config, name)
     try:
         return model_from_counts(name, layer_counts(config))
     except KeyError as exc:
         raise CatalogError(
             f"config for {name!r} lacks key {exc.args[0]!r}; pass a complete Hugging Face config.json"
         ) from None
-    except (TypeError, ValueError, ZeroDivisionError) as exc:
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
         raise CatalogError(f"config for {name!r} has a malformed value ({exc}); check its numbers") from None
 
 
@@ -245,25 +281,29 @@ def model_ids() -> list[str]:
     return list(_model_index(str(data_dir()))[0])
 
 
-def load_model(name_or_path: str) -> ModelSpec:
-    """Load a model by Hugging Face id, short alias (``llama-3.1-70b``) or ``config.json`` path.
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CatalogError(f"cannot read model config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise CatalogError(
+            f"{path}: not a UTF-8 text file; pass a Hugging Face config.json"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise CatalogError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); pass a Hugging Face config.json"
+        ) from None
+    if not isinstance(config, dict):
+        raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
+    return config
 
-    Raises:
-        CatalogError: unknown name (close matches listed) or a malformed config.
-    """
+
+def _model_source(name_or_path: str) -> tuple[str, dict[str, Any] | None, dict[str, str] | None]:
+    """(model name, its config.json or None, its models.csv row or None)."""
     path = Path(name_or_path)
     if name_or_path.endswith(".json") or path.is_file():
-        try:
-            config = json.loads(path.read_text())
-        except OSError as exc:
-            raise CatalogError(f"cannot read model config {path}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise CatalogError(
-                f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); pass a Hugging Face config.json"
-            ) from None
-        if not isinstance(config, dict):
-            raise CatalogError(f"{path}: expected a JSON object (a Hugging Face config.json)")
-        return model_from_config(config, name=path.stem)
+        return path.stem, _read_config(path), None
     catalog = data_dir()
     rows, aliases = _model_index(str(catalog))
     model_id = name_or_path if name_or_path in rows else aliases.get(name_or_path.lower())
@@ -274,6 +314,31 @@ def load_model(name_or_path: str) -> ModelSpec:
         )
     row = rows[model_id]
     if row.get("file"):
-        config = json.loads((catalog / row["file"]).read_text())
-        return model_from_config(config, name=model_id)
-    return model_from_row(row)
+        return model_id, json.loads((catalog / row["file"]).read_text()), row
+    return model_id, None, row
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """Load a model by Hugging Face id, short alias (``llama-3.1-70b``) or ``config.json`` path.
+
+    Raises:
+        CatalogError: unknown name (close matches listed) or a malformed config.
+    """
+    name, config, row = _model_source(name_or_path)
+    return model_from_config(config, name=name) if config is not None else model_from_row(row)
+
+
+MTP_CONFIG_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
+"""Where configs count their multi-token-prediction modules: DeepSeek-V3/GLM, Qwen3.5, MiniMax."""
+
+
+def mtp_layers(name_or_path: str) -> int:
+    """Multi-token-prediction layers the model ships (0 without a config.json that lists any):
+    what ``--spec-draft mtp`` drafts with."""
+    _, config, _ = _model_source(name_or_path)
+    if config is None:
+        return 0
+    cfg = text_config(config)
+    counts = [cfg.get(k) for k in MTP_CONFIG_KEYS]
+    given = [int(c) for c in counts if isinstance(c, (int, float)) and math.isfinite(c)]
+    return max(given, default=0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -114,14 +115,26 @@ def load_trace(name_or_path: str | Path) -> Trace:
     """Read a trace by preset name or path.
 
     Raises:
-        CatalogError: missing columns, a non-numeric or non-positive cell, or timestamps that go
-            backwards — the message names the file, line and column.
+        CatalogError: missing columns, a non-numeric, non-finite or negative cell, timestamps that
+            go backwards, or a file that is not UTF-8 text — the message names the file, line and
+            column.
     """
     path = trace_path(name_or_path)
-    if path.suffix == ".jsonl":
-        return _load_mooncake(path, str(name_or_path))
     try:
-        fh = open(path, newline="")  # noqa: SIM115 (only the open may raise OSError; closed by `with fh`)
+        if path.suffix == ".jsonl":
+            return _load_mooncake(path, str(name_or_path))
+        return _load_csv(path, str(name_or_path))
+    except UnicodeDecodeError:
+        raise CatalogError(
+            f"{path}: not a UTF-8 text file; a trace is a CSV or Mooncake .jsonl"
+        ) from None
+
+
+def _load_csv(path: Path, name: str) -> Trace:
+    """Azure or length-only CSV columns; errors name the file, line and column."""
+    try:
+        # opened apart from `with fh` so that only the open itself turns OSError into CatalogError
+        fh = open(path, newline="", encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
         raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
     with fh:
@@ -153,7 +166,7 @@ def load_trace(name_or_path: str | Path) -> Trace:
                         f"{path}:{line}: column {col}: cannot read {cell!r} as "
                         f"{'a timestamp YYYY-MM-DD HH:MM:SS[.f]' if k == 0 else 'a number'}"
                     ) from None
-                if k > 0 and not (v >= 0 and v == int(v)):
+                if k > 0 and not (math.isfinite(v) and v >= 0 and v == int(v)):
                     raise CatalogError(
                         f"{path}:{line}: column {col}: {cell!r} is not a non-negative token count"
                     )
@@ -169,14 +182,15 @@ def load_trace(name_or_path: str | Path) -> Trace:
     if not prompts:
         raise CatalogError(f"{path}: no requests; the trace is empty")
     arrival = np.asarray(arrivals) - arrivals[0] if timed else np.full(len(prompts), np.nan)
-    return Trace(arrival, prompts, outputs, name=str(name_or_path))
+    return Trace(arrival, prompts, outputs, name=name)
 
 
 def _load_mooncake(path: Path, name: str) -> Trace:
     """Mooncake JSON lines (``_MOONCAKE`` keys); errors name the file, line and key."""
     arrivals, prompts, outputs, hashes = [], [], [], []
     try:
-        fh = open(path)  # noqa: SIM115 (only the open may raise OSError; closed by `with fh`)
+        # opened apart from `with fh` so that only the open itself turns OSError into CatalogError
+        fh = open(path, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
         raise CatalogError(f"cannot read {path}: {exc.strerror}; check the path") from None
     with fh:
@@ -196,9 +210,11 @@ def _load_mooncake(path: Path, name: str) -> Trace:
                 )
             t, p, o, h = (row[k] for k in _MOONCAKE)
             for key, v in (("timestamp", t), ("input_length", p), ("output_length", o)):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    math.isfinite(v) and v >= 0
+                ):
                     raise CatalogError(
-                        f"{path}:{line}: key {key}: {v!r} is not a non-negative number"
+                        f"{path}:{line}: key {key}: {v!r} is not a non-negative, finite number"
                     )
             if not isinstance(h, list):
                 raise CatalogError(f"{path}:{line}: key hash_ids: expected a list of block ids")

@@ -24,6 +24,7 @@ from perfmodel.dynamics import (
 )
 
 from ._options import positive
+from ._types import nonnegative_float, positive_float, positive_int, workload_source
 from .errors import UsageError
 
 BINDING_NAMES = (*pm.BINDING_BUDGETS, "queueing")
@@ -34,32 +35,57 @@ def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = F
     """Load and scheduler options; ``lengths`` adds --input-len/--output-len (simulate)."""
     g = parser.add_argument_group("load and scheduler")
     load = g.add_mutually_exclusive_group()
-    load.add_argument("--rate", type=float, help="open-loop arrivals, requests/s (all replicas)")
-    load.add_argument("--concurrency", type=int, help="closed loop: requests kept in flight")
+    load.add_argument(
+        "--rate", type=positive_float, help="open-loop arrivals, requests/s (all replicas)"
+    )
+    load.add_argument(
+        "--concurrency", type=positive_int, help="closed loop: requests kept in flight"
+    )
     g.add_argument(
-        "--workload", help="trace CSV or preset: azure-code, azure-conv, sharegpt, arxiv"
+        "--workload",
+        type=workload_source,
+        help="trace CSV or preset: azure-code, azure-conv, sharegpt, arxiv, mooncake",
     )
     if lengths:
-        g.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
-        g.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
+        g.add_argument(
+            "--input-len", type=positive_int, default=2000, help="prompt tokens (default 2000)"
+        )
+        g.add_argument(
+            "--output-len", type=positive_int, default=200, help="output tokens (default 200)"
+        )
     g.add_argument(
-        "--input-cv", type=float, default=0.0, help="prompt-length CV, lognormal (default 0)"
+        "--input-cv",
+        type=nonnegative_float,
+        default=0.0,
+        help="prompt-length CV, lognormal (default 0)",
     )
     g.add_argument(
-        "--output-cv", type=float, default=0.0, help="output-length CV, lognormal (default 0)"
+        "--output-cv",
+        type=nonnegative_float,
+        default=0.0,
+        help="output-length CV, lognormal (default 0)",
     )
-    g.add_argument("--interarrival-cv", type=float, default=1.0, help="gap CV (1 = Poisson)")
     g.add_argument(
-        "--max-num-batched-tokens", type=int, default=8192, help="token budget per iteration"
+        "--interarrival-cv", type=nonnegative_float, default=1.0, help="gap CV (1 = Poisson)"
     )
-    g.add_argument("--max-num-seqs", type=int, default=256, help="sequences per iteration")
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=8192,
+        help="token budget per iteration",
+    )
+    g.add_argument(
+        "--max-num-seqs", type=positive_int, default=256, help="sequences per iteration"
+    )
     g.add_argument(
         "--chunked-prefill",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="chunked prefill (default on)",
     )
-    g.add_argument("--chunk-tokens", type=int, help="largest prefill chunk per sequence")
+    g.add_argument(
+        "--chunk-tokens", type=positive_int, help="largest prefill chunk per sequence"
+    )
 
 
 def wants_dynamics(args: argparse.Namespace) -> bool:

@@ -18,7 +18,13 @@ import perfmodel as pm
 from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
 
 from ._disagg_cli import DisaggPools as DisaggPools, _disagg, _pools, disagg_pools as disagg_pools
+from ._types import finite_float, positive_float
 from .errors import UsageError
+
+MAX_SPEC_K = 16
+"""Largest --spec-k accepted: engines verify a handful of draft tokens per step (vLLM's and
+SGLang's examples use 1-8); at acceptance a < 1 the k-th token is accepted with probability a^k,
+so past 16 drafts only add draft and verification cost."""
 
 DEFAULT_HOST_KV_BYTES_PER_S = 63e9
 """PCIe 5.0 x16, one direction: 32 GT/s * 16 lanes * 128/130 encoding / 8 bits ~ 63 GB/s."""
@@ -29,7 +35,7 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("serving features")
     g.add_argument(
         "--prefix-reuse",
-        type=float,
+        type=finite_float,
         metavar="FRACTION",
         help="share of requests that open with a shared prefix (0..1)",
     )
@@ -38,11 +44,15 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
         "--spec-draft", metavar="MODEL|mtp", help="speculative decoding: draft model or mtp"
     )
     g.add_argument(
-        "--spec-k", type=int, default=4, metavar="K", help="draft tokens per step (default 4)"
+        "--spec-k",
+        type=int,
+        default=4,
+        metavar="K",
+        help=f"draft tokens per step, 1..{MAX_SPEC_K} (default 4)",
     )
     g.add_argument(
         "--spec-acceptance",
-        type=float,
+        type=finite_float,
         metavar="A",
         help="per-token acceptance in [0, 1] (default: prior from measured acceptance lengths)",
     )
@@ -53,16 +63,16 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--decode-gpu", metavar="G", help="decode pool hardware id (default --gpu)")
     g.add_argument(
         "--transfer-bw",
-        type=float,
+        type=finite_float,
         metavar="BYTES_PER_S",
         help="KV hand-off bandwidth per GPU (default: the inter-node network)",
     )
     g.add_argument(
-        "--host-kv-bytes", type=float, metavar="BYTES", help="host-memory KV tier per GPU"
+        "--host-kv-bytes", type=finite_float, metavar="BYTES", help="host-memory KV tier per GPU"
     )
     g.add_argument(
         "--host-kv-bw",
-        type=float,
+        type=positive_float,
         default=DEFAULT_HOST_KV_BYTES_PER_S,
         metavar="BYTES_PER_S",
         help="host <-> GPU bandwidth (default PCIe 5.0 x16, 63e9)",
@@ -101,9 +111,10 @@ def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -
                 "pass a prefix no longer than the prompt"
             )
     if args.spec_draft:
-        if args.spec_k < 1:
+        if not 1 <= args.spec_k <= MAX_SPEC_K:
             raise UsageError(
-                f"--spec-k must be a positive integer, got {args.spec_k}; pass e.g. --spec-k 4"
+                f"--spec-k must be a positive integer <= {MAX_SPEC_K} draft tokens, got "
+                f"{args.spec_k}; pass e.g. --spec-k 4"
             )
         if args.spec_acceptance is not None:
             _fraction("--spec-acceptance", args.spec_acceptance)

@@ -11,8 +11,10 @@ import math
 
 import perfmodel as pm
 from perfmodel import CatalogError, Deployment, HardwareSpec, ModelSpec
+from perfmodel._catalog import MTP_CONFIG_KEYS, mtp_layers
 from perfmodel._fit_check import tp_divides_heads
 
+from ._types import positive_int, utilization
 from .errors import UsageError
 
 
@@ -23,14 +25,19 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu", required=True, help="hardware id from data/hardware.csv (see `servingmath gpus`)")
     g.add_argument("--hardware-csv", help="your own hardware CSV (columns of data/hardware.csv)")
     g.add_argument("--prices-csv", help="your own price list (columns of data/prices.csv)")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
-    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
-    g.add_argument("--replicas", type=int, default=1, help="copies of the TP x PP group (default 1)")
+    g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=positive_int, default=1,
+                   help="pipeline-parallel degree (default 1)")
+    g.add_argument("--replicas", type=positive_int, default=1,
+                   help="copies of the TP x PP group (default 1)")
     g.add_argument("--weight-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
     g.add_argument("--kv-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
-    g.add_argument("--max-model-len", type=int, default=8192, help="longest admitted sequence (tokens)")
-    g.add_argument("--block-size", type=int, default=16, help="paged-KV block size (tokens)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    g.add_argument("--max-model-len", type=positive_int, default=8192,
+                   help="longest admitted sequence (tokens)")
+    g.add_argument("--block-size", type=positive_int, default=16,
+                   help="paged-KV block size (tokens)")
+    g.add_argument("--gpu-memory-utilization", type=utilization, default=0.9,
+                   help="fraction of HBM the engine may use, in (0, 1] (default 0.9)")
     g.add_argument("--kv-allocation", choices=("paged", "static"), default="paged",
                    help="paged blocks, or static max_model_len reservation per sequence")
 
@@ -39,6 +46,21 @@ def positive(name: str, value: float) -> None:
     """Reject non-positive or non-finite numbers with a one-line fix."""
     if not (math.isfinite(value) and value > 0):
         raise UsageError(f"{name} must be a positive number, got {value}; pass e.g. {name} 1")
+
+
+def require_mtp(model: str) -> None:
+    """``--spec-draft mtp`` drafts with the model's own multi-token-prediction layers: refuse a
+    model whose config has none (``UsageError`` naming the fix)."""
+    try:
+        layers = mtp_layers(model)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    if layers < 1:
+        raise UsageError(
+            f"--spec-draft mtp needs multi-token-prediction layers, and {model}'s config has none "
+            f"({MTP_CONFIG_KEYS[0]} is absent or 0); pass a smaller draft model instead, "
+            "e.g. --spec-draft meta-llama/Llama-3.2-1B-Instruct"
+        )
 
 
 def resolve_model_and_gpu(args: argparse.Namespace) -> tuple[ModelSpec, HardwareSpec]:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 import perfmodel as pm
 
+from ._types import nonnegative_int, positive_int
 from .errors import UsageError
 
 INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
@@ -24,8 +25,9 @@ def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
     g.add_argument("--prior", action="store_true",
                    help="use the spec-sheet default efficiencies instead of a posterior")
-    g.add_argument("--draws", type=int, default=200, help="posterior draws for intervals (default 200)")
-    g.add_argument("--seed", type=int, default=0, help="seed for posterior draws")
+    g.add_argument("--draws", type=positive_int, default=200,
+                   help="posterior draws for intervals (default 200)")
+    g.add_argument("--seed", type=nonnegative_int, default=0, help="seed for posterior draws")
 
 
 def resolve_efficiency(

@@ -24,6 +24,7 @@ from ._features_cli import disagg_pools
 from ._options import require_fit
 from ._posterior_cli import resolve_efficiency
 from ._render import human_seconds
+from ._types import nonnegative_int, positive_int
 from .errors import UsageError
 
 
@@ -42,13 +43,13 @@ def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--draws",
-        type=int,
+        type=positive_int,
         default=200,
         help="posterior draws the median is taken over (default 200)",
     )
     g.add_argument(
         "--draw",
-        type=int,
+        type=nonnegative_int,
         metavar="I",
         help="simulate at posterior draw I (0 <= I < --draws, drawn with --seed) instead of the median",
     )

@@ -1,17 +1,28 @@
 """``servingmath`` command line: parse, call the libraries, render.  No model logic here.
 
 Each subcommand lives in ``servingmath/commands/<name>.py`` and exposes ``HELP`` (one line),
-``add_arguments(parser)`` and ``run(args) -> int``.  Bad input is reported as one line on stderr
-with exit status 2, never a traceback.
+``add_arguments(parser)`` and ``run(args) -> int``, and optionally ``check_arguments(args)``:
+cheap cross-flag checks run right after parsing, before ``run`` does any work.  Bad input is
+reported as one line on stderr with exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
+import warnings
 
 from .errors import user_error_types
+
+# ArviZ 0.x announces its 1.0 refactor on import (a multi-line FutureWarning, once a day); it says
+# nothing about the user's input, so it must not precede a command's output.  Set before any
+# command runs: ``fitting`` imports arviz lazily, inside the commands that use a posterior.
+warnings.filterwarnings(
+    "ignore", message=r"\s*ArviZ is undergoing a major refactor", category=FutureWarning
+)
 
 COMMANDS: tuple[str, ...] = (
     "explain",
@@ -38,9 +49,14 @@ def _load_commands() -> dict[str, object]:
     return found
 
 
+_FLAG_PREFIX = re.compile(r"^argument (-[\w-]+)(?:/-[\w-]+)*: (?=must )")
+"""argparse's "argument --rate/--r: must be ..." prefix of a ``servingmath._types`` message."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse's own convention)
-        self.exit(2, f"servingmath: error: {message}\n")
+        message = _FLAG_PREFIX.sub(r"\1 ", message)  # "--rate must be a positive number, ..."
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,9 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, module in _load_commands().items():
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        # argparse %-formats help strings: a literal "90%" must reach it as "90%%"
+        p = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        p.set_defaults(_run=module.run, _check=getattr(module, "check_arguments", None))
     return parser
 
 
@@ -60,20 +77,36 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # exact byte counts and token capacities
-    args = build_parser().parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or bad input argparse already reported in one line
+        return int(exc.code or 0)
+    try:
+        if args._check is not None:
+            args._check(args)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a reader that closed early shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:  # output piped into `head` and closed early: stop quietly
+        _discard_stdout()
+        return 0
+    except KeyboardInterrupt:
+        print("servingmath: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:
         if not isinstance(exc, user_error_types()):
             raise
         print(f"servingmath {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # output piped into `head` and closed early
-        sys.stderr.close()
-        return 0
-    except KeyboardInterrupt:
-        print("servingmath: interrupted", file=sys.stderr)
-        return 130
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the flush at interpreter exit cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (captured output): nothing to flush
+        pass
 
 
 if __name__ == "__main__":

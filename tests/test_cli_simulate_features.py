@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import perfmodel as pm
 from servingmath.cli import main
 
 # --prior: these check the engine's feature mechanics at the spec-sheet efficiencies (the posterior
@@ -37,6 +38,15 @@ SOLO = [
 
 
 _PLAIN: dict = {}
+
+
+@pytest.fixture(scope="module")
+def mtp_model(tmp_path_factory) -> list[str]:
+    """``--model`` of Llama-3.1-8B's dimensions with one MTP layer (what --spec-draft mtp needs)."""
+    config = json.loads((pm.data_dir() / "models" / "meta-llama--Llama-3.1-8B.json").read_text())
+    path = tmp_path_factory.mktemp("mtp") / "llama-3.1-8b-mtp.json"
+    path.write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
+    return ["--model", str(path)]
 
 
 def _json(capsys, argv):
@@ -83,11 +93,15 @@ def test_unique_prompts_hit_nothing_and_match_the_plain_engine(capsys):
     assert unique["ttft_s"] == plain["ttft_s"] and unique["e2e_s"] == plain["e2e_s"]
 
 
-@pytest.mark.parametrize("draft", ["mtp", "meta-llama/Llama-3.2-3B"])
-def test_speculation_with_high_acceptance_at_batch_one_lowers_tpot(capsys, draft):
+# a draft's iteration pays its own kernel launches (about per layer): a 1B draft of 16 layers costs
+# ~0.3 of the 8B target's step, a 3B draft of 28 layers ~0.55, where k = 4 drafts leave 3B little
+@pytest.mark.parametrize("draft", ["mtp", "meta-llama/Llama-3.2-1B-Instruct"])
+def test_speculation_with_high_acceptance_at_batch_one_lowers_tpot(capsys, draft, mtp_model):
     plain = _plain(capsys, SOLO)
+    model = mtp_model if draft == "mtp" else []
     spec = _json(
-        capsys, [*SOLO, "--spec-draft", draft, "--spec-k", "4", "--spec-acceptance", "0.9"]
+        capsys,
+        [*SOLO, *model, "--spec-draft", draft, "--spec-k", "4", "--spec-acceptance", "0.9"],
     )
     sim = spec["simulated"]
     # sampled acceptance: E[tokens/step] = (1 - 0.9^5) / 0.1 = 4.095; the sample mean is close
@@ -97,9 +111,10 @@ def test_speculation_with_high_acceptance_at_batch_one_lowers_tpot(capsys, draft
     assert spec["tpot_s"] == sim["tpot_s"]  # the top-level figures are the speculative engine's
 
 
-def test_speculation_with_low_acceptance_emits_about_one_token(capsys):
+def test_speculation_with_low_acceptance_emits_about_one_token(capsys, mtp_model):
     spec = _json(
-        capsys, [*SOLO, "--spec-draft", "mtp", "--spec-k", "4", "--spec-acceptance", "0.05"]
+        capsys,
+        [*SOLO, *mtp_model, "--spec-draft", "mtp", "--spec-k", "4", "--spec-acceptance", "0.05"],
     )
     tokens_per_step = spec["simulated"]["spec_tokens_per_step"]
     assert tokens_per_step >= 1.0 and tokens_per_step < 1.15
@@ -139,15 +154,19 @@ def test_disaggregation_runs_two_pools_with_a_kv_hand_off(capsys):
     "argv, fragment",
     [
         (
-            ["--spec-draft", "mtp", "--spec-acceptance", "1.5"],
+            ["--spec-draft", "meta-llama/Llama-3.2-3B", "--spec-acceptance", "1.5"],
             "--spec-acceptance must be in [0, 1]",
         ),
         (
-            ["--spec-draft", "mtp", "--spec-acceptance", "-0.1"],
+            ["--spec-draft", "meta-llama/Llama-3.2-3B", "--spec-acceptance", "-0.1"],
             "--spec-acceptance must be in [0, 1]",
         ),
         (["--spec-draft", "meta-llama/Llama-3.1-70B"], "is not smaller than"),
-        (["--spec-draft", "mtp", "--spec-k", "0"], "--spec-k must be a positive integer"),
+        (
+            ["--spec-draft", "meta-llama/Llama-3.2-3B", "--spec-k", "0"],
+            "--spec-k must be a positive integer",
+        ),
+        (["--spec-draft", "mtp"], "--spec-draft mtp needs multi-token-prediction layers"),
         (["--prefix-reuse", "0.5", "--prefix-len", "5000"], "longer than the 1000-token prompt"),
         (["--prefix-reuse", "0.5", "--prefix-len", "-1"], "--prefix-len must be >= 0"),
         (["--prefix-reuse", "1.2", "--prefix-len", "100"], "--prefix-reuse must be in [0, 1]"),
@@ -184,7 +203,7 @@ def test_disaggregation_in_a_closed_loop_is_refused(capsys):
     assert "--disagg in simulate needs timed arrivals" in err and "\n" not in err
 
 
-def test_every_feature_composes_with_disagg(capsys):
+def test_every_feature_composes_with_disagg(capsys, mtp_model):
     argv = [
         *BASE,
         "--rate",
@@ -204,6 +223,7 @@ def test_every_feature_composes_with_disagg(capsys):
         capsys,
         [
             *argv,
+            *mtp_model,
             "--prefix-reuse",
             "0.9",
             "--prefix-len",

@@ -11,10 +11,22 @@ import jax.numpy as jnp
 import perfmodel as pm
 
 from .._dynamics_cli import add_dynamics_arguments, dynamics_section, render_dynamics
-from .._features_cli import add_feature_arguments, feature_report, render_features
-from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
+from .._features_cli import (
+    add_feature_arguments,
+    feature_report,
+    render_features,
+    validate_feature_arguments,
+)
+from .._options import (
+    add_deployment_arguments,
+    positive,
+    require_fit,
+    require_mtp,
+    resolve_deployment,
+)
 from .._posterior_cli import add_posterior_arguments, quantiles, resolve_efficiency
 from .._render import human_bytes, human_seconds, table
+from .._types import positive_int
 from ..errors import UsageError
 
 HELP = "the budget sheet of one deployment: memory, compute, bandwidth, communication"
@@ -23,11 +35,22 @@ HELP = "the budget sheet of one deployment: memory, compute, bandwidth, communic
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deployment_arguments(parser)
     add_feature_arguments(parser)
-    parser.add_argument("--input-len", type=int, default=2000, help="prompt tokens (default 2000)")
-    parser.add_argument("--output-len", type=int, default=200, help="output tokens (default 200)")
+    parser.add_argument(
+        "--input-len", type=positive_int, default=2000, help="prompt tokens (default 2000)"
+    )
+    parser.add_argument(
+        "--output-len", type=positive_int, default=200, help="output tokens (default 200)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_dynamics_arguments(parser)
     add_posterior_arguments(parser)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Feature options that need no budget, before the posterior loads or anything compiles."""
+    validate_feature_arguments(args, float(args.input_len))
+    if args.spec_draft and args.spec_draft.lower() == "mtp":
+        require_mtp(args.model)
 
 
 INTERVAL_KEYS = ("prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max")

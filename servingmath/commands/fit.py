@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
+from .._types import nonnegative_int, output_dir, output_file, positive_int
 from ..errors import UsageError
 
 HELP = "fit the efficiency posterior to measurements (NUTS, or SVI with --svi)"
@@ -12,16 +14,20 @@ HELP = "fit the efficiency posterior to measurements (NUTS, or SVI with --svi)"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", nargs="+", required=True, metavar="FILE",
                         help="measurement files or folders (SCHEMA.md CSVs, vLLM/SGLang/GenAI-Perf JSON)")
-    parser.add_argument("--out", required=True, help="where to write the posterior netCDF")
-    parser.add_argument("--draws", type=int, default=500, help="posterior draws per chain (default 500)")
-    parser.add_argument("--warmup", type=int, default=500, help="NUTS warm-up steps per chain (default 500)")
-    parser.add_argument("--chains", type=int, default=2, help="NUTS chains (default 2)")
-    parser.add_argument("--per-stratum", type=int, default=10,
+    parser.add_argument("--out", required=True, type=output_file,
+                        help="where to write the posterior netCDF")
+    parser.add_argument("--draws", type=positive_int, default=500,
+                        help="posterior draws per chain (default 500)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=500,
+                        help="NUTS warm-up steps per chain (default 500)")
+    parser.add_argument("--chains", type=positive_int, default=2, help="NUTS chains (default 2)")
+    parser.add_argument("--per-stratum", type=nonnegative_int, default=10,
                         help="seeded stratified subsample: rows per source/scenario/op/gpu/metric cell "
                              "(default 10; 0 = all rows)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--svi", action="store_true", help="SVI (low-rank Gaussian guide) instead of NUTS")
-    parser.add_argument("--svi-steps", type=int, default=3000, help="SVI optimisation steps (default 3000)")
+    parser.add_argument("--svi-steps", type=positive_int, default=3000,
+                        help="SVI optimisation steps (default 3000)")
     parser.add_argument("--prior", nargs="?", const="", default=None, metavar="P",
                         help="update posterior P (default: the bundled one) with a few measurements of "
                              "a GPU instead of refitting everything")
@@ -29,12 +35,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="spec rows (columns of data/hardware.csv) of GPUs the catalog lacks")
     parser.add_argument("--from-population", action="store_true",
                         help="with --prior: start the measured GPUs from the population, even if P fitted them")
-    parser.add_argument("--plot", default=None, metavar="DIR",
+    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
                         help="write PNGs (posterior histograms; predicted vs measured on the fitted rows)")
 
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before any measurement is read: the posterior that --prior updates exists."""
+    if args.prior is None:
+        return
+    from fitting._posterior import default_posterior_path
+
+    path = Path(args.prior) if args.prior else default_posterior_path()
+    if not path.is_file():
+        raise UsageError(
+            f"--prior {path}: no such file; pass a posterior netCDF written by `servingmath fit`"
+            + (", or --prior alone for the bundled one" if args.prior else "")
+        )
+
+
 def run(args: argparse.Namespace) -> int:
-    if min(args.draws, args.chains) < 1 or args.warmup < 0 or args.per_stratum < 0:
-        raise UsageError("--draws and --chains must be >= 1, --warmup and --per-stratum >= 0")
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -91,7 +110,7 @@ def _update(args: argparse.Namespace, result) -> int:
     try:
         prior = fitting.load_posterior(args.prior or None)
     except fitting.PosteriorError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--prior: {exc}") from None
     t0 = time.perf_counter()
     try:
         post, prep = update_posterior(

@@ -6,16 +6,18 @@ import argparse
 import csv
 import json
 import math
+import sys
 
 from perfmodel import CatalogError
 
 from .._render import table
+from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
 from .optimize import (
     add_problem_arguments,
     enable_compile_cache,
+    gpu_ids,
     grid_from_args,
-    parse_assignments,
     resolve_common,
     resolve_workload,
 )
@@ -26,11 +28,13 @@ HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact mi
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
-    parser.add_argument("--num-classes", type=int, default=3,
+    parser.add_argument("--num-classes", type=positive_int, default=3,
                         help="classes binned from --workload by prompt length (default 3)")
-    parser.add_argument("--max-gpus", default="", help="availability per type, e.g. h100-sxm=64,l40s=16")
-    parser.add_argument("--max-replicas", type=int, default=64, help="largest replica count per class")
-    parser.add_argument("--plot", default=None, metavar="DIR",
+    parser.add_argument("--max-gpus", type=assignments(nonnegative_float), default="",
+                        help="availability per type, e.g. h100-sxm=64,l40s=16")
+    parser.add_argument("--max-replicas", type=positive_int, default=64,
+                        help="largest replica count per class")
+    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
                         help="write PNGs into this directory (fleet_mix.png)")
 
 
@@ -38,10 +42,15 @@ def read_classes(path: str):
     from optimize import RequestClass
 
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"{path}: not a UTF-8 text file; --classes takes a CSV "
+            "prompt_tokens,output_tokens,share"
+        ) from None
     out = []
     for line, row in enumerate(rows, start=2):
         vals = []
@@ -62,6 +71,16 @@ def read_classes(path: str):
     return [c._replace(share=c.share / total) for c in out]
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before the posterior loads: --max-gpus names only --gpus, and --classes reads."""
+    gpus = gpu_ids(args)
+    for g in args.max_gpus:
+        if g not in gpus:
+            raise UsageError(f"--max-gpus names {g!r}, which is not in --gpus {','.join(gpus)}")
+    if args.classes:
+        read_classes(args.classes)
+
+
 def run(args: argparse.Namespace) -> int:
     enable_compile_cache()
     import numpy as np
@@ -71,12 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
-    limits = parse_assignments(args.max_gpus, "--max-gpus")
-    for g, v in limits.items():
-        if g not in gpus:
-            raise UsageError(f"--max-gpus names {g!r}, which is not in --gpus {','.join(gpus)}")
-        if v < 0:
-            raise UsageError(f"--max-gpus {g}={v:g} must be >= 0")
+    limits = args.max_gpus
     if args.classes:
         classes = read_classes(args.classes)
     elif args.workload:
@@ -91,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
         confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
         efficiency=efficiency, hardware=hardware,
-        quality_penalty=parse_assignments(args.quality_penalty, "--quality-penalty"),
+        quality_penalty=args.quality_penalty,
     )
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
@@ -101,7 +115,6 @@ def run(args: argparse.Namespace) -> int:
     result = _report(gpus, classes, fp, plan, exact)
     if args.plot:
         import os
-        import sys
 
         from optimize._plots import NAMES, fleet_chart
 
@@ -109,10 +122,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"figure: {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
     if not result["feasible"]:
-        print("infeasible: the classes cannot all be served within the availability limits; "
-              "raise --max-gpus or relax the SLO")
+        print(f"servingmath fleet: error: {infeasible_message(fp, classes, gpus, args)}",
+              file=sys.stderr)
+        return 2
+    if args.json:
         return 0
     rows = [(g, f"{v['gpus']} GPUs ({', '.join(f'class {k}: {n} replicas' for k, n in v['replicas_by_class'].items())})")
             for g, v in result["plan"].items() if v["gpus"]]
@@ -123,6 +137,23 @@ def run(args: argparse.Namespace) -> int:
                                                f"{c['requests_per_s']:.2f} req/s"))
                                for i, c in enumerate(result["classes"])]))
     return 0
+
+
+def infeasible_message(fp, classes, gpus, args: argparse.Namespace) -> str:
+    """One line: the class no GPU type can serve under the SLO, else the availability limit."""
+    for c, cls in enumerate(classes):
+        if not (fp.capacity[c] > 0).any():
+            return (
+                f"class {c} (prompt {cls.prompt_tokens:.0f}, output "
+                f"{cls.output_tokens:.0f} tokens) meets the SLO on no type in --gpus {','.join(gpus)} within --max-replicas "
+                f"{args.max_replicas}; relax --ttft-p95/--tpot-p95, add GPU types or raise "
+                "--max-replicas"
+            )
+    return (
+        "the classes cannot all be served within the --max-gpus limits "
+        f"({','.join(f'{g}={v:g}' for g, v in args.max_gpus.items())}); raise --max-gpus or "
+        "relax the SLO"
+    )
 
 
 def read_classes_default(workload):

@@ -10,12 +10,12 @@ import os
 import sys
 
 from .._render import table
+from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
 from .optimize import (
     add_problem_arguments,
     enable_compile_cache,
     grid_from_args,
-    parse_assignments,
     resolve_common,
     resolve_workload,
 )
@@ -27,12 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--demand", required=True,
                         help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)")
     add_problem_arguments(parser, workload=False)
-    parser.add_argument("--workload", help="trace file or preset for the length distribution")
-    parser.add_argument("--png", help="write the fan chart PNG to this file")
-    parser.add_argument("--plot", default=None, metavar="DIR",
+    parser.add_argument("--workload", type=workload_source,
+                        help="trace file or preset for the length distribution")
+    parser.add_argument("--png", type=output_file, help="write the fan chart PNG to this file")
+    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
                         help="write PNGs into this directory (forecast_fan.png)")
-    parser.add_argument("--csv", dest="csv_out", help="write the table as CSV here")
-    parser.add_argument("--max-replicas", type=int, default=1024,
+    parser.add_argument("--csv", dest="csv_out", type=output_file,
+                        help="write the table as CSV here")
+    parser.add_argument("--max-replicas", type=positive_int, default=1024,
                         help="largest replica count per type and period (default 1024)")
 
 
@@ -58,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
         demand = read_demand(args.demand)
     except DemandError as exc:
         raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"{args.demand}: not a UTF-8 text file; --demand takes a CSV "
+            "period,requests_per_s[,requests_per_s_sd]"
+        ) from None
     model, gpus, hardware, efficiency = resolve_common(args)
     peak = max(p.requests_per_s for p in demand) or 1.0
     args.rate = peak
@@ -66,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
         confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
         efficiency=efficiency, hardware=hardware,
-        quality_penalty=parse_assignments(args.quality_penalty, "--quality-penalty"),
+        quality_penalty=args.quality_penalty,
     )
     found = search(problem)
     configs = {}

@@ -15,7 +15,20 @@ from pathlib import Path
 import perfmodel as pm
 from perfmodel import CatalogError
 
+from .._options import require_mtp
 from .._render import human_seconds, table
+from .._types import (
+    assignments,
+    finite_float,
+    fraction,
+    nonnegative_float,
+    nonnegative_int,
+    output_dir,
+    positive_float,
+    positive_int,
+    probability,
+    workload_source,
+)
 from ..errors import UsageError
 
 HELP = "cheapest deployment meeting p95 TTFT/TPOT SLOs with stated confidence (gradient search)"
@@ -29,28 +42,38 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
     parser.add_argument("--model", required=True, help="Hugging Face id or config.json path")
     parser.add_argument("--gpus", required=True, help="candidate hardware ids, comma-separated")
     if workload:
-        parser.add_argument("--rate", type=float, help="arrival rate, requests/s")
-        parser.add_argument("--workload", help="trace file or preset (rate, lengths, burstiness)")
-    parser.add_argument("--input-len", type=float, help="mean prompt tokens (default 1024)")
-    parser.add_argument("--output-len", type=float, help="mean output tokens (default 256)")
-    parser.add_argument("--output-cv", type=float, default=1.0, help="output-length CV (default 1)")
+        parser.add_argument("--rate", type=positive_float, help="arrival rate, requests/s")
+        parser.add_argument(
+            "--workload",
+            type=workload_source,
+            help="trace file or preset (rate, lengths, burstiness)",
+        )
+    parser.add_argument(
+        "--input-len", type=positive_float, help="mean prompt tokens (default 1024)"
+    )
+    parser.add_argument(
+        "--output-len", type=positive_float, help="mean output tokens (default 256)"
+    )
+    parser.add_argument(
+        "--output-cv", type=nonnegative_float, default=1.0, help="output-length CV (default 1)"
+    )
     parser.add_argument(
         "--ttft-p95",
         "--slo-ttft-p95",
         dest="ttft_p95",
-        type=float,
+        type=positive_float,
         help="p95 time-to-first-token bound, seconds",
     )
     parser.add_argument(
         "--tpot-p95",
         "--slo-tpot-p95",
         dest="tpot_p95",
-        type=float,
+        type=positive_float,
         help="p95 time-per-output-token bound, seconds",
     )
     parser.add_argument(
         "--confidence",
-        type=float,
+        type=probability,
         default=0.9,
         help="probability over the posterior that the SLO holds (default 0.9)",
     )
@@ -58,12 +81,15 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
     parser.add_argument(
         "--prior", action="store_true", help="use spec-sheet prior draws, no posterior"
     )
-    parser.add_argument("--draws", type=int, default=200, help="posterior draws (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="PRNG seed (default 0)")
+    parser.add_argument(
+        "--draws", type=positive_int, default=200, help="posterior draws (default 200)"
+    )
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="PRNG seed (default 0)")
     parser.add_argument("--prices", help="prices CSV (columns gpu,price_per_gpu_hour)")
     parser.add_argument("--hardware-csv", help="hardware CSV with your own rows")
     parser.add_argument(
         "--quality-penalty",
+        type=assignments(finite_float),
         default="",
         help="cost surcharge per dtype, e.g. int4=0.1,fp8=0.02 (fractions)",
     )
@@ -171,20 +197,14 @@ def enable_compile_cache() -> None:
         pass
 
 
-def parse_assignments(text: str, flag: str) -> dict[str, float]:
-    """``a=1,b=2`` -> {"a": 1.0, "b": 2.0}; one-line UsageError naming the bad item."""
-    out: dict[str, float] = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        key, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise UsageError(
-                f"{flag}: {item!r} is not NAME=NUMBER; write e.g. {flag} h100-sxm=64"
-            ) from None
-    return out
+def gpu_ids(args: argparse.Namespace) -> tuple[str, ...]:
+    """The hardware ids of --gpus, each once (``UsageError`` when empty or repeated)."""
+    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
+    if not gpus:
+        raise UsageError("--gpus is empty; pass e.g. --gpus h100-sxm,a100-sxm-80gb")
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus lists a GPU twice: {args.gpus}")
+    return gpus
 
 
 def resolve_common(args: argparse.Namespace):
@@ -200,11 +220,7 @@ def resolve_common(args: argparse.Namespace):
             raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
     if args.draws < 1:
         raise UsageError(f"--draws must be at least 1, got {args.draws}")
-    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
-    if not gpus:
-        raise UsageError("--gpus is empty; pass e.g. --gpus h100-sxm,a100-sxm-80gb")
-    if len(set(gpus)) != len(gpus):
-        raise UsageError(f"--gpus lists a GPU twice: {args.gpus}")
+    gpus = gpu_ids(args)
     try:
         model = pm.load_model(args.model)
         hardware = [
@@ -277,7 +293,7 @@ def resolve_workload(args: argparse.Namespace, rate: float | None = None):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     parser.add_argument(
-        "--max-replicas", type=int, default=64, help="largest replica count (default 64)"
+        "--max-replicas", type=positive_int, default=64, help="largest replica count (default 64)"
     )
     parser.add_argument(
         "--no-verify",
@@ -287,7 +303,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--simulate",
-        type=int,
+        type=nonnegative_int,
         default=0,
         metavar="N",
         help="also run the recommendation through the simulator on N requests (two pools "
@@ -295,6 +311,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--plot",
+        type=output_dir,
         default=None,
         metavar="DIR",
         help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT",
@@ -314,7 +331,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--transfer-bw",
-        type=float,
+        type=positive_float,
         metavar="BYTES_PER_S",
         help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
     )
@@ -325,7 +342,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spec-acceptance",
-        type=float,
+        type=fraction,
         metavar="A",
         help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)",
     )
@@ -338,16 +355,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
-    penalty = parse_assignments(args.quality_penalty, "--quality-penalty")
-    if args.simulate < 0:
-        raise UsageError(f"--simulate must be >= 0 requests, got {args.simulate}")
     draft = _spec_draft(args, model)
-    if args.transfer_bw is not None and not (
-        math.isfinite(args.transfer_bw) and args.transfer_bw > 0
-    ):
-        raise UsageError(
-            f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}"
-        )
     try:
         problem = make_problem(
             model,
@@ -358,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             grid=grid_from_args(args, len(gpus), args.max_replicas),
             efficiency=efficiency,
-            quality_penalty=penalty,
+            quality_penalty=args.quality_penalty,
             hardware=hardware,
             spec_draft=draft,
             spec_acceptance=args.spec_acceptance,
@@ -393,14 +401,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers."""
+    if args.spec_draft and args.spec_draft.lower() == "mtp":
+        require_mtp(args.model)
+
+
 def _spec_draft(args: argparse.Namespace, model):
     """None, "mtp" or the draft ``ModelSpec`` of --spec-draft; one-line errors for bad input."""
-    if args.spec_acceptance is not None and not (
-        math.isfinite(args.spec_acceptance) and 0.0 <= args.spec_acceptance <= 1.0
-    ):
-        raise UsageError(
-            f"--spec-acceptance must be in [0, 1], got {args.spec_acceptance}; pass e.g. 0.7"
-        )
     if not args.spec_draft:
         if args.spec_acceptance is not None:
             raise UsageError("--spec-acceptance needs --spec-draft MODEL|mtp")

@@ -31,7 +31,13 @@ from .._features_cli import (
     render_features,
     validate_feature_arguments,
 )
-from .._options import add_deployment_arguments, positive, require_fit, resolve_deployment
+from .._options import (
+    add_deployment_arguments,
+    positive,
+    require_fit,
+    require_mtp,
+    resolve_deployment,
+)
 from .._render import human_seconds, table
 from .._simulate_cli import (
     add_calibration_arguments,
@@ -42,6 +48,7 @@ from .._simulate_cli import (
     simulation_efficiency,
     trace_reuse,
 )
+from .._types import nonnegative_int, positive_int
 from ..errors import UsageError
 
 HELP = "simulate a continuous-batching engine request by request: TTFT, TPOT, E2E percentiles"
@@ -52,16 +59,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_feature_arguments(parser)
     add_dynamics_arguments(parser, lengths=True)
     parser.add_argument(
-        "--requests", type=int, default=2000, help="requests to simulate (default 2000)"
+        "--requests", type=positive_int, default=2000, help="requests to simulate (default 2000)"
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=nonnegative_int,
         default=0,
         help="random seed for sampled requests, acceptance and posterior draws (default 0)",
     )
     add_calibration_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before the posterior loads or anything compiles: --spec-draft mtp needs MTP layers."""
+    if args.spec_draft and args.spec_draft.lower() == "mtp":
+        require_mtp(args.model)
 
 
 def _render(r: dict) -> str:

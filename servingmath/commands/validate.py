@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .._types import nonnegative_int, output_dir, positive_int
 from ..errors import UsageError
 
 HELP = "score a posterior on measurements: median/mean APE and 50/90% interval coverage"
@@ -14,12 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--posterior", default=None, help="posterior netCDF (default: the bundled one)")
     parser.add_argument("--data", nargs="+", required=True, metavar="FILE",
                         help="measurement files or folders (SCHEMA.md CSVs, vLLM/SGLang/GenAI-Perf JSON)")
-    parser.add_argument("--draws", type=int, default=200, help="predictive draws per row (default 200)")
-    parser.add_argument("--max-rows", type=int, default=5000,
+    parser.add_argument("--draws", type=positive_int, default=200,
+                        help="predictive draws per row (default 200)")
+    parser.add_argument("--max-rows", type=positive_int, default=5000,
                         help="score a seeded stratified subsample above this many rows (default 5000)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=nonnegative_int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--plot", default=None, metavar="DIR",
+    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
                         help="write PNGs: predicted vs measured (log-log, 90%% intervals), per-parameter "
                              "posteriors, residuals by scenario")
 
