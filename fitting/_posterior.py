@@ -17,7 +17,6 @@ import numpy as np
 
 import perfmodel
 from perfmodel import Efficiency
-from perfmodel._ops import KernelEfficiency
 
 from ._model import PARAM_NAMES, kernel_cells, to_natural
 from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS
@@ -129,8 +128,7 @@ field's default (``Efficiency`` / ``KernelEfficiency``), so older posteriors kee
 
 
 def _default_value(name: str) -> float:
-    obj = Efficiency() if name in EFFICIENCY_FIELDS else KernelEfficiency()
-    return float(getattr(obj, name))
+    return float(getattr(Efficiency(), name))
 
 
 def draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -176,9 +174,14 @@ def parameter_draws(
 def cell_offset_draws(
     posterior: Posterior, cell: str, idx: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """Offset draws of one cell; an unseen cell draws from N(0, tau_src)."""
+    """Offset draws of one cell; an unseen cell takes its engine's pooled cell
+    (``"engine:<engine>|<group>"``, the serving stage's) when there is one, else N(0, tau_src)."""
     if cell in posterior.cells:
         return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
+    source, _, key = cell.partition("|")
+    pooled = f"engine:{source.split(':')[-1]}|{key}" if ":" in source else None
+    if pooled in posterior.cells:
+        return posterior.flat("cell_offset")[idx, posterior.cells.index(pooled)]
     tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"
     return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
 
@@ -212,38 +215,32 @@ def efficiency_draws(
     """``num_draws`` posterior draws of ``perfmodel.Efficiency`` for ``gpu`` (leading axis).
 
     An unseen ``gpu`` draws from the population (mu, tau).  ``source`` (``"vidur:sarathi"``,
-    ``"trtllm-docs-v0.9:trtllm"``, ... as in ``posterior.sources``) folds that source's offset
-    delta into the fractions (divided by e^delta) and fixed costs (times e^delta), which scales
-    every roofline/collective time by e^delta exactly; None or an unseen source draws delta from
-    N(0, tau_src), widening the spread.  FP8/FP4/INT8 ``weight_dtype`` derates
-    ``compute_fraction_max`` by the fitted ``low_precision_compute_ratio``.
+    ``"trtllm-docs-v0.9:trtllm"``, ... as in ``posterior.sources``) sets ``time_scale`` to that
+    source's offset e^delta, which scales every iteration's kernel and communication time; None
+    or an unseen source draws delta from N(0, tau_src), widening the spread.  ``weight_dtype`` is
+    accepted for compatibility: the FP8/FP4 derate is applied by the step model from the
+    deployment's GEMM dtype (``low_precision_compute_ratio``).
     """
+    del weight_dtype
     rng = np.random.default_rng(seed)
     idx = draw_indices(posterior, num_draws, rng)
     p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
-    scale = np.exp(_source_offsets(posterior, source, idx, rng))
-    fields = {f: p[f] for f in EFFICIENCY_FIELDS}
-    for f in ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidth_fraction"):
-        fields[f] = fields[f] / scale
-    for f in ("step_overhead_s", "collective_latency_s", "collective_base_latency_s"):
-        fields[f] = fields[f] * scale
+    fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+    fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
     comm = f"{source}|comm:latency"
     if source is not None and comm in posterior.cells:  # the source's own TP all-reduce latency
         lat = np.exp(posterior.flat("cell_offset")[idx, posterior.cells.index(comm)])
         for f in ("collective_latency_s", "collective_base_latency_s"):
             fields[f] = fields[f] * lat
-    if weight_dtype in _LOW_PRECISION:
-        fields["compute_fraction_max"] = (
-            fields["compute_fraction_max"] * p["low_precision_compute_ratio"]
-        )
     return Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
 
 
 def kernel_efficiency_draws(
     posterior: Posterior, gpu: str, num_draws: int, *, seed: int = 0
-) -> KernelEfficiency:
-    """``num_draws`` draws of ``KernelEfficiency`` for ``gpu`` (population for an unseen GPU)."""
+) -> Efficiency:
+    """``num_draws`` draws of the kernel-level fields for ``gpu`` (population for an unseen GPU),
+    in an ``Efficiency`` whose other fields are the defaults."""
     rng = np.random.default_rng(seed)
     idx = draw_indices(posterior, num_draws, rng)
     p = parameter_draws(posterior, (gpu,), idx, rng)
-    return KernelEfficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})
+    return Efficiency(**{f: jnp.asarray(p[f][:, 0]) for f in KERNEL_FIELDS})

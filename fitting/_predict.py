@@ -1,7 +1,7 @@
 """Predicted value of every measurement row, as one JAX function of per-GPU parameters.
 
 Host side (``prepare``): each row of the tidy table (``../shared/data/SCHEMA.md``) becomes numbers
-for one of five vectorised blocks, built only from ``perfmodel`` budgets:
+for one of seven vectorised blocks, built only from ``perfmodel`` budgets:
 
 * ``gemm``: vidur's projection ops (M = ``num_tokens``; N, K from the model config and TP) and
   aiconfigurator ``gemm`` rows (N, K in ``notes``) -> ``perfmodel._ops.gemm_time_s``.
@@ -12,6 +12,12 @@ for one of five vectorised blocks, built only from ``perfmodel`` budgets:
   (``perfmodel._parallel`` / ``_ops``), cross-node rows at the inter-node bandwidth.
 * ``step``: ``prefill``, ``decode_step`` and ``static_batch`` rows -> ``perfmodel.prefill_step`` /
   ``decode_step`` vmapped over stacked per-row specs.
+* ``closed``: ``serving`` rows at a ``concurrency`` and ``saturated`` (offline) rows ->
+  ``perfmodel._closed_loop.closed_loop_metrics``, one evaluation per run (its rows pick a column).
+* ``open``: ``serving`` rows at a ``request_rate`` -> ``perfmodel.serving_metrics`` (open loop).
+
+Every block's time comes from the same per-operator step (``perfmodel.forward_step`` and the
+``_ops`` kernels it sums), so each fitted parameter is read by every whole-model prediction.
 
 Device side (``predict``): gather each row's GPU parameters and evaluate the blocks; the result is
 differentiable in the parameters, so NumPyro's NUTS can use it.  Rows no budget covers are returned
@@ -25,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import Efficiency
+from perfmodel import Efficiency, Workload
+from perfmodel._closed_loop import closed_loop_metrics
 from perfmodel._ops import (
-    KernelEfficiency,
     attention_time_s,
     collective_time_s,
     elementwise_time_s,
@@ -48,18 +54,19 @@ from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _row
 )
 
 
-def gather(params: dict[str, jnp.ndarray], idx: np.ndarray) -> tuple[Efficiency, KernelEfficiency]:
-    """Per-row ``Efficiency`` and ``KernelEfficiency`` from per-GPU parameter vectors."""
-    eff = Efficiency(**{f: params[f][idx] for f in EFFICIENCY_FIELDS})
-    ker = KernelEfficiency(**{f: params[f][idx] for f in KERNEL_FIELDS})
-    return eff, ker
+def gather(params: dict[str, jnp.ndarray], idx: np.ndarray) -> tuple[Efficiency, Efficiency]:
+    """Per-row ``Efficiency`` (every fitted field) from per-GPU parameter vectors, returned twice:
+    as the step-level and the kernel-level argument of the ``_ops`` kernels (the same pytree)."""
+    fields = {f: params[f][idx] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+    eff = Efficiency(**fields, time_scale=jnp.ones(len(idx)))  # offsets add to log time instead
+    return eff, eff
 
 
-def _step_block(b: dict, eff: Efficiency, ker: KernelEfficiency) -> jnp.ndarray:
-    """prefill / decode-step / static-batch predictions of stacked rows (vmapped ``_step``)."""
-    # FP8/FP4 GEMMs reach a smaller share of their (2x) peak: same derate as single kernels.
-    derate = 1.0 + b["low"] * (ker.low_precision_compute_ratio - 1.0)
-    eff = eqx_replace(eff, compute_fraction_max=eff.compute_fraction_max * derate)
+def _step_block(b: dict, eff: Efficiency) -> jnp.ndarray:
+    """prefill / decode-step / static-batch predictions of stacked rows (vmapped ``_step``).
+
+    A static batch of B requests: TTFT = prefill of B prompts, TPOT = a decode iteration of B
+    sequences at the mean context P + O / 2, latency = TTFT + (O - 1) TPOT."""
     model, hw, dep = b["specs"]
 
     def one(m, h, d, e, inp, batch, ctx):
@@ -70,41 +77,60 @@ def _step_block(b: dict, eff: Efficiency, ker: KernelEfficiency) -> jnp.ndarray:
     pre, dec = jax.vmap(one)(model, hw, dep, eff, b["inp"], b["batch"], b["ctx"])
     latency = pre + (b["out"] - 1.0) * dec
     thr = b["batch"] * b["out"] / latency
-    code = b["metric"]
-    return jnp.where(code == 0, pre, jnp.where(code == 1, dec, jnp.where(code == 2, latency, thr)))
+    table = jnp.stack([pre, dec, latency, thr], axis=1)
+    return jnp.take_along_axis(table, b["metric"].astype(int)[:, None], axis=1)[:, 0]
 
 
-def _serving_block(b: dict, eff: Efficiency, ker: KernelEfficiency) -> jnp.ndarray:
-    """Serving rows through ``perfmodel.serving_metrics`` (agent A's dynamics), vmapped."""
-    from perfmodel._serving import serving_metrics
-    from perfmodel._workload import Workload
-
-    derate = 1.0 + b["low"] * (ker.low_precision_compute_ratio - 1.0)
-    eff = eqx_replace(eff, compute_fraction_max=eff.compute_fraction_max * derate)
-    model, hw, dep = b["specs"]
-    zeros = np.zeros_like(b["inp"])  # fixed lengths (the aiperf runs use ignore_eos, no spread)
-    work = Workload(
+def _workloads(b: dict) -> Workload:
+    return Workload(
         arrival_rate_per_s=b["rate"],
         concurrency=b["conc"],
-        interarrival_cv=zeros + 1.0,
+        interarrival_cv=np.ones_like(b["inp"]),
         prompt_tokens_mean=b["inp"],
-        prompt_tokens_cv=zeros,
+        prompt_tokens_cv=b["inp_cv"],
         output_tokens_mean=b["out"],
-        output_tokens_cv=zeros,
+        output_tokens_cv=b["out_cv"],
+        requests_per_client=b["rounds"],
     )
 
-    # rows that all score a mean (the bundled ones) skip the percentile quadrature
-    stat = b["stat"]
-    means_only = isinstance(stat, np.ndarray) and not np.any(stat)
+
+def _closed_block(b: dict, eff: Efficiency) -> jnp.ndarray:
+    """Closed-loop serving and saturated (offline) rows through ``closed_loop_metrics``."""
+    model, hw, dep = b["specs"]
 
     def one(m, h, d, e, w):
-        s = serving_metrics(m, h, d, e, w, means_only=means_only)
-        lat = [jnp.stack([p.mean, p.p50, p.p95, p.p99]) for p in (s.ttft_s, s.tpot_s, s.e2e_s)]
-        return jnp.concatenate(lat + [jnp.broadcast_to(s.output_tokens_per_s, (4,))])
+        r = closed_loop_metrics(m, h, d, e, w)
+        thr = jnp.stack([r.output_tokens_per_s, r.total_tokens_per_s, r.requests_per_s])
+        return jnp.concatenate([r.ttft_s, r.tpot_s, r.itl_s, r.e2e_s, thr])
 
-    table = jax.vmap(one)(model, hw, dep, eff, work)  # (rows, 16): metric-major, stat-minor
-    col = (b["metric"] * 4 + b["stat"]).astype(int)
-    return jnp.take_along_axis(table, col[:, None], axis=1)[:, 0]
+    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b))
+    return table[b["config"], b["col"].astype(int)]
+
+
+def _config_efficiency(b: dict, eff: Efficiency) -> Efficiency:
+    """Per-row parameters -> one per configuration (a configuration's rows share its GPU)."""
+    first = np.zeros(int(b["config"].max()) + 1, dtype=int)
+    first[b["config"][::-1]] = np.arange(len(b["config"]))[::-1]
+    return jax.tree.map(lambda x: x[first], eff)
+
+
+def _open_block(b: dict, eff: Efficiency) -> jnp.ndarray:
+    """Open-loop serving rows (Poisson arrivals at ``request_rate``) through ``serving_metrics``;
+    an overloaded point predicts ``inf`` latency and its saturated throughput."""
+    model, hw, dep = b["specs"]
+
+    def one(m, h, d, e, w):
+        s = perfmodel.serving_metrics(m, h, d, e, w, closed_loop=False)
+        lat = [
+            jnp.stack([p.mean, p.p50, jnp.nan, p.p95, p.p99])
+            for p in (s.ttft_s, s.tpot_s, s.tpot_s, s.e2e_s)
+        ]
+        req = s.output_tokens_per_s / w.output_tokens_mean
+        thr = jnp.stack([s.output_tokens_per_s, req * (w.prompt_tokens_mean + w.output_tokens_mean), req])
+        return jnp.concatenate(lat + [thr])
+
+    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b))
+    return table[b["config"], b["col"].astype(int)]
 
 
 def eqx_replace(module, **changes):
@@ -161,8 +187,10 @@ def predict_log(
                 b["units"],
                 b.get("tile", 0.0),
             )
-        elif name == "serving":
-            y = _serving_block(b, eff, ker)
+        elif name == "closed":
+            y = _closed_block(b, eff)
+        elif name == "open":
+            y = _open_block(b, eff)
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
@@ -186,13 +214,13 @@ def predict_log(
                 collective_latency_s=eff.collective_latency_s * lat,
                 collective_base_latency_s=eff.collective_base_latency_s * lat,
             )
-            y = _step_block(b, eff, ker)
+            y = _step_block(b, eff)
         out = out.at[b["pos"]].add(jnp.log(y))
     return out
 
 
 def default_params(gpus: tuple[str, ...]) -> dict[str, jnp.ndarray]:
     """The default ``Efficiency`` / ``KernelEfficiency`` values, one per GPU."""
-    e, k = Efficiency(), KernelEfficiency()
-    vals = {f: getattr(e, f) for f in EFFICIENCY_FIELDS} | {f: getattr(k, f) for f in KERNEL_FIELDS}
+    e = Efficiency()
+    vals = {f: getattr(e, f) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
     return {f: jnp.full(len(gpus), float(v)) for f, v in vals.items()}

@@ -60,6 +60,10 @@ def gpu_group_draws(
     return out
 
 
+CLOSED_ROWS_PER_OPEN_ROW = 100
+"""Memory of one open-loop row's evaluation in closed-loop rows (quadrature nodes vs a scan)."""
+
+
 def map_chunks(fn, xs, batch: int) -> np.ndarray:
     """``vmap(fn)`` over the leading axis of the pytree ``xs``, ``batch`` entries per call.
 
@@ -107,9 +111,11 @@ def predictive_log_draws(
         axis=1,
     )
     xs = ({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets))
-    n_serving = len(prep.blocks["serving"]["pos"]) if "serving" in prep.blocks else 0
-    # serving_metrics holds ~1 MB of quadrature nodes per row and draw: chunk the draws so one
-    # chunk stays near SERVING_ROW_DRAWS_PER_CHUNK row-draws
+    # the open-loop closed form holds ~1 MB of quadrature nodes per row and draw, a closed-loop
+    # row a few kB: chunk the draws so one chunk stays near SERVING_ROW_DRAWS_PER_CHUNK row-draws
+    n_open = len(prep.blocks["open"]["inp"]) if "open" in prep.blocks else 0
+    n_closed = len(prep.blocks["closed"]["inp"]) if "closed" in prep.blocks else 0
+    n_serving = n_open + n_closed // CLOSED_ROWS_PER_OPEN_ROW
     batch = max(1, SERVING_ROW_DRAWS_PER_CHUNK // n_serving) if n_serving else num_draws
     loc = map_chunks(lambda p, o: predict_log(prep, p, o), xs, min(batch, num_draws))
     eta = gpu_group_draws(posterior, prep.gpus, prep.noise_keys, idx, rng)

@@ -1,7 +1,7 @@
 """Host side of the predictions: measurement rows -> numbers for the vectorised blocks.
 
 Each row of the tidy table (``../shared/data/SCHEMA.md``) is classified (``gemm``, ``elementwise``,
-``attention``, ``collective``, ``step``, ``serving``), its shapes are derived from the model config,
+``attention``, ``collective``, ``step``, ``closed``, ``open``), its shapes are derived from the model config,
 TP degree and ``notes``, and it gets a GPU index, a noise group and (where identifiable) a
 (source, group) offset cell.  Rows no budget covers are returned with a reason, never dropped.
 ``fitting._predict`` evaluates the blocks in JAX.
@@ -20,7 +20,7 @@ import pandas as pd
 import perfmodel
 from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec
 from perfmodel._constants import DTYPE_BYTES
-from perfmodel._ops import KernelEfficiency
+from perfmodel._ops import KERNEL_FIELDS
 
 from ._features import (  # noqa: F401  (re-exported)
     ACT_BYTES,
@@ -46,8 +46,11 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
     source_key,
 )
 
-EFFICIENCY_FIELDS = tuple(Efficiency.__dataclass_fields__)
-KERNEL_FIELDS = tuple(KernelEfficiency.__dataclass_fields__)
+OFFSET_FIELDS = ("time_scale",)
+"""``Efficiency`` fields that the fit carries as (source, engine) cell offsets, not per GPU."""
+EFFICIENCY_FIELDS = tuple(
+    f for f in Efficiency.__dataclass_fields__ if f not in KERNEL_FIELDS + OFFSET_FIELDS
+)
 STEP_METRICS = {
     ("prefill", "time"): 0,
     ("decode_step", "time"): 1,
@@ -56,11 +59,7 @@ STEP_METRICS = {
     ("static_batch", "latency"): 2,
     ("static_batch", "output_throughput"): 3,
 }
-SERVING_REASON = (
-    "serving rows are fitted in the second (cut) stage, not by NUTS (closed-loop solve too costly)"
-)
-SERVING_METRICS = {"ttft": 0, "tpot": 1, "itl": 1, "e2e_latency": 2, "output_throughput": 3}
-SERVING_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p95": 2, "p99": 3}
+SERVING_REASON = "end-to-end rows are fitted in the second (cut) stage, not by NUTS"
 
 
 @lru_cache(maxsize=64)
@@ -143,32 +142,152 @@ class Prepared:
     comm_idx: np.ndarray | None = None
 
 
-def _serving_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
-    """Closed-loop (``concurrency``) or open-loop (``request_rate``) serving row -> the inputs of
-    ``perfmodel.serving_metrics`` (one replica of tp x pp; ``ep``/attention-DP not modelled)."""
-    metric, stat = row["metric"], row["stat"] if isinstance(row["stat"], str) else ""
-    if metric not in SERVING_METRICS or stat not in SERVING_STATS:
-        raise ValueError(f"no serving prediction for metric {metric!r} stat {stat!r}")
-    as_step = row.copy()
-    as_step["scenario"], as_step["metric"], as_step["batch_size"] = "prefill", "time", 1.0
-    specs, feats = _step_features(as_step)
+E2E_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
+"""Latency metrics of end-to-end rows, in the order of ``closed_loop_metrics``' summaries."""
+E2E_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p90": 2, "p95": 3, "p99": 4}
+"""Column of each statistic in a (mean, p50, p90, p95, p99) summary."""
+THROUGHPUT_COLUMNS = {"output_throughput": 20, "total_throughput": 21, "request_throughput": 22}
+"""Columns of the throughputs after the 4 x 5 latency summaries."""
+OPEN_LOOP_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p95": 3, "p99": 4}
+"""Statistics the open-loop closed form reports (no p90: its quadrature nodes stop at p50/p95)."""
+
+DEFAULT_TOKEN_BUDGET = 8192.0
+"""Token budget of one iteration when a run does not record it: vLLM V1's serving default, the
+TensorRT-LLM ``max_num_tokens`` default and SGLang's ``chunked_prefill_size`` on 80+ GB GPUs."""
+DEFAULT_MAX_SEQS = 1024.0
+"""Sequence cap when a run does not record it (offline runs: the KV cache binds first)."""
+DEFAULT_REQUESTS_PER_CLIENT = 10.0
+"""Requests per closed-loop client when the run does not say (InferenceMAX and ``vllm bench
+serve`` defaults send 10 x concurrency prompts)."""
+UNIFORM_LENGTH_LOW = 0.8
+"""InferenceMAX draws lengths uniform in [0.8 L, L] (``--random-range-ratio 0.8``)."""
+MLPERF_PROMPT_TOKENS = 256.0
+"""Prompt length assumed for MLPerf rows, whose files carry no input length: the geometric middle
+of the datasets' [64, 1024]-token prompts (an assumption, not a measured mean; the prediction's
+interval does not yet include this uncertainty)."""
+
+
+def _lengths(row: pd.Series) -> tuple[float, float, float, float]:
+    """(prompt mean, prompt CV, output mean, output CV) as the benchmark drew them."""
+    inp, out = _f(row["input_len"]), _f(row["output_len"])
+    notes = str(row.get("notes", ""))
+    if "uniform" in notes and "len_def=nominal" in notes:
+        mean_share = (1.0 + UNIFORM_LENGTH_LOW) / 2.0
+        cv = (1.0 - UNIFORM_LENGTH_LOW) / math.sqrt(12.0) / mean_share
+        return inp * mean_share, cv, out * mean_share, cv
+    if not inp > 0 and str(row["source"]).startswith("mlperf"):
+        inp = MLPERF_PROMPT_TOKENS
+    return inp, 0.0, out, 0.0
+
+
+def _requests_per_client(row: pd.Series) -> float:
+    found = notes_dict(row.get("notes")).get("num_prompts", "")
+    try:
+        return float(found.split("x")[0])
+    except ValueError:
+        return DEFAULT_REQUESTS_PER_CLIENT
+
+
+def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
+    """Serving (closed loop at ``concurrency`` or open loop at ``request_rate``) and saturated
+    rows -> deployment specs and workload numbers (``perfmodel.closed_loop_metrics`` /
+    ``serving_metrics``).  Data-parallel replicas = num_gpus / (tp pp); an unrecorded tp is the
+    smallest that holds the weights (MLPerf)."""
+    metric = row["metric"]
+    stat = row["stat"] if isinstance(row["stat"], str) else ""
+    scenario = row["scenario"]
     conc, rate = _f(row["concurrency"]), _f(row["request_rate"])
-    if not (conc > 0 or (rate > 0 and math.isfinite(rate))):
+    open_loop = scenario == "serving" and not conc > 0
+    if metric in THROUGHPUT_COLUMNS:
+        if stat not in ("", "mean"):
+            raise ValueError(f"no prediction for throughput stat {stat!r}")
+        col = THROUGHPUT_COLUMNS[metric]
+    elif metric in E2E_METRICS and scenario == "serving":
+        stats = OPEN_LOOP_STATS if open_loop else E2E_STATS
+        if stat not in stats:
+            raise ValueError(f"no prediction for {metric} stat {stat!r} (min/max are not modelled)")
+        col = 5 * E2E_METRICS.index(metric) + stats[stat]
+    else:
+        raise ValueError(f"no prediction for {scenario} metric {metric!r}")
+    if open_loop and not (rate > 0 and math.isfinite(rate)):
         raise ValueError("serving rows need a concurrency or a finite request_rate")
+    inp, inp_cv, out, out_cv = _lengths(row)
+    if not (inp > 0 and out > 0):
+        raise ValueError("end-to-end rows need input_len and output_len (or a dataset default)")
+    wdt = row["weight_dtype"] if row["weight_dtype"] in DTYPE_BYTES else "bf16"
+    if not isinstance(row["weight_dtype"], str) and str(row["source"]).startswith("mlperf"):
+        wdt = "fp8"  # NVIDIA's v4.1 recipe quantises to FP8 weights (data README, mlperf_v41)
+    kvdt = row["kv_dtype"] if row["kv_dtype"] in DTYPE_BYTES else "bf16"
+    gpus = _f(row["num_gpus"])
+    tp, pp = _f(row["tp"]), _f(row["pp"])
+    pp = pp if pp > 0 else 1.0
+    if not tp > 0:
+        tp = float(_fitting_tp(row["model"], row["gpu"], wdt, kvdt, inp + out))
+    gpus = gpus if gpus > 0 else tp * pp
+    replicas = max(1.0, math.floor(gpus / (tp * pp)))
+    specs = _e2e_specs(row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc)
     return specs, {
-        "inp": feats["inp"],
-        "out": _f(row["output_len"]),
-        "low": feats["low"],
-        "conc": conc if conc > 0 else 0.0,
-        "rate": rate if rate > 0 else 1.0,
-        "metric": float(SERVING_METRICS[metric]),
-        "stat": float(SERVING_STATS[stat]),
+        "inp": inp,
+        "inp_cv": inp_cv,
+        "out": out,
+        "out_cv": out_cv,
+        "conc": conc if conc > 0 else (1e9 if scenario == "saturated" else 0.0),
+        "rate": rate if open_loop else 1.0,
+        "rounds": _requests_per_client(row) if scenario == "serving" else math.inf,
+        "col": float(col),
+        "open": float(open_loop),
     }
+
+
+@lru_cache(maxsize=256)
+def _fitting_tp(model_id: str, gpu: str, wdt: str, kvdt: str, tokens: float) -> int:
+    """Smallest TP whose shard holds the weights and a sequence (MLPerf rows record none)."""
+    dep = Deployment.create(weight_dtype=wdt, kv_dtype=kvdt)
+    found = perfmodel.smallest_fitting_parallelism(_model(model_id), _hardware(gpu), dep, tokens)
+    if found is None:
+        raise ValueError("the model does not fit the system")
+    return found[0]
+
+
+@lru_cache(maxsize=512)
+def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc):
+    m, h, _ = _row_specs(model_id, gpu, tp, pp, wdt, kvdt)
+    seqs = conc if conc > 0 else DEFAULT_MAX_SEQS  # vLLM runs cap --max-num-seqs at the concurrency
+    dep = Deployment.create(
+        tp=int(tp), pp=int(pp), replicas=int(replicas), weight_dtype=wdt, kv_dtype=kvdt,
+        max_num_seqs=float(max(seqs, 1.0)), max_num_batched_tokens=DEFAULT_TOKEN_BUDGET,
+    )
+    return m, h, dep
+
+
+E2E_BLOCKS = ("closed", "open")
+"""Blocks whose rows share a configuration: one evaluation yields every metric and statistic."""
+PER_ROW = ("pos", "col")
+"""Features of an end-to-end row that are its own (the rest describe its configuration)."""
+
+
+def _share_configurations(block: dict[str, np.ndarray], specs: list[tuple]) -> list[tuple]:
+    """Fold the rows of one run (13 rows: 4 latencies x 3 stats + throughput) onto one
+    configuration each: ``block["config"]`` indexes each row's configuration, the configuration
+    features shrink to one entry per configuration, and the unique specs are returned."""
+    names = [c for c in block if c not in PER_ROW]
+    keys = [
+        (id(sp),) + tuple(float(block[c][i]) for c in names) for i, sp in enumerate(specs)
+    ]
+    first: dict[tuple, int] = {}
+    config = np.asarray([first.setdefault(k, len(first)) for k in keys], dtype=int)
+    heads = np.asarray(sorted(first.values(), key=lambda j: j))
+    rows_of = {j: i for i, j in reversed(list(enumerate(config)))}
+    order = [rows_of[j] for j in heads]
+    for c in names:
+        block[c] = block[c][order]
+    block["config"] = config
+    return [specs[i] for i in order]
 
 
 def _skip_reason(row: pd.Series, serving: bool) -> str | None:
     notes = str(row.get("notes", ""))
-    if row["scenario"] == "serving" and not serving:
+    if row["scenario"] in ("serving", "saturated") and not serving:
         return SERVING_REASON
     if "e2e_check=MISMATCH" in notes:
         return "source flags e2e_check=MISMATCH (data README: not usable as is)"
@@ -176,8 +295,10 @@ def _skip_reason(row: pd.Series, serving: bool) -> str | None:
         return "power-capped H100 run (a different operating point than the catalog row)"
     if "duplicate_of=" in notes:
         return "duplicate of another row (data README)"
-    if "pairwise" in notes and "cross-node" not in notes and _f(row.get("num_gpus")) <= 2:
-        return "pairwise NVLink bridge: its bandwidth is not in the hardware catalog"
+    if "pairwise" in notes and "cross-node" not in notes:
+        # a pair rides its NVLink bridge, larger groups cross PCIe between pairs: the catalog's
+        # one link figure per GPU cannot describe both paths
+        return "pairwise NVLink node: pairs bridged, pairs of pairs on PCIe (one catalog link figure)"
     if not (_f(row["value"]) > 0):
         return "value is not a positive number"
     return None
@@ -200,28 +321,35 @@ def prepare(
         "attention": [],
         "collective": [],
         "step": [],
-        "serving": [],
+        "closed": [],
+        "open": [],
     }
     step_specs: list[tuple] = []
-    serving_specs: list[tuple] = []
+    closed_specs: list[tuple] = []
+    open_specs: list[tuple] = []
     kept, skipped = [], []
     for idx, row in table.iterrows():
         reason = _skip_reason(row, serving)
         if reason is None:
             try:
                 hw = _hardware(row["gpu"])
+                specs = None
                 if row["scenario"] == "op":
                     block, feats = _op_features(row, hw)
                 elif row["scenario"] == "collective":
                     block, feats = "collective", _collective_features(row, hw)
-                elif row["scenario"] == "serving":
-                    block, (specs, feats) = "serving", _serving_features(row)
-                    serving_specs.append(specs)
+                elif row["scenario"] in ("serving", "saturated"):
+                    specs, feats = _e2e_features(row)
+                    block = "open" if feats.pop("open") else "closed"
                 else:
                     block, (specs, feats) = "step", _step_features(row)
-                    step_specs.append(specs)
-                if not all(math.isfinite(v) for v in feats.values()):
+                if not all(math.isfinite(v) for v in feats.values() if v != math.inf):
                     raise ValueError("a needed column is empty")
+                # a row's specs join its block only once every check passed (one entry per row)
+                if specs is not None:
+                    {"step": step_specs, "closed": closed_specs, "open": open_specs}[block].append(
+                        specs
+                    )
                 feats["pos"] = len(kept)
                 rows[block].append(feats)
                 kept.append(idx)
@@ -242,8 +370,10 @@ def prepare(
     }
     for b in blocks.values():
         b["pos"] = b["pos"].astype(int)
-    for name, specs in (("step", step_specs), ("serving", serving_specs)):
+    for name, specs in (("step", step_specs), ("closed", closed_specs), ("open", open_specs)):
         if specs:
+            if name in E2E_BLOCKS:
+                specs = _share_configurations(blocks[name], specs)
             blocks[name]["specs"] = jax.tree.map(
                 lambda *xs: np.stack([np.asarray(x) for x in xs]), *specs
             )

@@ -1,16 +1,18 @@
-"""Second-stage ("cut") calibration of serving rows: engine offsets and noise on top of the fit.
+"""Second-stage ("cut") calibration of end-to-end rows: engine offsets and noise on the fit.
 
-A serving row's prediction solves the closed-loop queueing model (``perfmodel.serving_metrics``)
-for every parameter draw: far too costly inside NUTS's thousands of gradient evaluations.  So the
-efficiencies come from the NUTS stage alone, and serving rows inform only their own terms (a cut
-posterior, Plummer 2015): with r = log y - log f(theta_hat) at the posterior-median parameters,
+Serving and saturated (offline) runs are predicted through the load models (closed loop,
+``perfmodel._closed_loop``; open loop, ``perfmodel.serving_metrics``) on top of the same step the
+NUTS stage calibrates.  The efficiencies come from the NUTS stage alone, and end-to-end rows
+inform only their own terms (a cut posterior, Plummer 2015): with r = log y - log f(theta_hat) at
+the posterior-median parameters (population medians for a GPU the NUTS stage never saw),
 
     delta_c | r ~ Normal(mean_c(r), s_c / sqrt(n_c))      per (source:engine, serving:metric) cell
     sigma_k^2 | r ~ s_k^2 (n_k - 1) / chi2(n_k - 1)       per serving metric k (scaled inverse chi2)
 
-s = 1.4826 * MAD (robust to the odd overloaded run).  The offset carries what the queueing model
-misses about an engine's scheduler and the benchmark (e.g. a fixed-length closed loop where all
-clients restart together, so TTFT includes the whole wave's prefill); sigma is the spread around it.
+s = 1.4826 * MAD (robust to the odd outlier run).  The offset carries what the load model misses
+about an engine's scheduler and the benchmark; sigma is the spread around it.  Pooled
+``engine:<engine>|<group>`` cells carry the mean of one engine's source offsets and their
+between-source spread: a lab never seen running that engine inherits them (``cell_offset_draws``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,21 @@ import numpy as np
 import pandas as pd
 
 from ._model import PARAM_NAMES
+from ._posterior import Posterior, draw_indices, parameter_draws
 from ._predict import predict_log, prepare
 
-PER_CELL = 24
-"""Serving rows used per (source, engine, gpu, metric) cell (seeded)."""
+E2E_SCENARIOS = ("serving", "saturated")
+"""Scenarios the cut stage calibrates (end-to-end runs)."""
+PARAM_DRAWS = 64
+"""Posterior draws whose median gives the parameters of a GPU (population draws if unseen)."""
+
+PER_CELL = 400
+"""End-to-end rows used per (source, engine, gpu, metric) cell (seeded; a closed-loop row costs
+a few microseconds per draw, so this is a bound on memory, not on time)."""
+
+ENGINE_PREFIX = "engine:"
+"""Pooled cells ``"engine:<engine>|<group>"``: the offset a source never seen inherits from the
+sources of the same engine (mean of their cell offsets, spread = their between-source sd)."""
 
 MIN_ROWS = 3
 """Fewest rows that fit a cell's offset (fewer: the cell stays unseen, offset ~ N(0, tau_src))."""
@@ -32,7 +45,7 @@ MIN_ROWS = 3
 
 def serving_subsample(table: pd.DataFrame, per_cell: int, seed: int) -> pd.DataFrame:
     """At most ``per_cell`` serving rows per (source, engine, gpu, metric), seeded."""
-    rows = table[table["scenario"] == "serving"]
+    rows = table[table["scenario"].isin(E2E_SCENARIOS)]
     shuffled = rows.sample(frac=1.0, random_state=seed)
     keys = ["source", "engine", "gpu", "metric"]
     return shuffled.groupby(keys, dropna=False, sort=False).head(per_cell).sort_index()
@@ -40,6 +53,25 @@ def serving_subsample(table: pd.DataFrame, per_cell: int, seed: int) -> pd.DataF
 
 def _robust_sd(r: np.ndarray) -> float:
     return float(max(1.4826 * np.median(np.abs(r - np.median(r))), 1e-3))
+
+
+def _engine_cells(cells: list[str], offsets: list[np.ndarray], post, rng, n_draw: int):
+    """Pooled ``ENGINE_PREFIX`` cells: per (engine, group), the mean of its sources' offsets plus
+    their between-source spread (tau_src when only one source ran that engine)."""
+    groups: dict[str, list[np.ndarray]] = {}
+    for c, o in zip(cells, offsets):
+        source, key = c.split("|", 1)
+        engine = source.split(":")[-1] if ":" in source else ""
+        if engine:
+            groups.setdefault(f"{ENGINE_PREFIX}{engine}|{key}", []).append(o)
+    tau = np.asarray(post["tau_source"].values).reshape(-1)[:n_draw]
+    names, draws = [], []
+    for name, offs in groups.items():
+        centres = np.asarray([np.median(o) for o in offs])
+        spread = np.std(centres, ddof=1) if len(offs) > 1 else tau
+        names.append(name)
+        draws.append(centres.mean() + spread * rng.standard_normal(n_draw))
+    return names, draws
 
 
 def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, seed: int = 0):
@@ -56,11 +88,15 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     if not len(rows):
         return idata, 0
     prep = prepare(rows, gpus=gpus, cells=cells, noise_keys=keys)
-    known = [i for i, g in enumerate(prep.gpus) if g in gpus]
-    if not len(prep.log_value) or len(known) < len(prep.gpus):
-        return idata, 0  # a serving GPU the fit never saw: leave its rows to the population
-    flat = {n: np.asarray(post[n].values).reshape((-1, len(gpus))) for n in PARAM_NAMES}
-    params = {n: jnp.asarray(np.median(v, axis=0)) for n, v in flat.items()}
+    if not len(prep.log_value):
+        return idata, 0
+    # per-GPU medians; a GPU the NUTS stage never saw takes the population's (its spec sheet
+    # supplies the peaks), so its runs still inform their engine's offsets
+    rng0 = np.random.default_rng(seed)
+    pobj = Posterior(idata)
+    idx = draw_indices(pobj, PARAM_DRAWS, rng0)
+    draws0 = parameter_draws(pobj, prep.gpus, idx, rng0)
+    params = {n: jnp.asarray(np.median(v, axis=0)) for n, v in draws0.items()}
     # one call, compile-bound: XLA's backend optimisation off halves the compile (as optimize does)
     run_once = jax.jit(
         lambda p: predict_log(prep, p, None),
@@ -81,6 +117,8 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
             new_off.append(
                 np.median(r) + _robust_sd(r) / np.sqrt(len(r)) * rng.standard_normal(n_draw)
             )
+    pooled_cells, pooled_off = _engine_cells(new_cells, new_off, post, rng, n_draw)
+    new_cells, new_off = new_cells + pooled_cells, new_off + pooled_off
     sig = {}
     for j, k in enumerate(prep.noise_keys):
         if k in keys:
@@ -132,3 +170,38 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         "cut: offsets and sigma of serving cells at the posterior-median parameters"
     )
     return new, int(ok.sum())
+
+
+def _e2e_label(label: str) -> bool:
+    group = label.split("|")[-1]
+    return group.startswith(tuple(f"{s}:" for s in E2E_SCENARIOS))
+
+
+def without_serving_stage(idata):
+    """``idata`` with every end-to-end cell offset and noise key removed: the NUTS stage alone,
+    to which ``add_serving_stage`` can add the cut stage of another set of runs."""
+    import arviz as az
+
+    post = idata.posterior
+    cells = [str(c) for c in post["cell"].values]
+    keys = [str(k) for k in post["noise_key"].values]
+    keep_c = [i for i, c in enumerate(cells) if not _e2e_label(c)]
+    keep_k = [i for i, k in enumerate(keys) if not _e2e_label(k)]
+    out = {v: np.asarray(post[v].values) for v in post.data_vars}
+    out["cell_offset"] = out["cell_offset"][..., keep_c]
+    out["sigma"] = out["sigma"][..., keep_k]
+    coords = {
+        "gpu": [str(g) for g in post["gpu"].values],
+        "cell": [cells[i] for i in keep_c],
+        "noise_key": [keys[i] for i in keep_k],
+    }
+    dims = {n: ["gpu"] for n in PARAM_NAMES} | {"cell_offset": ["cell"], "sigma": ["noise_key"]}
+    if "gpu_group" in post:
+        groups = [str(g) for g in post["gpu_group"].coords["group"].values]
+        keep_g = [i for i, g in enumerate(groups) if not _e2e_label(g)]
+        out["gpu_group"] = out["gpu_group"][..., keep_g]
+        coords["group"] = [groups[i] for i in keep_g]
+        dims["gpu_group"] = ["gpu", "group"]
+    new = az.from_dict(posterior=out, coords=coords, dims=dims)
+    new.attrs.update(idata.attrs)
+    return new

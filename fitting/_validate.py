@@ -15,8 +15,17 @@ from ._posterior import Posterior
 from ._predict import prepare
 from ._predictive import predictive_log_draws
 
-MAX_SERVING_ROWS = 64
-"""Serving rows scored per call (a seeded random subset beyond this; the note says so)."""
+MAX_SERVING_ROWS = None
+"""Serving rows scored per call: all of them (a closed-loop row costs microseconds per draw)."""
+
+BREAKDOWNS = (
+    ("by_scenario", "scenario"),
+    ("by_gpu", "gpu"),
+    ("by_source", "source"),
+    ("by_metric", "metric"),
+    ("by_engine", "engine"),
+)
+"""The report's breakdowns: result key and the table column it groups by."""
 
 OVERLOAD_REASON = "the model predicts overload at this load (utilisation >= 1: no finite latency)"
 
@@ -41,7 +50,7 @@ def score_draws(table: pd.DataFrame, log_draws: np.ndarray, log_value: np.ndarra
     in50 = (log_value >= q[1]) & (log_value <= q[3])
     in90 = (log_value >= q[0]) & (log_value <= q[4])
     out = _scores(ape, in50, in90)
-    for key, col in (("by_scenario", "scenario"), ("by_gpu", "gpu"), ("by_source", "source")):
+    for key, col in BREAKDOWNS:
         labels = table[col].astype(str).to_numpy()
         out[key] = {
             lab: _scores(ape[labels == lab], in50[labels == lab], in90[labels == lab])
@@ -66,7 +75,7 @@ def cap_rows(
             f"{len(table)} rows"
         )
     serving = table["scenario"] == "serving"
-    if serving.sum() > max_serving:
+    if max_serving is not None and serving.sum() > max_serving:
         keep = table[serving].sample(max_serving, random_state=seed).index
         table = table[~serving | table.index.isin(keep)]
         notes.append(
@@ -98,8 +107,9 @@ def validate(
 
     Returns:
         dict with ``n``, ``median_ape``, ``mape``, ``coverage_50``, ``coverage_90``, ``skipped``
-        (count), ``skipped_reasons`` (reason -> count), ``by_scenario``, ``by_gpu``, ``by_source``
-        (each label -> the same five scores), ``subsample`` (None or a description).
+        (count), ``skipped_reasons`` (reason -> count), ``by_scenario``, ``by_gpu``, ``by_source``,
+        ``by_metric``, ``by_engine`` (each label -> the same five scores), ``subsample`` (None or
+        a description).
     """
     table, notes = cap_rows(table, max_rows, MAX_SERVING_ROWS, seed)
     note = "; ".join(notes) or None
@@ -114,7 +124,7 @@ def validate(
         out = score_draws(prep.table[finite], draws[:, finite], prep.log_value[finite])
     else:
         out = _scores(np.zeros(0), np.zeros(0), np.zeros(0))
-        out |= {"by_scenario": {}, "by_gpu": {}, "by_source": {}}
+        out |= {key: {} for key, _ in BREAKDOWNS}
     out["skipped"] = len(skipped)
     out["skipped_reasons"] = skipped_summary(skipped)
     out["subsample"] = note
@@ -134,7 +144,7 @@ def format_report(result: dict) -> str:
 
     head = f"  {'':<34} {'n':>6} {'medAPE':>9} {'MAPE':>9} {'cov50':>8} {'cov90':>8}"
     rows = [head, line("overall", result)]
-    for key, title in (("by_scenario", "scenario"), ("by_gpu", "gpu"), ("by_source", "source")):
+    for key, title in BREAKDOWNS:
         rows.append(f"  by {title}:")
         rows += [line("  " + lab, s) for lab, s in result[key].items()]
     if result.get("subsample"):

@@ -14,8 +14,8 @@ import argparse
 import time
 
 PER_STRATUM = 10
-DRAWS = 800
-WARMUP = 400
+DRAWS = 1200
+WARMUP = 600
 CHAINS = 2
 SEED = 0
 

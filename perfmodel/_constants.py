@@ -19,6 +19,9 @@ FLOPS_PER_MAC = 2.0
 ACTIVATION_BYTES = 2.0
 """Width of activations exchanged by TP all-reduces and PP sends (bf16/fp16)."""
 
+LOW_PRECISION_ACTIVATION_BYTES = 1.0
+"""Width of a GEMM's quantised input activations at an FP8/INT8/FP4 rate (per-token scales)."""
+
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
     "bf16": 2.0,

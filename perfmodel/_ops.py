@@ -33,75 +33,28 @@ OUTPUT_BYTES = 2.0
 """Width of a kernel's activation output (bf16/fp16)."""
 
 
-class KernelEfficiency(eqx.Module):
-    """Kernel-level parameters beside ``Efficiency`` (what per-operator timings identify).
+KernelEfficiency = Efficiency
+"""The kernel-level fields live in the one ``Efficiency`` pytree that every step reads; this name
+is the same class, kept for call sites that pass the kernel view as a separate argument."""
 
-    Attributes:
-        launch_overhead_s: fixed cost of one kernel (launch, prologue, tail), seconds.
-        elementwise_bandwidth_fraction: fraction of peak HBM bandwidth a norm/add/activation/rope
-            kernel streams at.
-        attention_compute_fraction_max: asymptotic fraction of peak FLOP/s of a fused
-            (flash) attention kernel.
-        attention_half_tokens: tokens per sequence (prefill: new tokens; decode: cached context)
-            at which a fused attention kernel's compute fraction is half the asymptote (short
-            sequences leave most of each 128-row tile idle and the causal diagonal dominates).
-        gemm_half_width: GEMM N or K at which tiling leaves half the tensor cores idle:
-            eta(m, n, k) = eta_c(m) * n / (n + w) * k / (k + w).
-        low_precision_compute_ratio: achieved FP8 (or narrower) GEMM fraction of its own peak,
-            relative to the bf16 fraction (power and clock limits bite harder at 2x the rate).
-        internode_bandwidth_fraction: share of ``HardwareSpec.internode_bytes_per_s`` (a nominal
-            one-NIC-per-GPU rate) a cross-node collective's fabric actually delivers.
-        attention_overhead_s: fixed cost of a fused attention call beyond ``launch_overhead_s``
-            (scheduler metadata, split-KV combine kernels: aiconfigurator's tiniest attention calls
-            take 10-15 us where a GEMM launch takes 3-5 us).  Default 0.
-        elementwise_onchip_bytes_per_s: the second ceiling of an elementwise kernel: the rate its
-            SMs issue the loads, reductions and stores of its rows, which does not grow with HBM
-            bandwidth (vidur's Llama-2-7B RMSNorm costs ~16 ns per token beyond its HBM stream on
-            A40, A100 and H100 alike, 0.7 to 3.4 TB/s).  Default inf (HBM-bound only).
-        attention_cta_s: time per work unit (one sequence x one KV head: the CTAs of a fused
-            attention kernel, which read the block table, load Q, keep the softmax state and
-            write or combine the output) beyond the roofline, summed over the grid (CTAs run in
-            waves over the SMs, so the cost grows with batch x KV heads whatever the length):
-            aiconfigurator's vLLM FlashAttention at 1-16 tokens costs 12 us + ~25-30 ns (H100) /
-            ~37-46 ns (A100) per (sequence, KV head), decode up to batch 2048 and prefill up to
-            batch 256 alike.  Default 0.
-        collective_ll_bandwidth_ratio: share of the collective bandwidth that NCCL's low-latency
-            (LL) protocol reaches (8-byte stores carrying 4 bytes of data and a 4-byte flag: at
-            most half; nccl-tests on A100/H100 NVSwitch: ~0.35-0.42).  Default 1 (one regime).
-        collective_simple_latency_s: extra fixed cost of NCCL's bandwidth (Simple) protocol over
-            the LL latency (NCCL's tuning model gives Simple ~2-3 us more per hop and a larger
-            base; nccl-tests: ~13-26 us).  A collective takes the faster protocol (NCCL picks the
-            one its tuning model predicts fastest per call).  Default 0 (one regime).
-        attention_tile_share: share of the GPU's peak FLOP/s x eta_a one attention CTA (one
-            query tile) computes at (one SM's share is 1/108 on A100, 1/132 on H100; the bundled
-            fit gives ~0.019 on both, ~2x that: a lone tail CTA has its SM to itself).  A kernel cannot finish
-            before its longest CTA, so greedy scheduling of the grid takes at most the spread-out
-            work plus the longest CTA (Graham 1969: makespan <= W / m + p_max): a causal prefill
-            of few sequences x heads (few CTAs, the last query tile spanning every key) runs far
-            below its FLOP roofline (aiconfigurator FA2/FA3, 1-4 heads x 1-4 sequences of 1-4k
-            tokens: 0.1-0.3 of peak where 64 heads reach 0.5).  Default inf (no tail).
-        elementwise_launch_overlap: share of ``launch_overhead_s`` an elementwise kernel hides
-            under its own stream (CTAs launch and ramp while earlier ones already load):
-            t = s + L - o * min(s, L).  vidur's kernels stay near their floor until the stream
-            exceeds it and then grow with the bytes (H100 RMSNorm 4 us from 1 to 256 tokens,
-            7 us at 512); least squares per GPU give o = 0.82-0.89 on A40, A100 and H100.
-            Default 0 (in series, as before).
-    """
-
-    launch_overhead_s: Array = eqx.field(converter=jnp.asarray, default=4.0e-6)
-    elementwise_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.7)
-    attention_compute_fraction_max: Array = eqx.field(converter=jnp.asarray, default=0.6)
-    attention_half_tokens: Array = eqx.field(converter=jnp.asarray, default=512.0)
-    gemm_half_width: Array = eqx.field(converter=jnp.asarray, default=64.0)
-    low_precision_compute_ratio: Array = eqx.field(converter=jnp.asarray, default=0.6)
-    internode_bandwidth_fraction: Array = eqx.field(converter=jnp.asarray, default=0.5)
-    attention_overhead_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
-    elementwise_onchip_bytes_per_s: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
-    attention_cta_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
-    collective_ll_bandwidth_ratio: Array = eqx.field(converter=jnp.asarray, default=1.0)
-    collective_simple_latency_s: Array = eqx.field(converter=jnp.asarray, default=0.0)
-    attention_tile_share: Array = eqx.field(converter=jnp.asarray, default=float("inf"))
-    elementwise_launch_overlap: Array = eqx.field(converter=jnp.asarray, default=0.0)
+KERNEL_FIELDS = (
+    "launch_overhead_s",
+    "elementwise_bandwidth_fraction",
+    "attention_compute_fraction_max",
+    "attention_half_tokens",
+    "gemm_half_width",
+    "low_precision_compute_ratio",
+    "internode_bandwidth_fraction",
+    "attention_overhead_s",
+    "elementwise_onchip_bytes_per_s",
+    "attention_cta_s",
+    "collective_ll_bandwidth_ratio",
+    "collective_simple_latency_s",
+    "attention_tile_share",
+    "elementwise_launch_overlap",
+)
+"""``Efficiency`` fields that single-kernel and collective timings identify (launch, elementwise,
+attention-kernel, tiling, FP8 derate, NCCL protocol, inter-node fabric)."""
 
 
 def gemm_time_s(
@@ -115,25 +68,38 @@ def gemm_time_s(
     kernel: KernelEfficiency,
     low_precision: ArrayLike = 0.0,
     temperature: float = 0.0,
+    weight_bytes_per_elem: ArrayLike | None = None,
+    groups: ArrayLike = 1.0,
 ) -> Array:
     """Time of ``y = x W^T`` with x (m, k), W (n, k): roofline of 2mnk FLOPs and the bytes moved.
 
-    Bytes = (m k + n k) * input width + m n * ``OUTPUT_BYTES``.  Compute fraction
+    Bytes = m k * input width + n k * weight width (``weight_bytes_per_elem``, default the input
+    width; weight-only INT4 streams 0.5-byte weights into 16-bit math) + m n * ``OUTPUT_BYTES``.
+    ``groups`` > 1 is a grouped GEMM (MoE experts): that many independent (m, n, k) problems in
+    one kernel, so the roofline terms scale by ``groups`` and the launch is paid once.  An empty
+    GEMM (m = 0) costs nothing.  Compute fraction
     eta_c(m) * n/(n + w) * k/(k + w), times ``low_precision_compute_ratio`` where ``low_precision``
     is 1 (FP8/FP4 rates, which also pay a second launch for the activation-quantisation kernel).
     E.g. 4096^3 bf16 on H100 SXM at eta = 0.75: 2 * 4096^3 / (0.75 * 989e12)
     = 185 us (aiconfigurator measures 166 us).
     """
     m, n, k = jnp.asarray(m), jnp.asarray(n), jnp.asarray(k)
+    busy = (m > 0) & (n > 0) & (k > 0)
+    # double-where safe mask: the branch not taken stays finite, so its gradient is too
+    m_safe, n, k = (jnp.where(busy, x, 1.0) for x in (m, n, k))
     w = kernel.gemm_half_width
     derate = 1.0 + jnp.asarray(low_precision) * (kernel.low_precision_compute_ratio - 1.0)
-    eta = compute_fraction(efficiency, m) * n / (n + w) * k / (k + w) * derate
-    compute_s = FLOPS_PER_MAC * m * n * k / (peak_flops_per_s * eta)
-    moved = (m * k + n * k) * input_bytes_per_elem + m * n * OUTPUT_BYTES
+    eta = compute_fraction(efficiency, m_safe) * n / (n + w) * k / (k + w) * derate
+    compute_s = groups * FLOPS_PER_MAC * m_safe * n * k / (peak_flops_per_s * eta)
+    w_bytes = input_bytes_per_elem if weight_bytes_per_elem is None else weight_bytes_per_elem
+    moved = groups * (
+        m_safe * k * input_bytes_per_elem + n * k * w_bytes + m_safe * n * OUTPUT_BYTES
+    )
     memory_s = moved / (hbm_bytes_per_s * efficiency.bandwidth_fraction)
     # FP8/FP4 GEMMs first quantise the activations in their own kernel (vLLM scaled_fp8_quant)
     launches = 1.0 + jnp.asarray(low_precision)
-    return smooth_max(compute_s, memory_s, temperature) + launches * kernel.launch_overhead_s
+    t = smooth_max(compute_s, memory_s, temperature) + launches * kernel.launch_overhead_s
+    return jnp.where(busy, t, 0.0)
 
 
 def elementwise_time_s(

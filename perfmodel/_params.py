@@ -37,6 +37,11 @@ class LayerCounts:
     experts_per_token: int
     num_moe_layers: int
     expert_params: float
+    attention_params: float
+    output_projection_params: float
+    dense_mlp_params: float
+    shared_expert_params: float
+    mlp_matrices: int
 
 
 _REQUIRED = object()
@@ -87,12 +92,14 @@ def layer_counts(cfg: dict[str, Any]) -> LayerCounts:
         qk = nope + rope
         q = d * q_lora + q_lora + q_lora * heads * qk if q_lora else d * heads * qk
         kv = d * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + v_dim)
-        attn = q + kv + heads * v_dim * d
+        o_proj = heads * v_dim * d
+        attn = q + kv + o_proj
         head_dim, v_head_dim, mla_kv_dim = qk, v_dim, int(kv_lora) + rope
         kv_heads = heads
     else:
         v_head_dim, mla_kv_dim = head_dim, 0
-        attn = d * heads * head_dim + 2 * d * kv_heads * head_dim + heads * head_dim * d
+        o_proj = heads * head_dim * d
+        attn = d * heads * head_dim + 2 * d * kv_heads * head_dim + o_proj
         if mt == "qwen2" or cfg.get("attention_bias") or cfg.get("qkv_bias"):
             attn += heads * head_dim + 2 * kv_heads * head_dim
         if mt.startswith("qwen3") or cfg.get("use_qk_norm"):
@@ -180,4 +187,9 @@ def layer_counts(cfg: dict[str, Any]) -> LayerCounts:
         experts_per_token=top_k,
         num_moe_layers=n_moe,
         expert_params=expert,
+        attention_params=float(attn),
+        output_projection_params=float(o_proj),
+        dense_mlp_params=float(dense_mlp),
+        shared_expert_params=float(moe_active - top_k * expert) if n_experts > 0 else 0.0,
+        mlp_matrices=mats,
     )

@@ -29,7 +29,7 @@ import numpy as np
 
 from ._batching import DecodeCost, EngineConfig
 from ._memory import max_concurrent_requests
-from ._queueing import replica_arrival_scv, solve_quantile
+from ._queueing import replica_arrival_scv
 from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's names)
     CORRECTIONS,
     OUTPUT_NODES,
@@ -40,6 +40,7 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     open_loop,
 )
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._closed_loop import closed_loop_metrics
 from ._step import forward_step
 from ._workload import Workload
 
@@ -47,9 +48,6 @@ Array = jnp.ndarray
 
 QUEUEING_CODE = 4
 """``binding_budget`` code meaning "queueing": index of "queueing" after ``BINDING_BUDGETS``."""
-CLOSED_LOOP_BISECTIONS = 30
-"""Bisection steps of the closed-loop rate (N = rate E[E2E(rate)]) on [0, N / E2E(idle)]: 2^-30
-~ 1e-9 of the bracket; each step is a full steady-state solve, so steps beyond it only cost."""
 
 
 class ServingMetrics(eqx.Module):
@@ -112,13 +110,14 @@ def serving_metrics(
     temperature: float = 0.0,
     decode_cost: DecodeCost | None = None,
     means_only: bool = False,
+    closed_loop: bool | None = None,
 ) -> ServingMetrics:
     """TTFT/TPOT/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
 
     Args:
         model, hardware, deployment, efficiency: the static budgets (``perfmodel``).
-        workload: offered load on all replicas; ``concurrency > 0`` is a closed loop whose rate
-            solves N = lambda E[E2E(lambda)] (Little's law, zero think time).
+        workload: offered load on all replicas; ``concurrency > 0`` is a closed loop
+            (``_closed_loop``: N requests in flight, never overloaded).
         chunked_prefill: Sarathi-style chunked prefill (True) or prefill-only iterations.
         chunk_tokens: cap on one sequence's prefill chunk (None = the token budget).
         temperature: smoothing of the hard min/max laws (0 = exact).
@@ -127,6 +126,8 @@ def serving_metrics(
             tokens per iteration).  None = plain decoding.
         means_only: skip the percentile quadrature (p50/p95/p99 come back NaN, the means and
             every other field as usual): for callers that read means only (calibration rows).
+        closed_loop: force the closed (True) or open (False) loop; None decides from
+            ``workload.concurrency`` (a traced concurrency, e.g. under ``vmap``, means closed).
 
     Returns:
         ``ServingMetrics``; compiled once per (static options, shapes) with ``eqx.filter_jit``,
@@ -136,7 +137,9 @@ def serving_metrics(
     # a concrete open-loop workload skips tracing the closed-loop rate solve; the test is made on
     # the leaf itself (numpy), since inside a jit trace every jnp op is staged, even on constants
     concurrency = workload.concurrency
-    if isinstance(concurrency, jax.core.Tracer):
+    if closed_loop is not None:
+        closed_loop = bool(closed_loop)
+    elif isinstance(concurrency, jax.core.Tracer):
         closed_loop = True
     else:
         closed_loop = bool(np.any(np.asarray(concurrency) > 0))
@@ -225,21 +228,56 @@ def _serving_metrics_impl(
     rate_open = workload.arrival_rate_per_s / replicas
     if not closed_loop:
         return _finish(point, replicas, run(rate_open))
-    # closed loop: per-replica N / replicas = rate * E[E2E(rate)]
-    n_per = jnp.maximum(workload.concurrency, 0.0) / replicas
-    closed = n_per > 0
-    n_safe = jnp.where(closed, n_per, 1.0)
-    e2e_idle = run(jnp.asarray(1e-12) * n_safe, True)["e2e"].mean
-
-    def in_flight(rate):
-        e2e = run(rate, True)["e2e"].mean
-        return jnp.where(jnp.isfinite(e2e), rate * e2e, 2.0 * n_safe + 1.0)
-
-    rate_closed = solve_quantile(
-        in_flight, n_safe, 0.0, n_safe / e2e_idle, iters=CLOSED_LOOP_BISECTIONS
+    return _closed_loop_serving(
+        model, hardware, deployment, efficiency, workload, point.cost, temperature
     )
-    rate = jnp.where(closed, rate_closed, rate_open)
-    return _finish(point, replicas, run(rate))
+
+
+def _percentiles(summary: Array) -> Percentiles:
+    """(mean, p50, p90, p95, p99) of ``closed_loop_metrics`` as a ``Percentiles``."""
+    return Percentiles(mean=summary[0], p50=summary[1], p95=summary[3], p99=summary[4])
+
+
+def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost, temperature):
+    """``ServingMetrics`` of a closed loop (``_closed_loop``: never overloaded, always stable).
+
+    ``utilization`` is the running-seat occupancy n / seats; ``binding_budget`` is "queueing"
+    when requests wait for a seat, "memory capacity" when the KV cache (not ``max_num_seqs``)
+    sets the seats and they are full, else the budget binding the mean iteration."""
+    cached = cost.cached_prompt_tokens
+    uncached = eqx.tree_at(
+        lambda w: w.prompt_tokens_mean,
+        workload,
+        jnp.maximum(workload.prompt_tokens_mean - cached, 1.0),
+    )
+    m = closed_loop_metrics(
+        model, hardware, deployment, efficiency, uncached, tokens_per_decode=cost.tokens_per_step()
+    )
+    s = m.state
+    seats_kv = max_concurrent_requests(
+        model, hardware, deployment, workload.prompt_tokens_mean + workload.output_tokens_mean,
+        temperature,
+    )
+    seats = jnp.minimum(seats_kv, deployment.max_num_seqs)
+    step = forward_step(
+        model, hardware, deployment, efficiency,
+        prefill_tokens=s.prefill_tokens_per_iteration, prefill_seqs=s.prompts_per_iteration,
+        decode_seqs=s.decode_batch,
+        decode_context=workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0,
+    )
+    time_code = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
+    kv_bound = (seats_kv < deployment.max_num_seqs) & (s.admitted >= seats - 1e-9)
+    code = jnp.where(s.waiting > 0, QUEUEING_CODE, jnp.where(kv_bound, 0, time_code))
+    return ServingMetrics(
+        ttft_s=_percentiles(m.ttft_s),
+        tpot_s=_percentiles(m.tpot_s),
+        e2e_s=_percentiles(m.e2e_s),
+        utilization=s.admitted / jnp.maximum(seats, 1e-9),
+        stable=jnp.asarray(True),
+        output_tokens_per_s=m.output_tokens_per_s,
+        decode_batch=s.decode_batch,
+        binding_budget=code,
+    )
 
 
 def _finish(point, replicas, out):

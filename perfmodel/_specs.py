@@ -12,6 +12,11 @@ import jax.numpy as jnp
 from ._constants import COMPUTE_DTYPES, DTYPE_BYTES, WEIGHT_DTYPE_COMPUTE
 
 
+UNBOUNDED = 1.0e30
+"""Default of a ceiling that is off (a rate or share so large its term vanishes): finite, so
+weighted mixes over GPU types (0 x value) and gradients stay finite where inf would give NaN."""
+
+
 def _arr():
     return eqx.field(converter=jnp.asarray)
 
@@ -41,6 +46,13 @@ class ModelSpec(eqx.Module):
         experts_per_token: routed experts each token uses (top-k).
         num_moe_layers: layers with routed experts.
         expert_params: parameters of one routed expert in one layer.
+        attention_params: weights of one layer's attention projections (Q, K, V and output;
+            MLA: its low-rank down/up projections), biases and QK-norms included.
+        output_projection_params: the output projection's share of ``attention_params``
+            (row-parallel under TP; the rest is column-parallel).
+        dense_mlp_params: weights of one dense (non-MoE) layer's MLP.
+        shared_expert_params: weights every token of a MoE layer uses (shared experts, router).
+        mlp_matrices: matrices per MLP or expert (3 gated: gate, up, down; 2 ungated).
     """
 
     name: str = eqx.field(static=True)
@@ -63,6 +75,11 @@ class ModelSpec(eqx.Module):
     experts_per_token: jnp.ndarray = _arr()
     num_moe_layers: jnp.ndarray = _arr()
     expert_params: jnp.ndarray = _arr()
+    attention_params: jnp.ndarray = _arr()
+    output_projection_params: jnp.ndarray = _arr()
+    dense_mlp_params: jnp.ndarray = _arr()
+    shared_expert_params: jnp.ndarray = _arr()
+    mlp_matrices: jnp.ndarray = _arr()
 
 
 class HardwareSpec(eqx.Module):
@@ -111,6 +128,60 @@ class Efficiency(eqx.Module):
             nccl-tests small-message times grow far less than linearly in the hop count (~5 us at
             2 GPUs, ~15 us at 8 on NVSwitch), which one per-hop alpha cannot fit.  Default 0 (pure
             per-hop latency).
+
+    Kernel-level fields (what single-kernel timings identify; the per-operator step reads them):
+        launch_overhead_s: fixed cost of one kernel (launch, prologue, tail), seconds.
+        elementwise_bandwidth_fraction: fraction of peak HBM bandwidth a norm/add/activation/rope
+            kernel streams at.
+        attention_compute_fraction_max: asymptotic fraction of peak FLOP/s of a fused
+            (flash) attention kernel.
+        attention_half_tokens: tokens per sequence (prefill: new tokens; decode: cached context)
+            at which a fused attention kernel's compute fraction is half the asymptote (short
+            sequences leave most of each 128-row tile idle and the causal diagonal dominates).
+        gemm_half_width: GEMM N or K at which tiling leaves half the tensor cores idle:
+            eta(m, n, k) = eta_c(m) * n / (n + w) * k / (k + w).
+        low_precision_compute_ratio: achieved FP8 (or narrower) GEMM fraction of its own peak,
+            relative to the bf16 fraction (power and clock limits bite harder at 2x the rate).
+        internode_bandwidth_fraction: share of ``HardwareSpec.internode_bytes_per_s`` (a nominal
+            one-NIC-per-GPU rate) a cross-node collective's fabric actually delivers.
+        attention_overhead_s: fixed cost of a fused attention call beyond ``launch_overhead_s``
+            (scheduler metadata, split-KV combine kernels: aiconfigurator's tiniest attention calls
+            take 10-15 us where a GEMM launch takes 3-5 us).  Default 0.
+        elementwise_onchip_bytes_per_s: the second ceiling of an elementwise kernel: the rate its
+            SMs issue the loads, reductions and stores of its rows, which does not grow with HBM
+            bandwidth (vidur's Llama-2-7B RMSNorm costs ~16 ns per token beyond its HBM stream on
+            A40, A100 and H100 alike, 0.7 to 3.4 TB/s).  Default ``UNBOUNDED`` (HBM-bound only).
+        attention_cta_s: time per work unit (one sequence x one KV head: the CTAs of a fused
+            attention kernel, which read the block table, load Q, keep the softmax state and
+            write or combine the output) beyond the roofline, summed over the grid (CTAs run in
+            waves over the SMs, so the cost grows with batch x KV heads whatever the length):
+            aiconfigurator's vLLM FlashAttention at 1-16 tokens costs 12 us + ~25-30 ns (H100) /
+            ~37-46 ns (A100) per (sequence, KV head), decode up to batch 2048 and prefill up to
+            batch 256 alike.  Default 0.
+        collective_ll_bandwidth_ratio: share of the collective bandwidth that NCCL's low-latency
+            (LL) protocol reaches (8-byte stores carrying 4 bytes of data and a 4-byte flag: at
+            most half; nccl-tests on A100/H100 NVSwitch: ~0.35-0.42).  Default 1 (one regime).
+        collective_simple_latency_s: extra fixed cost of NCCL's bandwidth (Simple) protocol over
+            the LL latency (NCCL's tuning model gives Simple ~2-3 us more per hop and a larger
+            base; nccl-tests: ~13-26 us).  A collective takes the faster protocol (NCCL picks the
+            one its tuning model predicts fastest per call).  Default 0 (one regime).
+        attention_tile_share: share of the GPU's peak FLOP/s x eta_a one attention CTA (one
+            query tile) computes at (one SM's share is 1/108 on A100, 1/132 on H100; the bundled
+            fit gives ~0.019 on both, ~2x that: a lone tail CTA has its SM to itself).  A kernel cannot finish
+            before its longest CTA, so greedy scheduling of the grid takes at most the spread-out
+            work plus the longest CTA (Graham 1969: makespan <= W / m + p_max): a causal prefill
+            of few sequences x heads (few CTAs, the last query tile spanning every key) runs far
+            below its FLOP roofline (aiconfigurator FA2/FA3, 1-4 heads x 1-4 sequences of 1-4k
+            tokens: 0.1-0.3 of peak where 64 heads reach 0.5).  Default ``UNBOUNDED`` (no tail).
+        elementwise_launch_overlap: share of ``launch_overhead_s`` an elementwise kernel hides
+            under its own stream (CTAs launch and ramp while earlier ones already load):
+            t = s + L - o * min(s, L).  vidur's kernels stay near their floor until the stream
+            exceeds it and then grow with the bytes (H100 RMSNorm 4 us from 1 to 256 tokens,
+            7 us at 512); least squares per GPU give o = 0.82-0.89 on A40, A100 and H100.
+            Default 0 (in series).
+        time_scale: multiplier on an iteration's kernel and communication time: an engine's or
+            lab's discrepancy from the sum of its kernels (Kennedy & O'Hagan 2001), e^delta of
+            the fitted (source, engine) offset; 1 = the kernels' own sum.
     """
 
     compute_fraction_max: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.75)
@@ -120,6 +191,21 @@ class Efficiency(eqx.Module):
     collective_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=5.0e-6)
     collective_bandwidth_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.8)
     collective_base_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    launch_overhead_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=4.0e-6)
+    elementwise_bandwidth_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.7)
+    attention_compute_fraction_max: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.6)
+    attention_half_tokens: jnp.ndarray = eqx.field(converter=jnp.asarray, default=512.0)
+    gemm_half_width: jnp.ndarray = eqx.field(converter=jnp.asarray, default=64.0)
+    low_precision_compute_ratio: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.6)
+    internode_bandwidth_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.5)
+    attention_overhead_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    elementwise_onchip_bytes_per_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=UNBOUNDED)
+    attention_cta_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    collective_ll_bandwidth_ratio: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+    collective_simple_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    attention_tile_share: jnp.ndarray = eqx.field(converter=jnp.asarray, default=UNBOUNDED)
+    elementwise_launch_overlap: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    time_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
 
 
 def compute_dtype_weights(weight_dtype: str) -> jnp.ndarray:

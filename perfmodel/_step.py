@@ -18,9 +18,10 @@ from ._compute import (
     linear_flops,
     peak_flops_per_s,
 )
+from ._constants import ACTIVATION_BYTES, LOW_PRECISION_ACTIVATION_BYTES
 from ._memory import kv_bytes_per_sequence, kv_shard_fraction
+from ._ops import attention_tile_flops, attention_time_s, elementwise_time_s, gemm_time_s
 from ._parallel import pipeline_time_factor, pp_transfer_s, tp_comm_s
-from ._smooth import smooth_max
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 
 Array = jnp.ndarray
@@ -44,6 +45,124 @@ def weight_bytes_touched(model: ModelSpec, deployment: Deployment, tokens: Array
     return (dense + experts) * deployment.weight_bytes_per_param
 
 
+def _gated(active: Array, t: Array) -> Array:
+    """A kernel that has no work this iteration is not launched: 0 where not ``active``."""
+    return jnp.where(active, t, 0.0)
+
+
+def _layer_kernels_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    tokens: Array,
+    p_tok: Array,
+    p_seq: Array,
+    per_prompt: Array,
+    prefill_context: ArrayLike,
+    d_seq: Array,
+    decode_context: ArrayLike,
+    temperature: float,
+) -> Array:
+    """Sum over all layers of one TP rank's kernels for one microbatch (seconds).
+
+    Per layer (vidur's decomposition, ``vidur/entities/execution_time.py``; aiconfigurator's
+    operator database): the column-parallel QKV and row-parallel output projections, the MLP (or
+    the routed experts as one grouped GEMM plus the shared experts), fused prefill and decode
+    attention, two norms, two residual adds, rope and the activation; then the LM head over the
+    sampled rows and the embedding gather.  Each kernel is its own roofline plus launch
+    (``_ops``), all reading the same ``Efficiency``.
+    """
+    tp = deployment.tp
+    d = model.hidden_size
+    peak = peak_flops_per_s(hardware, deployment)
+    bw = hardware.hbm_bytes_per_s
+    low = 1.0 - deployment.compute_dtype_mix[0]  # share of GEMMs at an FP8/FP4/INT8 rate
+    act = ACTIVATION_BYTES + low * (LOW_PRECISION_ACTIVATION_BYTES - ACTIVATION_BYTES)
+    w_b = deployment.weight_bytes_per_param
+
+    def gemm(m, params, n, groups=1.0):
+        """GEMM over one rank's ``params``-element weight laid out as (n, k = params / n)."""
+        k = params / jnp.maximum(n, 1.0)
+        return gemm_time_s(
+            m, n, k, act, peak, bw, efficiency, efficiency, low, temperature, w_b, groups
+        )
+
+    # attention projections: output (row-parallel, n = d, k = heads*dv/tp), the rest column-parallel
+    o_params = model.output_projection_params / tp
+    qkv_params = (model.attention_params - model.output_projection_params) / tp
+    qkv_s = gemm(tokens, qkv_params, qkv_params / d)
+    o_s = gemm(tokens, o_params, d)
+    # MLP: (mats - 1) up/gate matrices column-parallel, one down matrix row-parallel
+    mats = jnp.maximum(model.mlp_matrices, 2.0)
+    up_share = (mats - 1.0) / mats
+
+    def mlp(m, params, groups=1.0):
+        p_up = params * up_share / tp
+        p_down = params / mats / tp
+        return gemm(m, p_up, p_up / d, groups) + gemm(m, p_down, d, groups)
+
+    dense_mlp_s = mlp(tokens, model.dense_mlp_params)
+    touched = expected_experts_touched(model, tokens)
+    moe = model.num_experts > 0
+    m_expert = jnp.where(moe, tokens * model.experts_per_token / jnp.maximum(touched, 1e-9), 0.0)
+    expert_s = mlp(m_expert, model.expert_params, jnp.maximum(touched, 1.0))
+    shared_s = mlp(tokens, model.shared_expert_params)
+    moe_s = jnp.where(moe, expert_s, 0.0) + _gated(model.shared_expert_params > 0, shared_s)
+
+    # fused attention, one call per phase (FlashAttention varlen / paged decode)
+    heads = jnp.maximum(model.num_heads / tp, 1.0)
+    kv_heads = jnp.maximum(model.num_kv_heads / tp, 1.0)
+    layers = jnp.maximum(model.num_layers, 1.0)
+    kv_share = kv_shard_fraction(model, tp, 1.0)
+    kv_elem = deployment.kv_bytes_per_elem
+    qk_v = model.head_dim + model.v_head_dim
+    pre_flops = p_seq * attention_flops(model, per_prompt, prefill_context, temperature) / tp
+    pre_bytes = p_tok * heads * qk_v * 2.0 * ACTIVATION_BYTES * layers + p_seq * kv_share * (
+        kv_bytes_per_sequence(model, kv_elem, prefill_context + per_prompt, temperature)
+    )
+    pre_keys = jnp.asarray(prefill_context) + per_prompt
+    pre_tile = attention_tile_flops(pre_keys, per_prompt, qk_v / 2.0)
+    prefill_attn_s = attention_time_s(
+        pre_flops / layers, pre_bytes / layers, jnp.maximum(per_prompt, 1.0), peak, bw,
+        efficiency, efficiency, temperature, p_seq * kv_heads, pre_tile,
+    )
+    dec_ctx = jnp.asarray(decode_context) + 1.0
+    dec_flops = d_seq * attention_flops(model, 1.0, decode_context, temperature) / tp
+    dec_bytes = d_seq * kv_share * kv_bytes_per_sequence(model, kv_elem, dec_ctx, temperature)
+    decode_attn_s = attention_time_s(
+        dec_flops / layers, dec_bytes / layers, dec_ctx, peak, bw,
+        efficiency, efficiency, temperature, d_seq * kv_heads, 0.0,
+    )
+    attn_s = _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
+
+    # elementwise kernels of one layer: 2 norms, 2 residual adds, rope, MLP activation
+    norm_bytes = tokens * 2.0 * d * ACTIVATION_BYTES
+    add_bytes = tokens * 3.0 * d * ACTIVATION_BYTES
+    rope_bytes = tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES
+    mlp_width = jnp.where(
+        moe,
+        (model.expert_params * model.experts_per_token + model.shared_expert_params) / d,
+        model.dense_mlp_params / d,
+    ) / tp
+    # the activation reads the (mats - 1) up/gate outputs and writes one: mats widths per row
+    act_bytes = tokens * mlp_width * ACTIVATION_BYTES
+    ew = lambda b, onchip=1.0: elementwise_time_s(b, bw, efficiency, onchip)  # noqa: E731
+    elementwise_s = 2.0 * ew(norm_bytes) + 2.0 * ew(add_bytes, 0.0) + ew(rope_bytes) + ew(act_bytes)
+
+    dense_layers = model.num_layers - model.num_moe_layers
+    per_layer = qkv_s + o_s + attn_s + elementwise_s
+    body = (
+        model.num_layers * per_layer
+        + dense_layers * dense_mlp_s
+        + model.num_moe_layers * moe_s
+    )
+    sampled = p_seq + d_seq
+    lm_head_s = gemm(sampled, model.lm_head_params / tp, model.vocab_size / tp)
+    embed_s = ew(tokens * 2.0 * d * ACTIVATION_BYTES)
+    return _gated(tokens > 0, body + lm_head_s + embed_s)
+
+
 def forward_step(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -57,12 +176,20 @@ def forward_step(
     decode_context: ArrayLike = 0.0,
     temperature: float = 0.0,
 ) -> StepTime:
-    """Time of one iteration that prefills ``prefill_tokens`` new tokens spread over
-    ``prefill_seqs`` sequences (each already holding ``prefill_context`` cached tokens) and
-    decodes one token for each of ``decode_seqs`` sequences at ``decode_context`` cached tokens.
+    """Time of one engine iteration: the one step model every prediction uses.
+
+    The iteration prefills ``prefill_tokens`` new tokens spread over ``prefill_seqs`` sequences
+    (each already holding ``prefill_context`` cached tokens) and decodes one token for each of
+    ``decode_seqs`` sequences at ``decode_context`` cached tokens.  Its time is the sum of the
+    per-operator kernel times of one TP rank (``_layer_kernels_s``: GEMMs, prefill and decode
+    attention, elementwise kernels, each a roofline plus launch), the TP all-reduces and PP sends,
+    times ``efficiency.time_scale`` (an engine's discrepancy from its kernels' sum), plus the
+    per-iteration engine overhead (scheduling, sampling, detokenisation).
 
     The batch is split into ``deployment.microbatches`` microbatches m through ``pp`` stages:
     iteration = (m + p - 1) / p * T(batch / m), T the whole-chain time of one microbatch.
+    ``compute_s`` and ``memory_s`` report the whole-model FLOP and byte rooflines (what binds);
+    ``total_s`` is the kernels' sum.
     """
     m = deployment.microbatches
     p_tok = jnp.asarray(prefill_tokens) / m
@@ -87,12 +214,20 @@ def forward_step(
     peak = peak_flops_per_s(hardware, deployment) * compute_fraction(efficiency, tokens)
     busy_tokens = tokens > 0  # an empty iteration computes nothing (0/0 guarded, grads finite)
     compute_s = jnp.where(busy_tokens, flops / deployment.tp / jnp.where(busy_tokens, peak, 1.0), 0.0)
-    memory_s = chain_bytes / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction)
+    memory_s = jnp.where(
+        busy_tokens, chain_bytes / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction), 0.0
+    )
     comm_s = tp_comm_s(model, hardware, deployment, efficiency, tokens, temperature) + pp_transfer_s(
         model, hardware, deployment, efficiency, tokens, temperature
     )
+    comm_s = jnp.where(busy_tokens, comm_s, 0.0)
+    kernels_s = _layer_kernels_s(
+        model, hardware, deployment, efficiency, tokens, p_tok, p_seq, per_prompt,
+        prefill_context, d_seq, decode_context, temperature,
+    )
     factor = m * pipeline_time_factor(deployment.pp, m)
-    busy = smooth_max(compute_s, memory_s, temperature) + comm_s
+    # layers split over pp stages: the chain of stages runs every layer once
+    busy = (kernels_s + comm_s) * efficiency.time_scale
     overhead = jnp.broadcast_to(efficiency.step_overhead_s, jnp.shape(busy))
     return StepTime(
         compute_s=compute_s * factor,

@@ -32,6 +32,10 @@ class Workload(eqx.Module):
         prompt_tokens_cv: CV of prompt length (lognormal).
         output_tokens_mean: mean generated tokens E[O] (the first comes from the prefill).
         output_tokens_cv: CV of output length (lognormal).
+        requests_per_client: closed loop only: requests each client sends (a benchmark's
+            prompts / concurrency; InferenceMAX and ``vllm bench serve`` runs use 10).  The
+            first round starts as a burst, so 1 / R of requests see the whole wave of prefills;
+            inf = a loop long past its start.
     """
 
     arrival_rate_per_s: Array = _arr(1.0)
@@ -41,6 +45,7 @@ class Workload(eqx.Module):
     prompt_tokens_cv: Array = _arr(0.0)
     output_tokens_mean: Array = _arr(128.0)
     output_tokens_cv: Array = _arr(0.0)
+    requests_per_client: Array = _arr(float("inf"))
 
 
 def lognormal_params(mean: ArrayLike, cv: ArrayLike) -> tuple[Array, Array]:

@@ -24,14 +24,16 @@ WORKLOAD = Workload(
 )
 
 
-def small_problem(*, max_replicas: int, num_draws: int, gpus=("h100-sxm",)):
+def small_problem(
+    *, max_replicas: int, num_draws: int, gpus=("h100-sxm",), slo_tpot_p95_s: float = 0.05
+):
     """The shared problem with ``max_replicas`` replicas at most and ``num_draws`` draws."""
     return make_problem(
         load_model("meta-llama/Llama-3.1-8B"),
         gpus,
         WORKLOAD,
         slo_ttft_p95_s=1.0,
-        slo_tpot_p95_s=0.05,
+        slo_tpot_p95_s=slo_tpot_p95_s,
         grid=GRID._replace(max_replicas=max_replicas),
         num_draws=num_draws,
     )

@@ -59,7 +59,10 @@ def test_split_wins_for_long_prompts_with_moderate_outputs():
 def test_split_loses_for_short_prompts():
     for load in (0.1, 0.3):
         r = _compare(200.0, 256.0, load)
-        assert float(r.prefill_interference) < 1.01  # a short prompt rides a bandwidth-bound step
+        # a short prompt rides a bandwidth-bound step: its GEMMs hide under the weight reads, and
+        # only its attention kernels and the elementwise kernels' activation traffic (which grows
+        # with the tokens) are added: ~2 % of the decode time at load 0.1, ~10 % at 0.3
+        assert float(r.prefill_interference) < 1.12
         assert float(r.net_s) < 0
 
 

@@ -332,6 +332,8 @@ README_ROWS = {
     "splitwise.csv": 2_520,
     "aic_serving_h100.csv": 1_620,
     "trtllm_docs.csv": 201,
+    "inferencemax_nvidia.csv.gz": 11_713,
+    "mlperf_v41.csv.gz": 2_181,
 }
 """Row counts stated in the data README."""
 
@@ -351,6 +353,8 @@ def test_bundled_measurements_load_completely(bundled):
     assert by_source["aiconfigurator-silicon"] == 1_620
     assert by_source["vidur"] == 200_127 + 26_364
     assert by_source["aiconfigurator"] == 220_826 + 20_770
+    assert by_source["inferencemax"] == 11_713
+    assert by_source["mlperf-inference-v4.1"] == 2_181
     splitwise = bundled.table[bundled.table.source == "splitwise"]
     assert (splitwise.scenario.value_counts() == 1_260).all()
     assert (bundled.table.value > 0).all() and np.isfinite(bundled.table.value).all()
@@ -358,6 +362,7 @@ def test_bundled_measurements_load_completely(bundled):
 
 def test_describe_reports_scenarios_gpus_and_sources(bundled):
     text = describe(bundled)
-    assert text.splitlines()[0] == "472,428 measurements from 7 file(s); 0 skipped"
+    assert text.splitlines()[0] == "486,322 measurements from 9 file(s); 0 skipped"
     assert "op 440,439" in text and "collective 27,648" in text and "static_batch 201" in text
-    assert "by gpu: h100-sxm 283,705" in text and "splitwise 2,520" in text
+    assert "serving 15,334" in text and "saturated 180" in text
+    assert "by gpu: h100-sxm 286,495" in text and "splitwise 2,520" in text

@@ -64,7 +64,7 @@ def test_single_request_matches_step_times():
     r = simulate(MODEL, GPU, DEP, EFF, trace)
     prefill = float(
         forward_step(
-            MODEL, GPU, DEP, EFF, prefill_tokens=512.0, prefill_seqs=1.0, decode_seqs=1e-9
+            MODEL, GPU, DEP, EFF, prefill_tokens=512.0, prefill_seqs=1.0, decode_seqs=0.0
         ).total_s
     )
     decodes = sum(

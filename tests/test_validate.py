@@ -24,7 +24,13 @@ KEYS = {
 def test_scores_on_constructed_draws():
     rng = np.random.default_rng(0)
     table = pd.DataFrame(
-        {"scenario": ["op", "op", "prefill"], "gpu": ["a", "b", "a"], "source": ["s", "s", "t"]}
+        {
+            "scenario": ["op", "op", "prefill"],
+            "gpu": ["a", "b", "a"],
+            "source": ["s", "s", "t"],
+            "metric": ["time", "time", "time"],
+            "engine": ["x", "x", "y"],
+        }
     )
     draws = np.stack(
         [

@@ -107,4 +107,4 @@ def test_workload_is_a_pytree_of_arrays():
     import jax
 
     leaves = jax.tree_util.tree_leaves(Workload(arrival_rate_per_s=2.0))
-    assert len(leaves) == 7
+    assert len(leaves) == 8
