@@ -1,4 +1,4 @@
-"""Options and report for the serving features (issue 4), shared by ``explain`` and ``simulate``.
+"""Options and report for the serving features (prefix reuse, speculation, disaggregation, host KV tier), shared by ``explain`` and ``simulate``.
 
 ``add_feature_arguments`` declares prefix reuse, speculative decoding, disaggregation and the host
 KV tier; ``feature_report`` evaluates them with the closed forms in ``perfmodel.features`` and

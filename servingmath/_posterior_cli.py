@@ -1,4 +1,4 @@
-"""``--posterior``: every command's efficiencies come from the fitted posterior (issue 5).
+"""``--posterior``: every command's efficiencies come from the fitted posterior.
 
 Point values use the per-field posterior median for the deployment's GPU; intervals come from
 vmapping the same budgets over posterior draws.  An unseen GPU draws from the population.
