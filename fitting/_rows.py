@@ -215,14 +215,17 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     if not (inp > 0 and out > 0):
         raise ValueError("end-to-end rows need input_len and output_len (or a dataset default)")
     wdt = row["weight_dtype"] if row["weight_dtype"] in DTYPE_BYTES else "bf16"
-    if not isinstance(row["weight_dtype"], str) and str(row["source"]).startswith("mlperf"):
-        wdt = "fp8"  # NVIDIA's v4.1 recipe quantises to FP8 weights (data README, mlperf_v41)
     kvdt = row["kv_dtype"] if row["kv_dtype"] in DTYPE_BYTES else "bf16"
+    recorded = isinstance(row["weight_dtype"], str) and row["weight_dtype"].strip() != ""
+    if not recorded and str(row["source"]).startswith("mlperf"):
+        # NVIDIA's v4.1 recipe quantises to FP8 weights and an FP8 KV cache (data README)
+        wdt = "fp8"
+        kvdt = kvdt if row["kv_dtype"] in DTYPE_BYTES else "fp8"
     gpus = _f(row["num_gpus"])
     tp, pp = _f(row["tp"]), _f(row["pp"])
     pp = pp if pp > 0 else 1.0
     if not tp > 0:
-        tp = float(_fitting_tp(row["model"], row["gpu"], wdt, kvdt, inp + out))
+        tp = float(_throughput_tp(row["model"], row["gpu"], wdt, kvdt, inp + out, _f(gpus)))
     gpus = gpus if gpus > 0 else tp * pp
     replicas = max(1.0, math.floor(gpus / (tp * pp)))
     specs = _e2e_specs(row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc)
@@ -239,13 +242,34 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     }
 
 
+WEIGHT_SHARE_FOR_THROUGHPUT = 0.5
+"""Largest share of a GPU's memory the weights take in a throughput run whose TP is not recorded
+(MLPerf): a submitter tuning for tokens/s leaves at least as much memory to the KV cache as to the
+weights (NVIDIA's v4.1 Llama-2-70B FP8 recipes: TP2 on 80 GB H100, TP1 on 141 GB H200)."""
+
+
 @lru_cache(maxsize=256)
-def _fitting_tp(model_id: str, gpu: str, wdt: str, kvdt: str, tokens: float) -> int:
-    """Smallest TP whose shard holds the weights and a sequence (MLPerf rows record none)."""
+def _throughput_tp(
+    model_id: str, gpu: str, wdt: str, kvdt: str, tokens: float, num_gpus: float
+) -> int:
+    """TP of a throughput run that does not record it: the smallest TP dividing the run's GPUs
+    whose weight shard takes at most ``WEIGHT_SHARE_FOR_THROUGHPUT`` of a GPU's memory, else the
+    smallest that holds the weights and a sequence."""
+    model, hw = _model(model_id), _hardware(gpu)
     dep = Deployment.create(weight_dtype=wdt, kv_dtype=kvdt)
-    found = perfmodel.smallest_fitting_parallelism(_model(model_id), _hardware(gpu), dep, tokens)
+    found = perfmodel.smallest_fitting_parallelism(model, hw, dep, tokens)
     if found is None:
         raise ValueError("the model does not fit the system")
+    gpus = int(num_gpus) if num_gpus > 0 else found[0]
+    for tp in perfmodel.TP_CHOICES:
+        if tp < found[0] or tp > min(gpus, int(hw.gpus_per_node)) or gpus % tp:
+            continue
+        if not perfmodel.tp_divides_heads(model, tp):
+            continue
+        trial = Deployment.create(tp=tp, weight_dtype=wdt, kv_dtype=kvdt)
+        share = float(perfmodel.weight_bytes_per_gpu(model, trial)) / float(hw.hbm_bytes)
+        if share <= WEIGHT_SHARE_FOR_THROUGHPUT:
+            return tp
     return found[0]
 
 

@@ -20,7 +20,11 @@ from ._compute import (
     peak_flops_per_s as peak_flops_per_s,
 )
 from ._constants import DTYPE_BYTES as DTYPE_BYTES, GB as GB, TERA as TERA, GiB as GiB
-from ._fit_check import smallest_fitting_parallelism as smallest_fitting_parallelism
+from ._fit_check import (
+    TP_CHOICES as TP_CHOICES,
+    smallest_fitting_parallelism as smallest_fitting_parallelism,
+    tp_divides_heads as tp_divides_heads,
+)
 from ._memory import (
     allocated_tokens_per_sequence as allocated_tokens_per_sequence,
     kv_bytes_per_sequence as kv_bytes_per_sequence,

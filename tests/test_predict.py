@@ -370,3 +370,27 @@ def test_gpu_group_draws_keep_fitted_pairs_and_widen_unseen_ones():
     assert abs(out[:, 1, 1].std() - 0.5) < 0.03  # unseen GPU, whole-model group: tau_gpu too
     assert abs(out[:, 0, 3].std() - 0.5) < 0.03  # seen GPU, unseen kernel group
     assert np.all(out[:, :, 4] == 0.0)  # anchor group (norm): its GPU's bandwidth carries it
+
+
+@pytest.mark.parametrize(
+    ("gpu", "gpus", "tp", "replicas"),
+    [("h100-sxm", 8, 2, 4), ("h200-sxm", 8, 1, 8), ("h100-sxm", 1, 1, 1)],
+)
+def test_mlperf_row_without_dtype_or_tp_reads_as_the_fp8_throughput_recipe(gpu, gpus, tp, replicas):
+    """An MLPerf row records neither its weight dtype (an empty cell, not a missing value) nor its
+    TP: it is read as FP8 weights and FP8 KV (the v4.1 recipe, data README), at the smallest TP
+    dividing the run's GPUs whose weights take at most half a GPU's memory (Llama-2-70B in FP8,
+    69.0 GB: TP2 on an 85.9 GB H100, TP1 on a 151 GB H200; a 1-GPU run keeps TP1)."""
+    from fitting._rows import _e2e_features
+
+    r = pd.Series(
+        row(
+            source="mlperf-inference-v4.1", scenario="saturated", metric="output_throughput",
+            stat="", model="meta-llama/Llama-2-70b-hf", gpu=gpu, num_gpus=gpus, tp=np.nan,
+            pp=np.nan, weight_dtype="", kv_dtype="", input_len=np.nan, output_len=290.0,
+            request_rate=np.inf, engine="trtllm", value=24000.0, unit="tokens/s",
+        )
+    )
+    (_, _, dep), _ = _e2e_features(r)
+    assert float(dep.weight_bytes_per_param) == 1.0 and float(dep.kv_bytes_per_elem) == 1.0
+    assert float(dep.tp) == tp and float(dep.replicas) == replicas
