@@ -81,34 +81,41 @@ def _layer_kernels_s(
     act = ACTIVATION_BYTES + low * (LOW_PRECISION_ACTIVATION_BYTES - ACTIVATION_BYTES)
     w_b = deployment.weight_bytes_per_param
 
-    def gemm(m, params, n, groups=1.0):
-        """GEMM over one rank's ``params``-element weight laid out as (n, k = params / n)."""
-        k = params / jnp.maximum(n, 1.0)
-        return gemm_time_s(
-            m, n, k, act, peak, bw, efficiency, efficiency, low, temperature, w_b, groups
-        )
-
-    # attention projections: output (row-parallel, n = d, k = heads*dv/tp), the rest column-parallel
+    # Every GEMM of the iteration as one vectorised roofline (axis 0), each with its count:
+    # attention projections (output row-parallel, n = d; Q/K/V column-parallel), the MLP's
+    # (mats - 1) up/gate matrices column-parallel and one down matrix row-parallel -- for the
+    # dense layers, the routed experts (one grouped GEMM over the experts touched) and the
+    # shared experts -- and the LM head over the sampled rows.
     o_params = model.output_projection_params / tp
     qkv_params = (model.attention_params - model.output_projection_params) / tp
-    qkv_s = gemm(tokens, qkv_params, qkv_params / d)
-    o_s = gemm(tokens, o_params, d)
-    # MLP: (mats - 1) up/gate matrices column-parallel, one down matrix row-parallel
     mats = jnp.maximum(model.mlp_matrices, 2.0)
     up_share = (mats - 1.0) / mats
-
-    def mlp(m, params, groups=1.0):
-        p_up = params * up_share / tp
-        p_down = params / mats / tp
-        return gemm(m, p_up, p_up / d, groups) + gemm(m, p_down, d, groups)
-
-    dense_mlp_s = mlp(tokens, model.dense_mlp_params)
     touched = expected_experts_touched(model, tokens)
     moe = model.num_experts > 0
     m_expert = jnp.where(moe, tokens * model.experts_per_token / jnp.maximum(touched, 1e-9), 0.0)
-    expert_s = mlp(m_expert, model.expert_params, jnp.maximum(touched, 1.0))
-    shared_s = mlp(tokens, model.shared_expert_params)
-    moe_s = jnp.where(moe, expert_s, 0.0) + _gated(model.shared_expert_params > 0, shared_s)
+    dense_layers = model.num_layers - model.num_moe_layers
+    sampled = p_seq + d_seq
+
+    def mlp(m, params, groups, count):
+        p_up, p_down = params * up_share / tp, params / mats / tp
+        return [(m, p_up, p_up / d, groups, count), (m, p_down, d, groups, count)]
+
+    gemms = [
+        (tokens, qkv_params, qkv_params / d, 1.0, model.num_layers),
+        (tokens, o_params, d, 1.0, model.num_layers),
+        *mlp(tokens, model.dense_mlp_params, 1.0, dense_layers),
+        *mlp(m_expert, model.expert_params, jnp.maximum(touched, 1.0), model.num_moe_layers),
+        *mlp(tokens, model.shared_expert_params, 1.0, model.num_moe_layers),
+        (sampled, model.lm_head_params / tp, model.vocab_size / tp, 1.0, 1.0),
+    ]
+    m_, params_, n_, groups_, count_ = (
+        jnp.stack(jnp.broadcast_arrays(*col)) for col in zip(*gemms, strict=True)
+    )
+    k_ = params_ / jnp.maximum(n_, 1.0)
+    gemm_s = gemm_time_s(
+        m_, n_, k_, act, peak, bw, efficiency, efficiency, low, temperature, w_b, groups_
+    )
+    gemms_s = jnp.sum(count_ * gemm_s, axis=0)
 
     # fused attention, one call per phase (FlashAttention varlen / paged decode)
     heads = jnp.maximum(model.num_heads / tp, 1.0)
@@ -136,31 +143,28 @@ def _layer_kernels_s(
     )
     attn_s = _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
 
-    # elementwise kernels of one layer: 2 norms, 2 residual adds, rope, MLP activation
-    norm_bytes = tokens * 2.0 * d * ACTIVATION_BYTES
-    add_bytes = tokens * 3.0 * d * ACTIVATION_BYTES
-    rope_bytes = tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES
+    # elementwise kernels, one vectorised stream each: per layer 2 norms, 2 residual adds (pure
+    # streams), rope and the MLP activation; once per iteration the embedding gather
     mlp_width = jnp.where(
         moe,
         (model.expert_params * model.experts_per_token + model.shared_expert_params) / d,
         model.dense_mlp_params / d,
     ) / tp
     # the activation reads the (mats - 1) up/gate outputs and writes one: mats widths per row
-    act_bytes = tokens * mlp_width * ACTIVATION_BYTES
-    ew = lambda b, onchip=1.0: elementwise_time_s(b, bw, efficiency, onchip)  # noqa: E731
-    elementwise_s = 2.0 * ew(norm_bytes) + 2.0 * ew(add_bytes, 0.0) + ew(rope_bytes) + ew(act_bytes)
-
-    dense_layers = model.num_layers - model.num_moe_layers
-    per_layer = qkv_s + o_s + attn_s + elementwise_s
-    body = (
-        model.num_layers * per_layer
-        + dense_layers * dense_mlp_s
-        + model.num_moe_layers * moe_s
+    elementwise = [  # (bytes moved, on-chip work share, kernels per iteration)
+        (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 2.0 * model.num_layers),
+        (tokens * 3.0 * d * ACTIVATION_BYTES, 0.0, 2.0 * model.num_layers),
+        (tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES, 1.0,
+         model.num_layers),
+        (tokens * mlp_width * ACTIVATION_BYTES, 1.0, model.num_layers),
+        (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 1.0),
+    ]
+    bytes_, onchip_, ew_count_ = (
+        jnp.stack(jnp.broadcast_arrays(*col)) for col in zip(*elementwise, strict=True)
     )
-    sampled = p_seq + d_seq
-    lm_head_s = gemm(sampled, model.lm_head_params / tp, model.vocab_size / tp)
-    embed_s = ew(tokens * 2.0 * d * ACTIVATION_BYTES)
-    return _gated(tokens > 0, body + lm_head_s + embed_s)
+    elementwise_s = jnp.sum(ew_count_ * elementwise_time_s(bytes_, bw, efficiency, onchip_), axis=0)
+    body = gemms_s + model.num_layers * attn_s + elementwise_s
+    return _gated(tokens > 0, body)
 
 
 def forward_step(
