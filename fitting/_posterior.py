@@ -175,13 +175,15 @@ def cell_offset_draws(
     posterior: Posterior, cell: str, idx: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
     """Offset draws of one cell; an unseen cell takes its engine's pooled cell
-    (``"engine:<engine>|<group>"``, the serving stage's) when there is one, else N(0, tau_src)."""
+    (``"engine:<engine>|<group>"``, the serving stage's), else the any-engine pooled cell
+    (``"engine:*|<group>"``), else N(0, tau_src)."""
     if cell in posterior.cells:
         return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
     source, _, key = cell.partition("|")
-    pooled = f"engine:{source.split(':')[-1]}|{key}" if ":" in source else None
-    if pooled in posterior.cells:
-        return posterior.flat("cell_offset")[idx, posterior.cells.index(pooled)]
+    engine = f"engine:{source.split(':')[-1]}|{key}" if ":" in source else None
+    for pooled in (engine, f"engine:*|{key}"):
+        if pooled in posterior.cells:
+            return posterior.flat("cell_offset")[idx, posterior.cells.index(pooled)]
     tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"
     return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
 

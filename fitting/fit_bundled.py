@@ -2,6 +2,7 @@
 
     python -m fitting.fit_bundled            # NUTS, the documented settings below
     python -m fitting.fit_bundled --prior-only
+    python -m fitting.fit_bundled --serving-stage-only   # keep the NUTS stage, refit the cut stage
 
 Fits every file in ``data/measurements`` (``fitting.bundled_measurements()``) on a seeded
 stratified subsample (``PER_STRATUM`` rows per source/scenario/op/gpu/metric cell), prints the
@@ -28,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prior-only", action="store_true", help="write spec-sheet prior draws only"
     )
+    parser.add_argument(
+        "--serving-stage-only",
+        action="store_true",
+        help="keep the bundled NUTS stage and refit only the end-to-end (cut) stage",
+    )
     parser.add_argument("--per-stratum", type=int, default=PER_STRATUM)
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--warmup", type=int, default=WARMUP)
@@ -45,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     table, ingest_skipped = _fit.read_tables(_fit.bundled_files())
+    if args.serving_stage_only:
+        return _refit_serving_stage(table, args, t0)
     result = _fit.fit_table(
         table,
         per_stratum=args.per_stratum,
@@ -69,6 +77,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  skipped {n} subsample rows: {reason}")
     if result.diagnostics is not None:
         print(result.diagnostics.report())
+    return 0
+
+
+def _refit_serving_stage(table, args, t0: float) -> int:
+    """The bundled posterior's NUTS stage with its end-to-end stage refitted on ``table``."""
+    from . import _posterior, _serving_stage
+
+    base = _posterior.load_posterior(None)
+    nuts = _serving_stage.without_serving_stage(base.idata)
+    idata, n = _serving_stage.add_serving_stage(nuts, table, seed=args.seed)
+    idata.attrs["serving_rows"] = n
+    out = _posterior.save_posterior(
+        _posterior.Posterior(idata), args.out or _posterior.default_posterior_path()
+    )
+    print(f"cut stage refitted on {n} end-to-end rows, {time.perf_counter() - t0:.0f} s -> {out}")
     return 0
 
 

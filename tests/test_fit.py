@@ -276,7 +276,11 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     assert n == 6 and "lab:vllm|serving:ttft" in new.cells and new.noise_keys[-1] == "serving:ttft"
     off = new.flat("cell_offset")[:, new.cells.index("lab:vllm|serving:ttft")]
     assert abs(np.median(off) - 0.7) < 0.03
-    # the engine's pooled cell (what a lab never seen running vLLM inherits) centres on it too
-    pooled = new.flat("cell_offset")[:, new.cells.index("engine:vllm|serving:ttft")]
-    assert abs(np.median(pooled) - 0.7) < 0.2
+    # a lab never seen running vLLM (or running an engine never seen) draws from pooled cells
+    # centred on the physics, spread by the seen lab's offset: one lab's 0.7 gives sd 0.7
+    for name in ("engine:vllm|serving:ttft", "engine:*|serving:ttft"):
+        pooled = new.flat("cell_offset")[:, new.cells.index(name)]
+        # sample median of n draws of N(0, 0.7): sd 1.2533 * 0.7 / sqrt(n); within 3 of them
+        assert abs(np.median(pooled)) < 3.0 * 1.2533 * 0.7 / np.sqrt(len(pooled))
+        assert np.std(pooled) == pytest.approx(0.7, rel=0.1)
     assert 0.03 < np.median(new.flat("sigma")[:, -1]) < 0.2
