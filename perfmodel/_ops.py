@@ -76,7 +76,9 @@ def gemm_time_s(
     Bytes = m k * input width + n k * weight width (``weight_bytes_per_elem``, default the input
     width; weight-only INT4 streams 0.5-byte weights into 16-bit math) + m n * ``OUTPUT_BYTES``.
     ``groups`` > 1 is a grouped GEMM (MoE experts): that many independent (m, n, k) problems in
-    one kernel, so the roofline terms scale by ``groups`` and the launch is paid once.  An empty
+    one kernel, so the roofline terms scale by ``groups``, the launch is paid once and the
+    compute fraction is that of the launch's m * groups rows (its tiles fill the SMs together:
+    fused MoE kernels, Triton ``fused_moe``, DeepGEMM grouped GEMMs).  An empty
     GEMM (m = 0) costs nothing.  Compute fraction
     eta_c(m) * n/(n + w) * k/(k + w), times ``low_precision_compute_ratio`` where ``low_precision``
     is 1 (FP8/FP4 rates, which also pay a second launch for the activation-quantisation kernel).
@@ -89,7 +91,8 @@ def gemm_time_s(
     m_safe, n, k = (jnp.where(busy, x, 1.0) for x in (m, n, k))
     w = kernel.gemm_half_width
     derate = 1.0 + jnp.asarray(low_precision) * (kernel.low_precision_compute_ratio - 1.0)
-    eta = compute_fraction(efficiency, m_safe) * n / (n + w) * k / (k + w) * derate
+    # a grouped launch fills the SMs with the tiles of all its groups: occupancy by its total rows
+    eta = compute_fraction(efficiency, m_safe * groups) * n / (n + w) * k / (k + w) * derate
     compute_s = groups * FLOPS_PER_MAC * m_safe * n * k / (peak_flops_per_s * eta)
     w_bytes = input_bytes_per_elem if weight_bytes_per_elem is None else weight_bytes_per_elem
     moved = groups * (

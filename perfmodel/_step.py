@@ -50,6 +50,14 @@ def _gated(active: Array, t: Array) -> Array:
     return jnp.where(active, t, 0.0)
 
 
+def _stacked(kernels: list[tuple]) -> list[Array]:
+    """Columns of a list of kernel tuples, every entry broadcast to one shape and stacked on a new
+    leading axis (one vectorised roofline over the kernels)."""
+    flat = jnp.broadcast_arrays(*(x for kernel in kernels for x in kernel))
+    width = len(kernels[0])
+    return [jnp.stack(flat[j::width]) for j in range(width)]
+
+
 def _layer_kernels_s(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -108,9 +116,7 @@ def _layer_kernels_s(
         *mlp(tokens, model.shared_expert_params, 1.0, model.num_moe_layers),
         (sampled, model.lm_head_params / tp, model.vocab_size / tp, 1.0, 1.0),
     ]
-    m_, params_, n_, groups_, count_ = (
-        jnp.stack(jnp.broadcast_arrays(*col)) for col in zip(*gemms, strict=True)
-    )
+    m_, params_, n_, groups_, count_ = _stacked(gemms)
     k_ = params_ / jnp.maximum(n_, 1.0)
     gemm_s = gemm_time_s(
         m_, n_, k_, act, peak, bw, efficiency, efficiency, low, temperature, w_b, groups_
@@ -159,9 +165,7 @@ def _layer_kernels_s(
         (tokens * mlp_width * ACTIVATION_BYTES, 1.0, model.num_layers),
         (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 1.0),
     ]
-    bytes_, onchip_, ew_count_ = (
-        jnp.stack(jnp.broadcast_arrays(*col)) for col in zip(*elementwise, strict=True)
-    )
+    bytes_, onchip_, ew_count_ = _stacked(elementwise)
     elementwise_s = jnp.sum(ew_count_ * elementwise_time_s(bytes_, bw, efficiency, onchip_), axis=0)
     body = gemms_s + model.num_layers * attn_s + elementwise_s
     return _gated(tokens > 0, body)

@@ -49,6 +49,18 @@ def test_gemm_single_token_is_weight_read_bound():
     assert float(t) == pytest.approx(moved / (0.8 * BW), rel=1e-12)
 
 
+def test_grouped_gemm_fills_the_sms_with_all_its_groups_rows():
+    """64 experts x 2 rows each, one launch: the compute fraction is that of 128 rows,
+    eta = 0.75 * 128 / (128 + 64) (not of 2 rows: 0.75 * 2 / 66, 22 x slower)."""
+    eff = perfmodel.Efficiency(compute_fraction_max=0.75, compute_half_tokens=64.0)
+    huge_bw = 1e30
+    t = gemm_time_s(2, 4096, 4096, 2.0, PEAK, huge_bw, eff, IDEAL_KERNEL, groups=64.0)
+    eta = 0.75 * 128 / (128 + 64)
+    assert float(t) == pytest.approx(64 * 2 * 2 * 4096**2 / (eta * PEAK), rel=1e-12)
+    single = gemm_time_s(2, 4096, 4096, 2.0, PEAK, huge_bw, eff, IDEAL_KERNEL)
+    assert float(single) == pytest.approx(2 * 2 * 4096**2 / (0.75 * 2 / 66 * PEAK), rel=1e-12)
+
+
 def test_fp8_gemm_uses_low_precision_ratio():
     ker = KernelEfficiency(
         launch_overhead_s=0.0, gemm_half_width=0.0, low_precision_compute_ratio=0.5
