@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 PER_STRATUM = 10
 DRAWS = 1200
@@ -88,9 +89,13 @@ def _refit_serving_stage(table, args, t0: float) -> int:
     nuts = _serving_stage.without_serving_stage(base.idata)
     idata, n = _serving_stage.add_serving_stage(nuts, table, seed=args.seed)
     idata.attrs["serving_rows"] = n
-    out = _posterior.save_posterior(
-        _posterior.Posterior(idata), args.out or _posterior.default_posterior_path()
+    target = Path(args.out or _posterior.default_posterior_path())
+    # the loaded file stays open (netCDF reads lazily): write beside it, then replace it
+    written = _posterior.save_posterior(
+        _posterior.Posterior(idata), target.with_name(target.name + ".tmp")
     )
+    base.idata.close()
+    out = written.replace(target)
     print(f"cut stage refitted on {n} end-to-end rows, {time.perf_counter() - t0:.0f} s -> {out}")
     return 0
 
