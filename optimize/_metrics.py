@@ -194,8 +194,16 @@ def slo_metrics(
             temperature=temperature,
         )
 
-    t_full = iteration(n_max, smooth_min(n_max * e * i_len / o_len, budget, temperature), i_len)
-    t_one = iteration(1.0, e * i_len / o_len, i_len)
+    # the full and the one-sequence iteration through one (vectorised) step evaluation
+    t_full, t_one = iteration(
+        jnp.stack(jnp.broadcast_arrays(n_max, 1.0)),
+        jnp.stack(
+            jnp.broadcast_arrays(
+                smooth_min(n_max * e * i_len / o_len, budget, temperature), e * i_len / o_len
+            )
+        ),
+        i_len,
+    )
     mu = smooth_min(n_max * e / o_len, budget / i_len, temperature) / t_full
     rho = lam / mu
     stable = rho < 1.0

@@ -87,7 +87,8 @@ def split_slo_metrics(
             temperature=temperature,
         )
 
-    t_full, t_one = iteration(n_max), iteration(1.0)
+    # both ends of the decode batch through one (vectorised) step evaluation
+    t_full, t_one = iteration(jnp.stack(jnp.broadcast_arrays(n_max, 1.0)))
     mu_d = n_max * e / (o_len * t_full)
     rho_d = lam_d / mu_d
     stable = stable_p & (rho_d < 1.0)

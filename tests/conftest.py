@@ -1,6 +1,7 @@
 """Test-wide JAX settings: 64-bit floats (exact anchors) and strict dtype promotion; the CLI's
 persistent compile cache (``SERVINGMATH_CACHE``, which ``optimize``/``fleet``/``forecast`` turn
-on) lives in a fresh directory per session, so the suite neither reads programs an earlier run
+on) lives in a fresh directory per session (shared by the session's xdist workers: the suite
+runs on both of CI's cores, one test file per worker at a time), so the suite neither reads programs an earlier run
 left in ~/.cache (a warm cache hid most compile time from local timings; CI starts empty) nor
 writes there.  Every test compiles into that same persistent cache, and a module that ends with the
 process past 1.5 GB drops the in-memory programs (a later module that needs one loads it from disk
@@ -31,7 +32,12 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 @pytest.fixture(scope="session", autouse=True)
 def _fresh_compile_cache(tmp_path_factory):
-    cache = str(tmp_path_factory.mktemp("jax-cache"))
+    # xdist workers (two on CI's two cores) share one fresh cache beside their own temp roots
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = shared / "jax-cache"
+    cache.mkdir(exist_ok=True)
+    cache = str(cache)
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     with pytest.MonkeyPatch.context() as mp:
