@@ -213,8 +213,8 @@ def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error(bund
         table,
         per_stratum=fit_bundled.PER_STRATUM,
         seed=fit_bundled.SEED,
-        draws=150,
-        warmup=150,
+        draws=80,
+        warmup=80,
         chains=1,
         serving=False,
     )
