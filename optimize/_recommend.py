@@ -19,7 +19,13 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import BINDING_BUDGETS, Efficiency, budget_sheet
+from perfmodel import (
+    BINDING_BUDGETS,
+    Efficiency,
+    budget_sheet,
+    weight_bytes_per_gpu,
+    workspace_bytes_per_gpu,
+)
 
 from ._describe import _select, describe
 from ._engine_args import engine_args
@@ -252,11 +258,29 @@ def _explain(
         binding_budget=BINDING_BUDGETS[int(sheet.binding_budget)],
         shadow_prices=shadow,
         cost_elasticities=elastic,
-        engine_args=engine_args(model_name, described),
+        engine_args=engine_args(
+            model_name, described, memory=_engine_memory(problem, gpus, described, dep)
+        ),
         alternatives=[],
         closest_achievable=None,
         search_seconds=0.0,
     )
+
+
+def _engine_memory(problem: Problem, gpus: tuple[str, ...], described: dict, dep) -> dict:
+    """Per-GPU HBM, weight and workspace bytes of the recommendation (per pool when split), which
+    turn its memory share into SGLang's and TensorRT-LLM's own fractions (``engine_args``)."""
+    weights_b = float(weight_bytes_per_gpu(problem.model, dep))
+    workspace_b = float(workspace_bytes_per_gpu(problem.model, dep))
+
+    def one(gpu: str) -> dict:
+        hbm = float(_select(problem.hardware, gpus.index(gpu)).hbm_bytes)
+        return {"hbm_bytes": hbm, "weight_bytes": weights_b, "workspace_bytes": workspace_b}
+
+    split = described.get("disaggregation")
+    if split:
+        return {role: one(split[role]["gpu"]) for role in ("prefill", "decode")}
+    return one(described["gpu"])
 
 
 @eqx.filter_jit

@@ -436,3 +436,34 @@ def test_the_checker_rejects_what_the_review_found(engine, line):
 def test_notes_name_the_engine_versions():
     _, _, out = _all("dense-bf16-tp4-pp2")
     assert out["notes"].startswith("flags for vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2")
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_recommendation_passes_its_memory_to_every_engine(split):
+    """A recommendation's engine flags are given its per-GPU HBM, weight and workspace bytes (per
+    pool when split): SGLang's and TensorRT-LLM's memory fractions are computed, not left to a
+    note asking for them.  Llama-3.1-8B bf16 TP1 on an H100 SXM: weights 16.06 GB of 85.9 GB."""
+    import jax.numpy as jnp
+    import numpy as np
+    from optimize_problems import small_problem
+
+    from optimize._describe import describe
+    from optimize._grid import deployment_from_weights, grid_tables, one_hot_weights
+    from optimize._recommend import _engine_memory
+
+    problem = small_problem(max_replicas=4, num_draws=2)
+    config = np.zeros(len(problem.grid.sizes()), dtype=np.int32)
+    described = describe(problem, ("h100-sxm",), config, 2)
+    if split:
+        described["disaggregation"] = {**POOLS, "prefill": {**POOLS["prefill"], "gpu": "h100-sxm"},
+                                       "decode": {**POOLS["decode"], "gpu": "h100-sxm"}}
+    weights = one_hot_weights(jnp.asarray(config), problem.grid)
+    dep = deployment_from_weights(weights, grid_tables(problem.grid), 2.0)
+    memory = _engine_memory(problem, ("h100-sxm",), described, dep)
+    per_gpu = [memory["prefill"], memory["decode"]] if split else [memory]
+    for m in per_gpu:
+        assert m["hbm_bytes"] == 80 * GIB
+        assert m["weight_bytes"] == pytest.approx(16.06e9, rel=0.01)
+    out = engine_args("meta-llama/Llama-3.1-8B", described, memory=memory)
+    assert "pass memory" not in " ".join(out.get("notes", []) if isinstance(out, dict) else [])
+    assert "pass memory" not in json.dumps(out)
