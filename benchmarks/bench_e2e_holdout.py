@@ -38,6 +38,18 @@ def _summary(scored, by: str) -> str:
             f"| {h} | {sc} | {m} | {len(part)} | {100 * part.ape.median():.1f} % "
             f"| {100 * part.in50.mean():.0f} % | {100 * part.in90.mean():.0f} % |"
         )
+    lines += ["", f"| pooled over every held-out {by} | | metric | n | median APE | cov50 | cov90 |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for (sc, m), part in scored.groupby(["scenario", "metric"]):
+        lines.append(
+            f"| | {sc} | {m} | {len(part)} | {100 * part.ape.median():.1f} % "
+            f"| {100 * part.in50.mean():.0f} % | {100 * part.in90.mean():.0f} % |"
+        )
+    for sc, part in scored.groupby("scenario"):
+        lines.append(
+            f"| | **{sc}** | all | {len(part)} | **{100 * part.ape.median():.1f} %** "
+            f"| {100 * part.in50.mean():.0f} % | {100 * part.in90.mean():.0f} % |"
+        )
     tot = scored
     lines.append(
         f"| **all** | | | {len(tot)} | **{100 * tot.ape.median():.1f} %** "

@@ -1,4 +1,4 @@
-"""Options and reports for latency under load (issue 3), shared by ``explain`` and ``simulate``.
+"""Options and reports for latency under load, shared by ``explain`` and ``simulate``.
 
 ``add_dynamics_arguments`` declares the workload and scheduler options; ``resolve_workload``
 turns them into a ``Workload`` (and the ``Trace`` behind it, if any); ``dynamics_report`` is the
@@ -179,7 +179,7 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
     ``ttft_p95_load_elasticity`` = d ln p95 TTFT / d ln rate (central difference at +-1 %; null
     in closed loop, when overloaded, or when +1 % overloads): about 1-5 at moderate load, tens
     to hundreds near the running slots' saturation, where a 1 % load error moves the p95 by half
-    or more (BENCHMARKS.md, issue 3 round 7)."""
+    or more (docs/benchmarks-history.md, the queueing section)."""
 
     def metrics(w):
         return serving_metrics(

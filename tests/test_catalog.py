@@ -89,7 +89,7 @@ def test_every_catalog_model_loads():
         assert float(pm.load_model(model_id).total_params) > 1e9, model_id
 
 
-# ---------------------------------------------------------------- issue 17 item 9: current catalog ----
+# ---------------------------------------------------------------- current catalog: new rows --------
 
 NEW_GPUS = ["mi350x", "mi355x", "h200-nvl", "gh200-144gb"]
 

@@ -1,4 +1,4 @@
-"""A newcomer's first hour (issue 18): every bad input is one line on stderr naming the problem and
+"""A newcomer's first hour: every bad input is one line on stderr naming the problem and
 the fix, exit status 2, no traceback, and it is caught where it enters (argument parsing or the
 file read), before any posterior loads or anything compiles.  ``--help`` works for every command,
 output piped into a reader that stops early ends quietly, and ArviZ's refactor notice is silent.

@@ -1,4 +1,4 @@
-"""``servingmath simulate`` runs the serving features in the engine itself (issue 4, item 6):
+"""``servingmath simulate`` runs the serving features in the engine itself:
 prefix-cache hook, sampled speculative acceptance, two-pool disaggregation; bad input exits 2."""
 
 import json

@@ -263,7 +263,7 @@ def test_means_only_skips_the_percentiles_and_keeps_every_mean():
 
 
 def test_giant_prompts_hurt_p95_ttft_far_more_than_throughput():
-    # same mean prompt, a few giant ones (CV 0.2 -> 3): seed behaviour of issue 3
+    # same mean prompt, a few giant ones (CV 0.2 -> 3)
     calm, spiky = _metrics(15.0, 0.2, 8192.0), _metrics(15.0, 3.0, 8192.0)
     assert float(spiky.ttft_s.p95) > 1.5 * float(calm.ttft_s.p95)
     assert float(spiky.output_tokens_per_s) == pytest.approx(

@@ -73,7 +73,7 @@ def sheet_report(
     input_len: float,
     output_len: float,
 ) -> dict:
-    """The static budget sheet as a JSON-ready dict (keys documented in issue 2)."""
+    """The static budget sheet as a JSON-ready dict (keys listed in the README's command table)."""
     sheet = pm.budget_sheet(model, hardware, deployment, efficiency, input_len, output_len)
     elasticities = pm.decode_elasticities(
         model, hardware, deployment, efficiency, input_len, output_len
