@@ -171,6 +171,13 @@ def parameter_draws(
     return out
 
 
+ENGINE_PREFIX = "engine:"
+"""Pooled cells ``"engine:<engine>|<group>"``: the offset a source never seen draws, centred on 0
+with the spread of the seen sources' offsets (``_serving_stage._engine_cells`` writes them)."""
+ANY_ENGINE = "*"
+"""Engine of the pooled cell an engine never seen draws from (``"engine:*|<group>"``)."""
+
+
 def cell_offset_draws(
     posterior: Posterior, cell: str, idx: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
@@ -180,8 +187,8 @@ def cell_offset_draws(
     if cell in posterior.cells:
         return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
     source, _, key = cell.partition("|")
-    engine = f"engine:{source.split(':')[-1]}|{key}" if ":" in source else None
-    for pooled in (engine, f"engine:*|{key}"):
+    engine = f"{ENGINE_PREFIX}{source.split(':')[-1]}|{key}" if ":" in source else None
+    for pooled in (engine, f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}"):
         if pooled in posterior.cells:
             return posterior.flat("cell_offset")[idx, posterior.cells.index(pooled)]
     tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"

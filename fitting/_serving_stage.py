@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ._model import PARAM_NAMES
-from ._posterior import Posterior, draw_indices, parameter_draws
+from ._posterior import ANY_ENGINE, ENGINE_PREFIX, Posterior, draw_indices, parameter_draws
 from ._predict import predict_log, prepare
 
 E2E_SCENARIOS = ("serving", "saturated")
@@ -35,12 +35,6 @@ PARAM_DRAWS = 64
 PER_CELL = 400
 """End-to-end rows used per (source, engine, gpu, metric) cell (seeded; a closed-loop row costs
 a few microseconds per draw, so this is a bound on memory, not on time)."""
-
-ENGINE_PREFIX = "engine:"
-"""Pooled cells ``"engine:<engine>|<group>"``: the offset a source never seen draws, centred on 0
-with the spread of the seen sources' offsets (``_engine_cells``)."""
-ANY_ENGINE = "*"
-"""Engine of the pooled cell an engine never seen draws from (``"engine:*|<group>"``)."""
 
 MIN_ROWS = 3
 """Fewest rows that fit a cell's offset (fewer: the cell stays unseen, offset ~ N(0, tau_src))."""
@@ -74,6 +68,7 @@ def _engine_cells(cells: list[str], offsets: list[np.ndarray], rng, n_draw: int)
         engine = source.split(":")[-1] if ":" in source else ""
         if engine:
             by_engine.setdefault(f"{ENGINE_PREFIX}{engine}|{key}", []).append(centre)
+
     def rms(centres: list[float]) -> float:
         return float(np.sqrt(np.mean(np.square(centres))))
 

@@ -88,7 +88,7 @@ def _refit_serving_stage(table, args, t0: float) -> int:
     base = _posterior.load_posterior(None)
     nuts = _serving_stage.without_serving_stage(base.idata)
     idata, n = _serving_stage.add_serving_stage(nuts, table, seed=args.seed)
-    idata.attrs["serving_rows"] = n
+    idata.attrs["serving_stage_command"] = "python -m fitting.fit_bundled --serving-stage-only"
     target = Path(args.out or _posterior.default_posterior_path())
     # the loaded file stays open (netCDF reads lazily): write beside it, then replace it
     written = _posterior.save_posterior(

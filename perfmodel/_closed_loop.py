@@ -176,7 +176,7 @@ def closed_loop_state(
 
     q0 = jnp.minimum(n / (1.0 + decodes), (budget - EPS_TOKENS) / (prompt + decodes))
     q, _ = jax.lax.scan(body, q0, None, length=CLOSED_LOOP_ITERATIONS)
-    ttft_own, _, (tau, with_s, without_s, f, d, p, chunks) = ttft_and_q(q)
+    ttft_own, _, (tau, with_s, without_s, f, d, p, _) = ttft_and_q(q)
     rate = q / jnp.maximum(tau, 1e-12)
     # Little's law on the admitted requests: the time not spent decoding is spent before the
     # first token (own prefill, or waiting for the budget when it binds)

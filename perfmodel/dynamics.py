@@ -1,6 +1,7 @@
 """Serving dynamics: workloads, traces, token-budget batching, closed-form queueing, simulator.
 
-Everything a user calls for latency under load (the load models and the simulator); ``perfmodel`` holds the static budgets.
+Everything a user calls for latency under load (the load models and the simulator); ``perfmodel``
+holds the static budgets.
 """
 
 from ._batching import (
