@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import constraint_slacks, gpus_per_replica, holds
-from ._grid import deployment_from_weights, grid_tables, one_hot_weights
+from ._evaluate import constraint_slacks, gpus_per_replica, holds, spec_step
+from ._grid import chunk_from_weights, deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import slo_metrics
 from ._problem import Problem
 from ._sharding import MeshLike, device_mesh, num_shards, shard_draws, shard_rows
@@ -127,11 +127,12 @@ def replicas_per_draw(problem: Problem, config: jnp.ndarray, rates: jnp.ndarray)
     hw = jax.tree_util.tree_map(lambda x: x[config[0]], problem.hardware)
     eff = jax.tree_util.tree_map(lambda x: x[config[0]], problem.efficiency)
     r_max = problem.grid.max_replicas
+    chunk, spec = chunk_from_weights(weights, tables), spec_step(problem, weights)
 
     def ok(e, rate, replicas):
         dep = deployment_from_weights(weights, tables, replicas)
         wl = eqx.tree_at(lambda w: w.arrival_rate_per_s, problem.workload, jnp.maximum(rate, 1e-9))
-        m = slo_metrics(problem.model, hw, dep, e, wl)
+        m = slo_metrics(problem.model, hw, dep, e, wl, chunk_tokens=chunk, spec=spec)
         slack = constraint_slacks(problem, jax.tree_util.tree_map(lambda x: x[None], m))
         return holds(slack)[0]
 

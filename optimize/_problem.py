@@ -58,7 +58,7 @@ class Problem(eqx.Module):
     weight_penalty_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray)
     spec_acceptance: jnp.ndarray = eqx.field(converter=jnp.asarray)
     draft_model: ModelSpec
-    draft_is_mtp: jnp.ndarray = eqx.field(converter=jnp.asarray)
+    draft_is_mtp: bool = eqx.field(static=True)
     transfer_bytes_per_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
     transfer_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
     orchestration_s: jnp.ndarray = eqx.field(converter=jnp.asarray)

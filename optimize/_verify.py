@@ -3,11 +3,10 @@
 * colocated, k = 0: ``perfmodel.dynamics.serving_metrics`` (chunked prefill at the config's
   chunk);
 * colocated, k > 0: ``perfmodel.features.speculative_serving_metrics``;
-* p:d pool split, k = 0: ``perfmodel.features.disaggregation_percentiles`` (prefill pool
-  a packing M/G/1 with its prompt-length tail, KV hand-off,
-  orchestration, decode-pool entry and seat wait; interference-free decode fixed point);
-* p:d pool split with k > 0: no closed form has a speculative decode pool, so the search model
-  (``optimize._split``) keeps its numbers, and ``metrics_model`` says so.
+* p:d pool split: ``perfmodel.features.split_serving`` (prefill pool a packing M/G/1 with its
+  prompt-length tail, KV hand-off, orchestration, decode-pool entry and seat wait;
+  interference-free decode fixed point), with k > 0 its decode iterations drafting and
+  verifying (``DecodeCost``).
 
 Each program is compiled only when a candidate of its kind can still win, with one static shape
 (``num_verified`` rows, a few bisection rounds).
@@ -23,12 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from perfmodel import max_concurrent_requests
-from perfmodel.features import disaggregation_percentiles, speculative_serving_metrics
+from perfmodel.dynamics import DecodeCost
+from perfmodel.features import speculative_serving_metrics, split_serving
 
 from ._evaluate import (
     constraint_slacks,
     cost_per_hour,
-    draw_metrics,
     holds,
     meets_confidence,
     mix_gpu,
@@ -55,9 +54,8 @@ VERIFY_WIDTH = len(VERIFY_FACTORS) + 3
 VERDICT_MODELS = {
     "colocated": "perfmodel.dynamics.serving_metrics",
     "speculative": "perfmodel.features.speculative_serving_metrics",
-    "split": "perfmodel.features.disaggregation_percentiles",
-    "split_speculative": "search model (optimize._split; disaggregation_percentiles has no "
-    "speculative decode pool)",
+    "split": "perfmodel.features.split_serving",
+    "split_speculative": "perfmodel.features.split_serving (speculative decode cost)",
 }
 """Which closed form produced a verified answer's numbers, by kind (``kind_of``)."""
 KINDS = tuple(VERDICT_MODELS)
@@ -160,12 +158,11 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
 
 
 @eqx.filter_jit(compiler_options=ONE_OFF)
-def _split(problem: Problem, configs, replicas) -> SloMetrics:
-    """``disaggregation_percentiles`` per (row, draw) of p:d splits (its colocated half is unused
-    and compiled away).  Each pool runs at its own GPU's efficiency draw (draw j of the prefill
-    GPU with draw j of the decode GPU, as in the search model).  Speculation in the decode pool
-    is not in that closed form: such rows keep the search model's numbers (``metrics_model``
-    says so)."""
+def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics:
+    """``split_serving`` per (row, draw) of p:d splits; ``speculative`` (static): the decode
+    pool drafts k tokens per sequence (MTP heads or the problem's draft model) at the choice's
+    acceptance.  Each pool runs at its own GPU's efficiency draw (draw j of the prefill GPU with
+    draw j of the decode GPU, as in the search model)."""
     problem = _open_loop(problem)
     tables = grid_tables(problem.grid)
     wl = problem.workload
@@ -182,49 +179,40 @@ def _split(problem: Problem, configs, replicas) -> SloMetrics:
             problem.transfer_bytes_per_s,
             hw_p.internode_bytes_per_s,
         )
-        seats = jnp.minimum(
-            max_concurrent_requests(problem.model, hw_p, dep_p, wl.prompt_tokens_mean + 1.0),
-            max_concurrent_requests(
-                problem.model, hw_d, dep_d, wl.prompt_tokens_mean + wl.output_tokens_mean
-            ),
+        cost = (
+            DecodeCost(
+                draft_tokens=tables["spec_k"][c[SPEC]],
+                acceptance=problem.spec_acceptance[c[SPEC]],
+                draft_model=None if problem.draft_is_mtp else problem.draft_model,
+                speculative=True,
+            )
+            if speculative
+            else None
         )
 
         def per_draw(e_p, e_d):
-            m = disaggregation_percentiles(
+            m = split_serving(
                 problem.model,
-                e_p,  # the unused colocated half runs on the prefill engine
                 wl,
-                colocated=(hw_p, dep_p),
-                prefill=(hw_p, dep_p),
-                decode=(hw_d, dep_d),
+                prefill=(hw_p, dep_p, e_p),
+                decode=(hw_d, dep_d, e_d),
+                cost=cost,
                 transfer_bytes_per_s=bw,
                 transfer_latency_s=problem.transfer_latency_s,
                 orchestration_s=problem.orchestration_s,
-                prefill_efficiency=e_p,
-                decode_efficiency=e_d,
             )
-            ttft, tpot = m.split_ttft_s, m.split_tpot_s
-            stable = jnp.isfinite(ttft[2]) & jnp.isfinite(tpot[2])
             return SloMetrics(
-                ttft_p95_s=ttft[2],
-                tpot_p95_s=tpot[2],
-                utilization=jnp.where(stable, 0.0, jnp.inf),
-                concurrent_requests=seats,
-                ttft_quantiles_s=ttft[1:],
-                tpot_quantiles_s=tpot[1:],
+                ttft_p95_s=m.ttft_s[2],
+                tpot_p95_s=m.tpot_s[2],
+                utilization=m.utilization,
+                concurrent_requests=m.seats,
+                ttft_quantiles_s=m.ttft_s[1:],
+                tpot_quantiles_s=m.tpot_s[1:],
             )
 
         return jax.vmap(per_draw)(eff_p, eff_d)
 
     return jax.vmap(one)(configs, replicas)
-
-
-@eqx.filter_jit(compiler_options=ONE_OFF)
-def _search_model(problem: Problem, configs, replicas) -> SloMetrics:
-    """The search model's metrics per (row, draw) (pool splits with a speculative decode pool)."""
-    return jax.vmap(lambda c, r: draw_metrics(problem, one_hot_weights(c, problem.grid), r))(
-        configs, replicas
-    )
 
 
 def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np.ndarray):
@@ -233,9 +221,7 @@ def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np
         return _colocated(problem, c, r)
     if kind == "speculative":
         return _speculative(problem, c, r, bool(problem.draft_is_mtp))
-    if kind == "split":
-        return _split(problem, c, r)
-    return _search_model(problem, c, r)
+    return _split(problem, c, r, kind == "split_speculative")
 
 
 @eqx.filter_jit

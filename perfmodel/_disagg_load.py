@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtri
 from jax.typing import ArrayLike
 
+from ._batching import DecodeCost, decode_iteration_s
 from ._disagg import (
     DECODE_POOL_ENTRY_STEPS,
     DEFAULT_ORCHESTRATION_S,
@@ -51,7 +52,7 @@ from ._queueing import (
     window_mean_variance_factor,
 )
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import decode_step, prefill_step
+from ._step import prefill_step
 
 Array = jnp.ndarray
 
@@ -148,6 +149,29 @@ def decode_seat_waits(step_of_batch, rate, n_decode, tpot, hold_s, seats, ca, cs
     return jnp.stack([mean] + [wait_quantile_s(p_wait, mean, q) for q in quantiles])
 
 
+class SplitServing(eqx.Module):
+    """A prefill pool and a decode pool under a ``Workload``; latencies ``inf`` when not stable.
+
+    Attributes:
+        ttft_s, tpot_s, e2e_s: (mean, p50, p95, p99) seconds, shape (..., 4); TPOT is the decode
+            pool's, ``inf`` only when that pool is unstable (an overloaded prefill pool starves
+            it, it does not slow it).
+        utilization: the busier pool's: prefill lambda q (q a queued prompt's packed work), decode
+            the seat residence at full seats, lambda (entry + (O - 1) TPOT(seats)) / seats.
+        stable: utilization < 1 and a sequence fits in both pools.
+        seats: sequences whose KV fits, the smaller of the two pools' (>= 1: fits).
+        kv_transfer_s: the hand-off of a mean-length prompt's KV.
+    """
+
+    ttft_s: Array
+    tpot_s: Array
+    e2e_s: Array
+    utilization: Array
+    stable: Array
+    seats: Array
+    kv_transfer_s: Array
+
+
 class DisaggregationPercentiles(eqx.Module):
     """Split vs colocated under a ``Workload`` with queueing percentiles (``serving_metrics``)."""
 
@@ -170,6 +194,105 @@ def _e2e_quantiles(ttft, decode):
     return jnp.where(ok, out, jnp.inf)
 
 
+def split_serving(
+    model: ModelSpec,
+    workload,
+    *,
+    prefill: tuple[HardwareSpec, Deployment, Efficiency],
+    decode: tuple[HardwareSpec, Deployment, Efficiency],
+    cost: DecodeCost | None = None,
+    transfer_bytes_per_s: ArrayLike | None = None,
+    transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
+    orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
+) -> SplitServing:
+    """(mean, p50, p95, p99) of TTFT, TPOT and E2E of a prefill + decode split (module docstring).
+
+    The prefill pool's mean wait is the packing M/G/1 one (``prefill_pool_mean_wait_s``, no fitted
+    terms), its tail Cramer-Lundberg with Gamma service of the prompt CV, each quantile added to
+    the prefill time of the prompt at that quantile; then the hand-off of a mean-length prompt,
+    the orchestration cost, the decode-pool entry step and the wait for a decode seat (many-server
+    diffusion with the TPOT feedback, exponential tail).  The decode pool's TPOT is the
+    interference-free Little's-law fixed point at the batch a request meets, spread by that
+    batch's fluctuation over the request's life; under a speculative ``cost`` each iteration
+    drafts and verifies (``decode_iteration_s``) and emits E tokens, so a token costs the
+    iteration / E.  TTFT quantiles are sums of its parts' quantiles (an upper bound; exact for the
+    fixed parts); E2E adds (E[O] - 1) TPOT, whose spread is independent of TTFT's
+    (``_e2e_quantiles``).  Replicas of each ``Deployment`` are engines in that pool;
+    ``transfer_bytes_per_s`` None: the prefill GPU's inter-node network.
+    """
+    from jax.scipy.special import ndtri
+
+    from ._serving import QUANTILES  # the dynamics layer, imported where used
+    from ._workload import lognormal_params
+
+    cost = DecodeCost() if cost is None else cost
+    hw_p, dep_p, eff_p = prefill
+    hw_d, dep_d, eff_d = decode
+    mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
+    prompts = jnp.stack(
+        [workload.prompt_tokens_mean]
+        + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
+    )
+    own = prefill_step(model, hw_p, dep_p, eff_p, prompts).total_s
+    p_mean = workload.prompt_tokens_mean
+    packed_s = prefill_step(model, hw_p, dep_p, eff_p, p_mean, 2.0).total_s - own[0]
+    fits = jnp.clip((dep_p.max_num_batched_tokens - p_mean) / p_mean, 0.0, 1.0)
+    replicas_p = jnp.maximum(dep_p.replicas, 1.0)
+    rate_p = workload.arrival_rate_per_s / replicas_p
+    ca2 = replica_arrival_scv(workload.interarrival_cv, replicas_p)
+    seats_p = max_concurrent_requests(model, hw_p, dep_p, p_mean + 1.0)
+    w_pre = prefill_pool_mean_wait_s(rate_p, own[0], packed_s, fits, workload.prompt_tokens_cv, ca2)
+    rho_p = rate_p * (own[0] + (packed_s - own[0]) * fits)
+    ok = (seats_p >= 1.0) & jnp.isfinite(w_pre)
+    w_pre = jnp.where(ok, w_pre, own[0])  # an inf never reaches the tail's gradient
+    pre_waits = prefill_pool_waits(w_pre, own[0], workload.prompt_tokens_cv, QUANTILES)
+    pre_ttft = jnp.concatenate([(own[0] + w_pre)[None], own[1:] + pre_waits[1:]])
+    bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
+    t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
+
+    o_dec = jnp.maximum(workload.output_tokens_mean - 1.0, 0.0)
+    ctx = workload.prompt_tokens_mean + o_dec / 2.0
+    e_step = cost.tokens_per_step()
+
+    def step_d(n):  # seconds per emitted token of a decode iteration at batch n
+        t = decode_iteration_s(model, hw_d, dep_d, eff_d, cost, decode_seqs=n, decode_context=ctx)
+        return t / e_step
+
+    rate_d = workload.arrival_rate_per_s / jnp.maximum(dep_d.replicas, 1e-9)
+    n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
+    seats_d = max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0)
+    seats = jnp.minimum(seats_d, dep_d.max_num_seqs)
+    seat_s = DECODE_POOL_ENTRY_STEPS * step_d(seats) + o_dec * step_d(seats)
+    rho_d = rate_d * seat_s / jnp.maximum(seats, 1e-9)
+    utilization = jnp.maximum(rho_p, rho_d)
+    decode_ok = (rho_d < 1.0) & (seats >= 1.0) & (n_d <= seats)
+    stable = ok & (rho_p < 1.0) & decode_ok
+    entry = DECODE_POOL_ENTRY_STEPS * tpot_d
+    waits = decode_seat_waits(
+        step_d,
+        rate_d,
+        n_d,
+        tpot_d,
+        entry + o_dec * tpot_d,
+        seats,
+        workload.interarrival_cv,
+        workload.output_tokens_cv,
+        QUANTILES,
+    )
+    ttft = pre_ttft + t_kv + orchestration_s + entry + waits
+    tpot_q = decode_tpot_quantiles(step_d, n_d, tpot_d, workload.interarrival_cv, QUANTILES)
+    e2e = _e2e_quantiles(jnp.where(stable, ttft, jnp.inf), o_dec * tpot_q)
+    return SplitServing(
+        ttft_s=jnp.where(stable, ttft, jnp.inf),
+        tpot_s=jnp.where(decode_ok, tpot_q, jnp.inf),  # the decode pool's own, as it runs
+        e2e_s=e2e,
+        utilization=utilization,
+        stable=stable,
+        seats=jnp.minimum(seats, seats_p),
+        kv_transfer_s=t_kv,
+    )
+
+
 def disaggregation_percentiles(
     model: ModelSpec,
     efficiency: Efficiency,
@@ -188,92 +311,32 @@ def disaggregation_percentiles(
 
     ``efficiency`` drives the colocated engine; ``prefill_efficiency`` and ``decode_efficiency``
     (each None: ``efficiency``) the two pools, whose GPU types may differ, as in
-    ``disaggregation``.
-
-    Colocated: ``serving_metrics`` as is.  Split (module docstring): the prefill pool's mean wait
-    is the packing M/G/1 one (``prefill_pool_mean_wait_s``, no fitted terms), its tail
-    Cramer-Lundberg with Gamma service of the prompt CV, each quantile added to the prefill time of the prompt at that quantile; then
-    the hand-off of a mean-length prompt, the orchestration cost, the decode-pool entry step and
-    the wait for a decode seat (many-server diffusion with the TPOT feedback, exponential tail).
-    The decode pool's TPOT is the interference-free Little's-law fixed point at the batch a
-    request meets, spread by that batch's fluctuation over the request's life.  TTFT quantiles
-    are sums of its parts' quantiles (an upper bound; exact for the fixed parts); E2E adds
-    (E[O] - 1) TPOT, whose spread is independent of TTFT's: ``_e2e_quantiles``.
+    ``disaggregation``.  Colocated: ``serving_metrics`` as is; split: ``split_serving``.
     """
-    from jax.scipy.special import ndtri
-
-    from ._serving import QUANTILES, serving_metrics  # the dynamics layer, imported where used
-    from ._workload import lognormal_params
+    from ._serving import serving_metrics  # the dynamics layer, imported where used
 
     def stack(p):
         return jnp.stack([p.mean, p.p50, p.p95, p.p99])
 
     hw_c, dep_c = colocated
     co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
-    hw_p, dep_p = prefill
     eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
     eff_d = efficiency if decode_efficiency is None else decode_efficiency
-    mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
-    prompts = jnp.stack(
-        [workload.prompt_tokens_mean]
-        + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
+    split = split_serving(
+        model,
+        workload,
+        prefill=(*prefill, eff_p),
+        decode=(*decode, eff_d),
+        transfer_bytes_per_s=transfer_bytes_per_s,
+        transfer_latency_s=transfer_latency_s,
+        orchestration_s=orchestration_s,
     )
-    own = prefill_step(model, hw_p, dep_p, eff_p, prompts).total_s
-    p_mean = workload.prompt_tokens_mean
-    packed_s = prefill_step(model, hw_p, dep_p, eff_p, p_mean, 2.0).total_s - own[0]
-    fits = jnp.clip((dep_p.max_num_batched_tokens - p_mean) / p_mean, 0.0, 1.0)
-    replicas_p = jnp.maximum(dep_p.replicas, 1.0)
-    ca2 = replica_arrival_scv(workload.interarrival_cv, replicas_p)
-    fits_kv = max_concurrent_requests(model, hw_p, dep_p, p_mean + 1.0) >= 1.0
-    w_pre = prefill_pool_mean_wait_s(
-        workload.arrival_rate_per_s / replicas_p,
-        own[0],
-        packed_s,
-        fits,
-        workload.prompt_tokens_cv,
-        ca2,
-    )
-    ok = fits_kv & jnp.isfinite(w_pre)
-    w_pre = jnp.where(ok, w_pre, own[0])  # an inf never reaches the tail's gradient
-    pre_waits = prefill_pool_waits(w_pre, own[0], workload.prompt_tokens_cv, QUANTILES)
-    pre_ttft = jnp.concatenate([(own[0] + w_pre)[None], own[1:] + pre_waits[1:]])
-    pre_ttft = jnp.where(ok, pre_ttft, jnp.inf)
-    bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
-    t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
-    hw_d, dep_d = decode
-    o_dec = jnp.maximum(workload.output_tokens_mean - 1.0, 0.0)
-    ctx = workload.prompt_tokens_mean + o_dec / 2.0
-
-    def step_d(n):
-        return decode_step(model, hw_d, dep_d, eff_d, n, ctx).total_s
-
-    rate_d = workload.arrival_rate_per_s / dep_d.replicas
-    n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
-    seats = jnp.minimum(
-        max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0),
-        dep_d.max_num_seqs,
-    )
-    tpot_d = jnp.where(n_d <= seats, tpot_d, jnp.inf)
-    entry = DECODE_POOL_ENTRY_STEPS * tpot_d
-    waits = decode_seat_waits(
-        step_d,
-        rate_d,
-        n_d,
-        tpot_d,
-        entry + o_dec * tpot_d,
-        seats,
-        workload.interarrival_cv,
-        workload.output_tokens_cv,
-        QUANTILES,
-    )
-    ttft = pre_ttft + t_kv + orchestration_s + entry + waits
-    tpot_q = decode_tpot_quantiles(step_d, n_d, tpot_d, workload.interarrival_cv, QUANTILES)
     return DisaggregationPercentiles(
         colocated_ttft_s=stack(co.ttft_s),
         colocated_tpot_s=stack(co.tpot_s),
         colocated_e2e_s=stack(co.e2e_s),
-        split_ttft_s=ttft,
-        split_tpot_s=tpot_q,
-        split_e2e_s=_e2e_quantiles(ttft, o_dec * tpot_q),
-        kv_transfer_s=t_kv,
+        split_ttft_s=split.ttft_s,
+        split_tpot_s=split.tpot_s,
+        split_e2e_s=split.e2e_s,
+        kv_transfer_s=split.kv_transfer_s,
     )

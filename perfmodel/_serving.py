@@ -111,6 +111,7 @@ def serving_metrics(
     decode_cost: DecodeCost | None = None,
     means_only: bool = False,
     closed_loop: bool | None = None,
+    quadrature_nodes: tuple[int, int] = (PROMPT_NODES, OUTPUT_NODES),
 ) -> ServingMetrics:
     """TTFT/TPOT/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
 
@@ -128,6 +129,8 @@ def serving_metrics(
             every other field as usual): for callers that read means only (calibration rows).
         closed_loop: force the closed (True) or open (False) loop; None decides from
             ``workload.concurrency`` (a traced concurrency, e.g. under ``vmap``, means closed).
+        quadrature_nodes: equal-probability (prompt, output) length nodes of the open loop's
+            quadrature; fewer is the same physics, cheaper and coarser in the length tails.
 
     Returns:
         ``ServingMetrics``; compiled once per (static options, shapes) with ``eqx.filter_jit``,
@@ -155,6 +158,7 @@ def serving_metrics(
         closed_loop,
         DecodeCost() if decode_cost is None else decode_cost,
         means_only,
+        (int(quadrature_nodes[0]), int(quadrature_nodes[1])),
     )
 
 
@@ -171,6 +175,7 @@ def _serving_metrics(
     closed_loop,
     decode_cost,
     means_only,
+    quadrature_nodes,
 ):
     return _serving_metrics_impl(
         model,
@@ -184,6 +189,7 @@ def _serving_metrics(
         closed_loop=closed_loop,
         decode_cost=decode_cost,
         means_only=means_only,
+        quadrature_nodes=quadrature_nodes,
     )
 
 
@@ -201,6 +207,7 @@ def _serving_metrics_impl(
     corrections=None,
     decode_cost: DecodeCost | None = None,
     means_only: bool = False,
+    quadrature_nodes: tuple[int, int] = (PROMPT_NODES, OUTPUT_NODES),
 ) -> ServingMetrics:
     config = EngineConfig(
         chunked_prefill=chunked_prefill,
@@ -220,6 +227,7 @@ def _serving_metrics_impl(
         ca2=ca2,
         corrections=corrections,
         temperature=temperature,
+        nodes=quadrature_nodes,
     )
 
     def run(rate, means_only=means_only):

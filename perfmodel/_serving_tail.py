@@ -136,6 +136,8 @@ class LoadPoint(eqx.Module):
         ca2: squared CV of one replica's inter-arrival gaps.
         corrections: ``CORRECTIONS``-shaped discrepancy terms (None = ``CORRECTIONS``).
         temperature: smoothing of the hard min/max laws (static; 0 = exact).
+        nodes: equal-probability (prompt, output) length nodes of the quadrature (static); the
+            search evaluates the same laws on fewer (``optimize.SEARCH_NODES``).
     """
 
     model: ModelSpec
@@ -148,6 +150,7 @@ class LoadPoint(eqx.Module):
     ca2: Array
     corrections: Array | None = None
     temperature: float = eqx.field(static=True, default=0.0)
+    nodes: tuple[int, int] = eqx.field(static=True, default=(PROMPT_NODES, OUTPUT_NODES))
 
 
 def open_loop(point: LoadPoint, rate, means_only=False):
@@ -176,9 +179,11 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     # prompts longer than max_model_len are rejected (vLLM): the engine serves the truncated law
     p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, deployment.max_model_len)
     accept, p_mean, p_var = truncated_lognormal(*p_args)
-    p_nodes = prompt_nodes(*p_args[:2], PROMPT_NODES, deployment.max_model_len)
+    p_nodes = prompt_nodes(*p_args[:2], point.nodes[0], deployment.max_model_len)
     tail = tail_ratio(p_nodes, p_var)
-    o_nodes = lognormal_nodes(workload.output_tokens_mean, workload.output_tokens_cv, OUTPUT_NODES)
+    o_nodes = lognormal_nodes(
+        workload.output_tokens_mean, workload.output_tokens_cv, point.nodes[1]
+    )
     offered, rate = rate, rate * accept
     s = steady_state(
         model,

@@ -24,6 +24,8 @@ from ._queueing import (
 )
 from ._serving import (
     CORRECTIONS as CORRECTIONS,
+    OUTPUT_NODES as OUTPUT_NODES,
+    PROMPT_NODES as PROMPT_NODES,
     QUANTILES as QUANTILES,
     QUEUEING_CODE as QUEUEING_CODE,
     Percentiles as Percentiles,

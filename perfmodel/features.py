@@ -11,7 +11,9 @@ from ._disagg import (
 )
 from ._disagg_load import (
     DisaggregationPercentiles as DisaggregationPercentiles,
+    SplitServing as SplitServing,
     disaggregation_percentiles as disaggregation_percentiles,
+    split_serving as split_serving,
 )
 from ._expert import (
     ExpertParallelStep as ExpertParallelStep,

@@ -3,7 +3,9 @@ with moderate outputs but losing for short prompts (same 8 GPUs either way)."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from perfmodel import (
     Deployment,
@@ -253,3 +255,47 @@ def test_prefill_pool_wait_is_the_packing_mg1_one():
     e_r = 0.6 * d_s / 2.0
     w_s = e_r / (1.0 - 0.6 * m_s / d_s) + 0.6 / d_s * e_r * m_s
     assert mean_ttft(4 * 0.6 / d_s) - mean_ttft(4e-9 / d_s) == pytest.approx(w_s, rel=1e-6)
+
+
+def _split(rate, cost=None, prompt=2000.0, output=256.0, pools=4):
+    from perfmodel._workload import Workload
+    from perfmodel.features import split_serving
+
+    wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=prompt, output_tokens_mean=output)
+    dep = Deployment.create(replicas=pools)
+    return split_serving(LLAMA8B, wl, prefill=(H100, dep, EFF), decode=(H100, dep, EFF), cost=cost)
+
+
+def test_split_serving_speculative_decode_pool_emits_e_tokens_per_iteration():
+    """MTP heads, k = 3 at alpha = 0.8: E = (1 - 0.8^4) / (1 - 0.8) = 2.952 tokens per
+    iteration.  At a vanishing rate a request decodes alone (batch 1 + n, n -> 0), so its mean
+    TPOT is one draft + verify iteration at batch 1 over E, and the speculative pool's TPOT is
+    below the plain one's (the verify pass reads the weights once for 4 tokens)."""
+    from perfmodel.dynamics import DecodeCost, decode_iteration_s
+
+    cost = DecodeCost(draft_tokens=3.0, acceptance=0.8, speculative=True)
+    e_step = (1.0 - 0.8**4) / (1.0 - 0.8)
+    assert float(cost.tokens_per_step()) == pytest.approx(e_step, rel=1e-12)
+    spec, plain = _split(1e-6, cost), _split(1e-6)
+    ctx = 2000.0 + 255.0 / 2.0
+    dep = Deployment.create(replicas=4)
+    one = float(decode_iteration_s(LLAMA8B, H100, dep, EFF, cost, decode_seqs=1.0, decode_context=ctx))
+    assert float(spec.tpot_s[0]) == pytest.approx(one / e_step, rel=1e-4)
+    assert float(spec.tpot_s[0]) < 0.6 * float(plain.tpot_s[0])
+    assert bool(spec.stable) and bool(plain.stable)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(0.5, 60.0), st.floats(1.05, 3.0))
+def test_split_serving_utilization_grows_with_load_and_overload_is_inf(rate, factor):
+    lo, hi = _split(rate), _split(rate * factor)
+    assert float(hi.utilization) > float(lo.utilization) > 0.0
+    for m in (lo, hi):
+        if bool(m.stable):
+            assert float(m.utilization) < 1.0 and np.all(np.isfinite(np.asarray(m.ttft_s)))
+            assert float(m.ttft_s[2]) >= float(m.ttft_s[1]) > 0.0
+        else:  # the first token never comes; the decode pool's TPOT is its own (inf if it is
+            # the overloaded pool)
+            assert np.all(np.isinf(np.asarray(m.ttft_s))) and np.all(np.isinf(np.asarray(m.e2e_s)))
+    flooded = _split(1e4)
+    assert not bool(flooded.stable) and np.all(np.isinf(np.asarray(flooded.tpot_s)))

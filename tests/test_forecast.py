@@ -7,7 +7,7 @@ import pytest
 from demand_files import write_demand
 from optimize_problems import small_problem
 
-from optimize import KNOBS, DemandError, forecast_gpus, read_demand
+from optimize import KNOBS, DemandError, forecast_gpus, make_problem, read_demand
 from optimize._forecast import DemandPeriod, replicas_per_draw
 
 
@@ -72,3 +72,29 @@ def test_replicas_per_draw_is_the_first_count_that_holds():
     assert reps.min() >= 1
     more = np.asarray(replicas_per_draw(problem, config, rates * 2))
     assert np.all(more >= reps)
+
+
+def test_forecast_counts_agree_with_the_optimizer_on_a_chunked_config():
+    """At the problem's own rate, the share of draws whose forecast count is <= R is the
+    optimizer's SLO probability at R replicas, for a configuration whose prefill chunk (256
+    tokens of the 2,048 budget) is not the budget: both read the configuration's chunk."""
+    from optimize._evaluate import slo_probability
+
+    problem = small_problem(max_replicas=16, num_draws=16, slo_tpot_p95_s=0.08)
+    grid = problem.grid._replace(chunk_sizes=(0, 256))
+    problem = make_problem(
+        problem.model,
+        ("h100-sxm",),
+        problem.workload,
+        slo_ttft_p95_s=0.25,
+        slo_tpot_p95_s=0.08,
+        grid=grid,
+        num_draws=16,
+    )
+    config = np.zeros(len(KNOBS), dtype=np.int32)
+    config[KNOBS.index("chunk_size")] = 1
+    rates = jnp.full((16,), float(problem.workload.arrival_rate_per_s))
+    reps = np.asarray(replicas_per_draw(problem, jnp.asarray(config), rates))
+    for r in (1, 2, 4):
+        p = float(slo_probability(problem, jnp.asarray(config), float(r)))
+        assert np.mean(reps <= r) == pytest.approx(p)

@@ -1,5 +1,5 @@
-"""Every kind of answer is checked: the split verdict calls ``disaggregation_percentiles`` with
-p x replicas prefill and d x replicas decode engines (the wiring, recorded without compiling the
+"""Every kind of answer is checked: the split verdict calls ``split_serving`` with
+p x replicas prefill and d x replicas decode engines (and the speculative choice's decode cost) (the wiring, recorded without compiling the
 closed form), and ``--simulate`` runs the colocated, speculative or two-pool simulator (small N:
 seconds)."""
 
@@ -58,45 +58,52 @@ def _config(spec=0, pool=0, prefill_gpu=0):
 
 
 class _Recorded:
-    """What ``disaggregation_percentiles`` was called with, packed into its outputs."""
+    """What ``split_serving`` was called with, packed into its outputs."""
 
-    def __init__(self, model, efficiency, workload, *, colocated, prefill, decode, **kw):
-        (hw_p, dep_p), (hw_d, dep_d) = prefill, decode
-        bw, eff_p, eff_d = (
-            kw["transfer_bytes_per_s"],
-            kw["prefill_efficiency"],
-            kw["decode_efficiency"],
-        )
-        self.split_ttft_s = jnp.stack([bw * 0, dep_p.replicas, dep_d.replicas, bw])
-        self.split_tpot_s = jnp.stack(
+    def __init__(self, model, workload, *, prefill, decode, cost, **kw):
+        (hw_p, dep_p, eff_p), (hw_d, dep_d, eff_d) = prefill, decode
+        bw = kw["transfer_bytes_per_s"]
+        k = jnp.asarray(0.0) if cost is None else cost.draft_tokens
+        alpha = jnp.asarray(0.0) if cost is None else cost.acceptance
+        self.ttft_s = jnp.stack([bw * 0, dep_p.replicas, dep_d.replicas, bw])
+        self.tpot_s = jnp.stack(
             [
                 bw * 0,
                 eff_d.bandwidth_fraction,
                 eff_p.bandwidth_fraction,
                 hw_d.hbm_bytes,
                 hw_p.hbm_bytes,
+                k,
+                alpha,
             ]
         )
+        self.utilization = bw * 0
+        self.seats = bw * 0 + 1.0
 
 
-def test_split_verdict_calls_disaggregation_percentiles_with_p_and_d_engines(problem, monkeypatch):
+@pytest.mark.parametrize("spec", [0, 1])
+def test_split_verdict_calls_split_serving_with_p_and_d_engines(problem, monkeypatch, spec):
     """Pool split 2:1, 3 replica units, prefill on l40s, decode on h100: 6 prefill engines and 3
     decode engines, the l40s network for the hand-off, and each pool its own GPU's efficiency
-    draw (the l40s draws are made to differ from the h100's, which the prior draws equal)."""
-    config = _config(pool=1, prefill_gpu=1)
-    assert kind_of(problem, config) == "split" and "disaggregation" in VERDICT_MODELS["split"]
+    draw (the l40s draws are made to differ from the h100's, which the prior draws equal); with
+    speculation the decode pool's cost carries the choice's k = 3 and alpha = 0.8."""
+    config = _config(spec=spec, pool=1, prefill_gpu=1)
+    kind = "split_speculative" if spec else "split"
+    assert kind_of(problem, config) == kind and "split_serving" in VERDICT_MODELS[kind]
     bw_frac = problem.efficiency.bandwidth_fraction
     two_gpus = eqx.tree_at(
         lambda p: p.efficiency.bandwidth_fraction, problem, bw_frac.at[1].multiply(0.5)
     )
-    monkeypatch.setattr(verify, "disaggregation_percentiles", _Recorded)
+    monkeypatch.setattr(verify, "split_serving", _Recorded)
     fresh = eqx.filter_jit(verify._split.__wrapped__)  # not the compiled closed form
-    m = fresh(two_gpus, jnp.asarray(config[None]), jnp.asarray([3.0]))
+    m = fresh(two_gpus, jnp.asarray(config[None]), jnp.asarray([3.0]), bool(spec))
     h100, l40s = load_hardware("h100-sxm"), load_hardware("l40s")
     np.testing.assert_allclose(m.ttft_quantiles_s[0, 1], [6.0, 3.0, l40s.internode_bytes_per_s])
     decode_draw, prefill_draw = float(bw_frac[0, 1]), 0.5 * float(bw_frac[1, 1])
     np.testing.assert_allclose(
-        m.tpot_quantiles_s[0, 1], [decode_draw, prefill_draw, h100.hbm_bytes, l40s.hbm_bytes]
+        m.tpot_quantiles_s[0, 1],
+        [decode_draw, prefill_draw, h100.hbm_bytes, l40s.hbm_bytes]
+        + ([3.0, 0.8] if spec else [0.0, 0.0]),
     )
 
 
