@@ -15,7 +15,9 @@ Both are pure functions of the spec pytrees, exact at ``temperature == 0`` and s
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtr, ndtri
 
 from perfmodel import (
     Deployment,
@@ -31,7 +33,16 @@ from perfmodel._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
 
 Array = jnp.ndarray
 
-from perfmodel.dynamics import Workload, serving_metrics
+from perfmodel.dynamics import (
+    QUANTILES,
+    Workload,
+    kingman_wait_s,
+    lognormal_nodes,
+    replica_arrival_scv,
+    saturated_batch,
+    serving_metrics,
+    wait_quantile_s,
+)
 
 TAIL_PROBABILITY = 0.05
 """p95: the waiting-time tail P(W > t) = rho * exp(-t / W_cond) is solved at this probability."""
@@ -84,10 +95,12 @@ def iteration_s(
     prefill_tokens,
     tokens_per_prefill_seq,
     context,
+    prefill_context=0.0,
     temperature=0.0,
 ):
     """One engine iteration: ``n_decode`` sequences decode (each verifying k draft tokens under
-    ``spec``) beside ``prefill_tokens`` prompt tokens in pieces of ``tokens_per_prefill_seq``.
+    ``spec``) beside ``prefill_tokens`` prompt tokens in pieces of ``tokens_per_prefill_seq``,
+    each piece attending ``prefill_context`` earlier tokens of its prompt.
 
     The k verification tokens per sequence are charged as extra new tokens of the same pieces
     (their GEMM FLOPs exact; the context KV is read once, by the sequence's decode slot); the
@@ -103,6 +116,7 @@ def iteration_s(
         efficiency,
         prefill_tokens=new,
         prefill_seqs=new / per_seq,
+        prefill_context=prefill_context,
         decode_seqs=n_decode,
         decode_context=context,
         temperature=temperature,
@@ -118,12 +132,6 @@ def iteration_s(
         / spec.draft_model.num_layers
     )
     return t + k * jnp.where(spec.draft_is_mtp, mtp, draft.total_s)
-
-
-def p95_prefills(in_flight: Array) -> Array:
-    """Prefills sharing an iteration at the 95th percentile: the tagged one plus a Poisson count
-    of mean ``in_flight`` at its normal-approximation 95 % point (L + 1.645 sqrt(L))."""
-    return 1.0 + in_flight + 1.645 * jnp.sqrt(jnp.maximum(in_flight, 0.0))
 
 
 def queue_waits(
@@ -147,6 +155,101 @@ def little_batch(
     return jnp.clip(lam * tokens * intercept / denom, 0.0, n_max), slope, intercept
 
 
+TPOT_OUTPUT_NODES = 4
+"""Equal-probability output-length nodes of the search model's TPOT mixture (short outputs have
+the widest per-request TPOT)."""
+
+
+def ttft_quantiles(
+    own_s: Array,
+    packed_s: Array,
+    carry_s: Array,
+    decode_s: Array,
+    decode_batch: Array,
+    rate: Array,
+    arrival_scv: Array,
+    workload: Workload,
+) -> Array:
+    """(p50, p95, p99) of TTFT by ``perfmodel``'s law (``_serving_tail``, first order): the
+    residual of the iteration in flight + the prefill server's wait + the prompt's own prefill.
+
+    The prefill server serves a prompt in its own chunk iterations (``own_s``) or, while a backlog
+    lasts (probability rho), packed into full-budget iterations (``packed_s`` per prompt), so
+    rho = lambda (rho packed + (1 - rho) own), i.e. rho = lambda own / (1 - lambda (packed - own));
+    its wait is Kingman's, rho / (1 - rho) (c_a^2 + c_P^2) / 2 E[S] (service proportional to the
+    prompt, CV c_P), with the tail P(W > t) = rho exp(-t rho / W).  An arrival waits out the
+    iteration in flight while decodes keep the engine iterating (P = 1 - exp(-n)): half a
+    decode-only one, or with probability rho half a chunk-carrying one.  Quantile q adds the
+    wait's q-quantile to the own prefill of the prompt at its q-quantile (an upper bound: the
+    parts' quantiles added); ``inf`` when rho >= 1."""
+    rho = rate * own_s / jnp.maximum(1.0 - rate * (packed_s - own_s), 1e-9)
+    ok = (rho < 1.0) & (rho >= 0.0)
+    rho_s = jnp.where(ok, rho, 0.5)
+    service = rho_s / jnp.maximum(rate, 1e-30)
+    cp2 = jnp.square(workload.prompt_tokens_cv)
+    wait = kingman_wait_s(rho_s, arrival_scv, cp2, service)
+    residual = -jnp.expm1(-decode_batch) * ((1.0 - rho_s) * decode_s + rho_s * carry_s) / 2.0
+    qs = jnp.asarray(QUANTILES)
+    sigma = jnp.sqrt(jnp.log1p(cp2))
+    prompt_ratio = jnp.exp(-jnp.square(sigma)[..., None] / 2.0 + sigma[..., None] * ndtri(qs))
+    out = (
+        residual[..., None]
+        + own_s[..., None] * prompt_ratio
+        + wait_quantile_s(rho_s[..., None], wait[..., None], qs)
+    )
+    return jnp.where(ok[..., None], out, jnp.inf)
+
+
+def tpot_quantiles(
+    gap_s: Array,
+    prompt_work_s: Array,
+    rate: Array,
+    arrival_scv: Array,
+    workload: Workload,
+    tokens_per_step: Array,
+) -> Array:
+    """(p50, p95, p99) of a request's TPOT, its mean gap over its (O - 1) / E decode iterations,
+    by ``perfmodel``'s law (``_serving_tail``, first order): the prompts whose prefill work Delta
+    lands in those gaps stall it, a compound-Poisson sum with
+    Var = c_a^2 lambda TPOT E[Delta^2] / (m (1 - u)^2), m = max((O - 1) / E, 1) its iterations,
+    u = lambda E[Delta] the prefill share of the engine's time, E[Delta^2] = E[Delta]^2 (1 + c_P^2)
+    (work proportional to the prompt); the quantiles of the equal-weight lognormal mixture over
+    ``TPOT_OUTPUT_NODES`` output lengths, per token (/ E)."""
+    u = jnp.clip(rate * prompt_work_s, 0.0, 0.95)
+    work2 = jnp.square(prompt_work_s) * (1.0 + jnp.square(workload.prompt_tokens_cv))
+    outputs = lognormal_nodes(
+        workload.output_tokens_mean, workload.output_tokens_cv, TPOT_OUTPUT_NODES
+    )
+    iterations = jnp.maximum((outputs - 1.0) / tokens_per_step, 1.0)
+    var = arrival_scv * rate * gap_s * work2 / (iterations * jnp.square(1.0 - u))
+    return _mixture_quantiles(gap_s, var) / tokens_per_step
+
+
+QUANTILE_GRID = 64
+"""Log-spaced points on which the search model's TPOT mixture CDF is tabulated (one vectorised
+evaluation instead of a bisection loop; quantiles by interpolation, error ~0.1 sd)."""
+
+
+def _mixture_quantiles(mean: Array, variances: Array) -> Array:
+    """(p50, p95, p99) of an equal-weight mixture of lognormals of one ``mean`` and the given
+    ``variances`` (last axis): the CDF on ``QUANTILE_GRID`` points spanning [-3, 4] sd of the
+    widest component, inverted by linear interpolation in log t."""
+    m = jnp.maximum(mean, 1e-30)[..., None]
+    s2 = jnp.log1p(jnp.maximum(variances, 0.0) / jnp.square(m))
+    mu, sd = jnp.log(m) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, 1e-12))
+    widest = jnp.max(sd, axis=-1, keepdims=True)
+    log_t = jnp.log(m) + widest * jnp.linspace(-3.0, 4.0, QUANTILE_GRID)
+    cdf = jnp.mean(ndtr((log_t[..., :, None] - mu[..., None, :]) / sd[..., None, :]), axis=-1)
+
+    def invert(c, x):
+        return jnp.interp(jnp.asarray(QUANTILES), c, x)
+
+    flat = invert
+    for _ in range(cdf.ndim - 1):
+        flat = jax.vmap(flat)
+    return jnp.exp(flat(cdf, log_t))
+
+
 def slo_metrics(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -167,9 +270,10 @@ def slo_metrics(
     plus the prefill tokens that keep up with them (at most B).  The operating batch solves
     Little's law n = lambda (O / E) t(n) with t affine between n = 1 and n_max.  Prefills in
     flight L = lambda ceil(I / c) t_c share an iteration: the p95 iteration carries
-    min(B, min(I, c) * (1 + L + 1.645 sqrt L)) prompt tokens; TPOT p95 is that iteration / E and
-    TTFT p95 = ceil(I / c) such iterations plus the Pollaczek-Khinchine / Kingman wait's tail at
-    ``TAIL_PROBABILITY``.
+    min(B, min(I, c) * (1 + L + 1.645 sqrt L)) prompt tokens, and TTFT p95 = ceil(I / c) such
+    iterations plus the Pollaczek-Khinchine / Kingman wait's tail at ``TAIL_PROBABILITY``.  TPOT
+    is a request's mean gap, t(n) / E, spread by the prefill work landing in its own gaps
+    (``tpot_quantiles``), at most that p95 iteration / E.
     """
     lam = workload.arrival_rate_per_s / deployment.replicas
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
@@ -180,7 +284,7 @@ def slo_metrics(
     concurrent = max_concurrent_requests(model, hardware, deployment, i_len + o_len, temperature)
     n_max = jnp.maximum(smooth_min(concurrent, deployment.max_num_seqs, temperature), 1.0)
 
-    def iteration(n_decode, prefill_tokens, per_seq):
+    def iteration(n_decode, prefill_tokens, per_seq, prefill_context):
         return iteration_s(
             model,
             hardware,
@@ -191,33 +295,57 @@ def slo_metrics(
             prefill_tokens=prefill_tokens,
             tokens_per_prefill_seq=per_seq,
             context=context,
+            prefill_context=prefill_context,
             temperature=temperature,
         )
 
-    # the full and the one-sequence iteration through one (vectorised) step evaluation
+    # the saturated and the one-sequence iteration through one (vectorised) step evaluation
+    steps = o_len / e
+    n_full, prefill_full = saturated_batch(budget, i_len, steps, n_max, temperature)
     t_full, t_one = iteration(
-        jnp.stack(jnp.broadcast_arrays(n_max, 1.0)),
-        jnp.stack(
-            jnp.broadcast_arrays(
-                smooth_min(n_max * e * i_len / o_len, budget, temperature), e * i_len / o_len
-            )
-        ),
+        jnp.stack(jnp.broadcast_arrays(n_full, 1.0)),
+        jnp.stack(jnp.broadcast_arrays(prefill_full, i_len / steps)),
         i_len,
+        i_len / 2.0,
     )
-    mu = smooth_min(n_max * e / o_len, budget / i_len, temperature) / t_full
+    mu = n_full / (steps * t_full)
     rho = lam / mu
     stable = rho < 1.0
-    n_op, slope, intercept = little_batch(lam, o_len / e, t_one, t_full, n_max, stable)
+    n_op, slope, intercept = little_batch(lam, steps, t_one, t_full, n_full, stable)
 
     c_eff = smooth_min(i_len, chunk, temperature)
     chunks = smooth_ceil(i_len / chunk, temperature)
-    in_flight = lam * chunks * iteration(n_op, c_eff, c_eff)
-    p95_tokens = smooth_min(c_eff * p95_prefills(in_flight), budget, temperature)
-    t_chunk = iteration(n_op, p95_tokens, c_eff)
-    waits = queue_waits(rho, mu, workload.interarrival_cv, workload.output_tokens_cv**2, stable)
-    ttft = jnp.where(stable, chunks * t_chunk + waits, jnp.inf)
+    # the operating batch's iteration with one prompt's chunk (at the mean context of its
+    # chunks), without, and with a full budget of prefill
+    t_with, t_dec, t_budget = iteration(
+        n_op,
+        jnp.stack(jnp.broadcast_arrays(c_eff, 0.0, budget)),
+        c_eff,
+        jnp.maximum(i_len - c_eff, 0.0) / 2.0,
+    )
+    own = chunks * t_with
+    ttft = ttft_quantiles(
+        own,
+        i_len / budget * t_budget,
+        t_with,
+        t_dec,
+        n_op,
+        lam,
+        replica_arrival_scv(workload.interarrival_cv, deployment.replicas),
+        workload,
+    )
+    ttft = jnp.where(stable & jnp.all(jnp.isfinite(ttft)), ttft, jnp.inf)
     t_mean = intercept + slope * n_op
-    tpot = jnp.where(stable, jnp.stack([t_mean, t_chunk, t_chunk]) / e, jnp.inf)
+    tpot_q = tpot_quantiles(
+        t_mean,
+        chunks * jnp.maximum(t_with - t_dec, 0.0),
+        lam,
+        replica_arrival_scv(workload.interarrival_cv, deployment.replicas),
+        workload,
+        e,
+    )
+    # a request's mean gap is at most that of iterations all carrying a full budget
+    tpot = jnp.where(stable, jnp.minimum(tpot_q, jnp.maximum(t_budget, t_mean) / e), jnp.inf)
     return SloMetrics(
         ttft_p95_s=ttft[1],
         tpot_p95_s=tpot[1],
@@ -228,6 +356,27 @@ def slo_metrics(
     )
 
 
+MAX_MODEL_LEN_STEP = 1024
+"""``served_max_model_len`` rounds up to a multiple of this many tokens."""
+
+
+def served_max_model_len(workload: Workload, default: float = 8192.0) -> Array:
+    """The engine context that serves every request of ``workload`` (the optimiser's load is all
+    of it: an engine rejects prompts past ``max_model_len``): the larger of ``default`` (the
+    ``perfmodel.Deployment`` one) and the prompt's 99.9th plus the output's 99th lognormal
+    percentile, rounded up to ``MAX_MODEL_LEN_STEP``."""
+
+    def quantile(mean, cv, q):
+        s2 = jnp.log1p(jnp.square(cv))
+        return mean * jnp.exp(-s2 / 2.0 + jnp.sqrt(s2) * ndtri(q))
+
+    longest = quantile(workload.prompt_tokens_mean, workload.prompt_tokens_cv, 0.999) + quantile(
+        workload.output_tokens_mean, workload.output_tokens_cv, 0.99
+    )
+    step = MAX_MODEL_LEN_STEP
+    return jnp.maximum(jnp.asarray(default), jnp.ceil(longest / step) * step)
+
+
 def serving_slo_metrics(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -235,10 +384,20 @@ def serving_slo_metrics(
     efficiency: Efficiency,
     workload: Workload,
     temperature: float = 0.0,
+    *,
+    chunk_tokens: Array | None = None,
 ) -> SloMetrics:
     """The verdict model: ``perfmodel.dynamics.serving_metrics`` (chunked prefill at the token
-    budget) as ``SloMetrics``."""
-    m = serving_metrics(model, hardware, deployment, efficiency, workload, temperature=temperature)
+    budget, ``chunk_tokens`` per sequence) as ``SloMetrics``."""
+    m = serving_metrics(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        workload,
+        temperature=temperature,
+        chunk_tokens=chunk_tokens,
+    )
     concurrent = max_concurrent_requests(
         model,
         hardware,

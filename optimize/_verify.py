@@ -42,7 +42,7 @@ from ._grid import (
     grid_tables,
     one_hot_weights,
 )
-from ._metrics import SloMetrics, serving_slo_metrics
+from ._metrics import SloMetrics, served_max_model_len, serving_slo_metrics
 from ._problem import Problem
 
 VERIFY_FACTORS = (0.5, 1.0, 1.5, 2.0)
@@ -74,12 +74,14 @@ def kind_of(problem: Problem, config) -> str:
 
 
 def _engine(problem: Problem, config, replicas):
-    """(hardware, deployment at the config's chunk, efficiency draws) of one colocated engine."""
+    """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``; its
+    context admits every request of the workload (``served_max_model_len``)."""
     tables = grid_tables(problem.grid)
     w = one_hot_weights(config, problem.grid)
     dep = deployment_from_weights(w, tables, replicas)
-    dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, dep, chunk_from_weights(w, tables))
-    return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU])
+    dep = eqx.tree_at(lambda d: d.max_model_len, dep, served_max_model_len(problem.workload))
+    chunk = chunk_from_weights(w, tables)
+    return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU]), chunk
 
 
 def _open_loop(problem: Problem) -> Problem:
@@ -90,9 +92,9 @@ def _open_loop(problem: Problem) -> Problem:
 
 
 def _per_draw(problem: Problem, configs, replicas, fn):
-    """``fn(hardware, deployment, efficiency)`` per (row, draw) under one flat ``vmap`` over
-    rows x draws (one batching level: half the tracing of nested maps)."""
-    hw, dep, eff = jax.vmap(lambda c, r: _engine(problem, c, r))(configs, replicas)
+    """``fn(hardware, deployment, efficiency, chunk)`` per (row, draw) under one flat ``vmap``
+    over rows x draws (one batching level: half the tracing of nested maps)."""
+    hw, dep, eff, chunk = jax.vmap(lambda c, r: _engine(problem, c, r))(configs, replicas)
     rows, draws = configs.shape[0], problem.num_draws
 
     def rep(x):
@@ -102,6 +104,7 @@ def _per_draw(problem: Problem, configs, replicas, fn):
         jax.tree_util.tree_map(rep, hw),
         jax.tree_util.tree_map(rep, dep),
         jax.tree_util.tree_map(lambda x: x.reshape((rows * draws,) + x.shape[2:]), eff),
+        rep(chunk),
     )
     return jax.tree_util.tree_map(lambda x: x.reshape((rows, draws) + x.shape[1:]), out)
 
@@ -114,7 +117,9 @@ def _colocated(problem: Problem, configs, replicas) -> SloMetrics:
         problem,
         configs,
         replicas,
-        lambda hw, dep, e: serving_slo_metrics(problem.model, hw, dep, e, problem.workload),
+        lambda hw, dep, e, chunk: serving_slo_metrics(
+            problem.model, hw, dep, e, problem.workload, chunk_tokens=chunk
+        ),
     )
 
 
@@ -126,7 +131,7 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
     wl = problem.workload
 
     def one(c, r):
-        hw, dep, eff = _engine(problem, c, r)
+        hw, dep, eff, chunk = _engine(problem, c, r)
         k, alpha = ks[c[SPEC]], problem.spec_acceptance[c[SPEC]]
         seats = max_concurrent_requests(
             problem.model, hw, dep, wl.prompt_tokens_mean + wl.output_tokens_mean
@@ -142,6 +147,7 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
                 draft_tokens=k,
                 acceptance=alpha,
                 draft_model=None if mtp else problem.draft_model,
+                chunk_tokens=chunk,
             )
             return SloMetrics(
                 ttft_p95_s=f.ttft_s[2],
@@ -168,7 +174,7 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
     wl = problem.workload
 
     def one(c, r):
-        hw_d, dep, eff_d = _engine(problem, c, r)
+        hw_d, dep, eff_d, _ = _engine(problem, c, r)
         w = one_hot_weights(c, problem.grid)
         hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
         eff_p = mix_gpu(problem.efficiency, w[PREFILL_GPU])

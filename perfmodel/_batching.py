@@ -200,6 +200,23 @@ def prefill_budget_tokens(
     return jnp.broadcast_to(b, jnp.shape(jnp.asarray(decode_seqs)))
 
 
+def saturated_batch(
+    budget_tokens: ArrayLike,
+    prompt_tokens: ArrayLike,
+    decode_steps: ArrayLike,
+    seats: ArrayLike,
+    temperature: float = 0.0,
+) -> tuple[Array, Array]:
+    """(decodes n_d, prefill tokens n_p) of a full chunked iteration serving requests of
+    ``prompt_tokens`` P and ``decode_steps`` s decode iterations each: the budget B splits in the
+    ratio the requests need, n_d / n_p = s / P, so n_d = min(B s / (P + s), seats) and
+    n_p = n_d P / s (every running request decodes once per iteration; a request completes every
+    s of its iterations)."""
+    p, steps = jnp.asarray(prompt_tokens), jnp.asarray(decode_steps)
+    n_d = smooth_min(jnp.asarray(budget_tokens) * steps / (p + steps), seats, temperature)
+    return n_d, n_d * p / steps
+
+
 def saturated_output_tokens_per_s(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -223,10 +240,8 @@ def saturated_output_tokens_per_s(
     o = jnp.asarray(output_tokens)
     e = cost.tokens_per_step()
     steps = o / e if cost.speculative else o
-    b = deployment.max_num_batched_tokens
     seats = seat_capacity(model, hardware, deployment, p + o / 2.0, temperature)
-    n_d = smooth_min(b * steps / (p + steps), seats, temperature)
-    n_p = n_d * p / steps
+    n_d, n_p = saturated_batch(deployment.max_num_batched_tokens, p, steps, seats, temperature)
     t = decode_iteration_s(
         model,
         hardware,

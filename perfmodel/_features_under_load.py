@@ -113,8 +113,10 @@ def speculative_serving_metrics(
     acceptance: ArrayLike,
     draft_model: ModelSpec | None = None,
     chunked_prefill: bool = True,
+    chunk_tokens: ArrayLike | None = None,
 ) -> LoadedFeature:
-    """Percentiles with speculative decoding (see module docstring)."""
+    """Percentiles with speculative decoding (see module docstring); ``chunk_tokens``: the
+    per-sequence prefill chunk (None: the token budget)."""
     from ._serving import serving_metrics
 
     cost = DecodeCost(
@@ -130,6 +132,7 @@ def speculative_serving_metrics(
         efficiency,
         workload,
         chunked_prefill=chunked_prefill,
+        chunk_tokens=chunk_tokens,
         decode_cost=cost,
     )
     return _loaded(m, cost.tokens_per_step())

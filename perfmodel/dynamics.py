@@ -10,6 +10,7 @@ from ._batching import (
     decode_iteration_s as decode_iteration_s,
     iteration_s as iteration_s,
     prefill_budget_tokens as prefill_budget_tokens,
+    saturated_batch as saturated_batch,
     saturated_output_tokens_per_s as saturated_output_tokens_per_s,
     seat_capacity as seat_capacity,
 )
@@ -18,7 +19,9 @@ from ._queueing import (
     ggc_wait_probability as ggc_wait_probability,
     kingman_wait_s as kingman_wait_s,
     lognormal_mixture_quantile as lognormal_mixture_quantile,
+    lognormal_nodes as lognormal_nodes,
     mg1_wait_s as mg1_wait_s,
+    replica_arrival_scv as replica_arrival_scv,
     wait_plus_quantile_s as wait_plus_quantile_s,
     wait_quantile_s as wait_quantile_s,
 )
