@@ -126,8 +126,8 @@ def main() -> None:
     for spec in problems:
         ratios, agree, n = compare(_problem(spec, draws))
         cells = []
-        for k in pooled:
-            pooled[k].append(ratios[k])
+        for k, seen in pooled.items():
+            seen.append(ratios[k])
             q = np.percentile(ratios[k], [50, 10, 90]) if n else [np.nan] * 3
             cells.append(f"{q[0]:.2f} ({q[1]:.2f}-{q[2]:.2f})")
         label = f"{spec[0].split('/')[-1]} {spec[1]} {spec[2]:g}/s {spec[3]:g}/{spec[4]:g}"

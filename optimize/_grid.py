@@ -162,7 +162,11 @@ def one_hot_weights(config: jnp.ndarray, grid: Grid) -> tuple[jnp.ndarray, ...]:
 
 
 def _log_mix(w: jnp.ndarray, values: jnp.ndarray) -> jnp.ndarray:
-    return jnp.exp2(w @ jnp.log2(values))
+    """2^(w . log2 values); the choice itself at one-hot ``w`` (XLA's exp2 is not exact at
+    integers: 2^13 came back as 8191.99999999998, and a prompt of exactly one budget then took
+    ceil(1 + 2e-15) = 2 chunks)."""
+    exact = jnp.max(w, axis=-1) >= 1.0
+    return jnp.where(exact, w @ values, jnp.exp2(w @ jnp.log2(values)))
 
 
 def chunk_from_weights(

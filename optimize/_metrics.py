@@ -38,10 +38,10 @@ from perfmodel.dynamics import (
     Workload,
     kingman_wait_s,
     lognormal_nodes,
+    mg1_conditional_wait_scv,
     replica_arrival_scv,
     saturated_batch,
     serving_metrics,
-    wait_quantile_s,
 )
 
 TAIL_PROBABILITY = 0.05
@@ -177,7 +177,7 @@ def ttft_quantiles(
     lasts (probability rho), packed into full-budget iterations (``packed_s`` per prompt), so
     rho = lambda (rho packed + (1 - rho) own), i.e. rho = lambda own / (1 - lambda (packed - own));
     its wait is Kingman's, rho / (1 - rho) (c_a^2 + c_P^2) / 2 E[S] (service proportional to the
-    prompt, CV c_P), with the tail P(W > t) = rho exp(-t rho / W).  An arrival waits out the
+    prompt, CV c_P), waiting with probability rho, given a wait the Takacs-shifted exponential.  An arrival waits out the
     iteration in flight while decodes keep the engine iterating (P = 1 - exp(-n)): half a
     decode-only one, or with probability rho half a chunk-carrying one.  Quantile q adds the
     wait's q-quantile to the own prefill of the prompt at its q-quantile (an upper bound: the
@@ -192,11 +192,18 @@ def ttft_quantiles(
     qs = jnp.asarray(QUANTILES)
     sigma = jnp.sqrt(jnp.log1p(cp2))
     prompt_ratio = jnp.exp(-jnp.square(sigma)[..., None] / 2.0 + sigma[..., None] * ndtri(qs))
-    out = (
-        residual[..., None]
-        + own_s[..., None] * prompt_ratio
-        + wait_quantile_s(rho_s[..., None], wait[..., None], qs)
+    # given a wait, it is less variable than exponential for less variable prompts (Takacs'
+    # M/G/1 moments, service moments of the lognormal E[S^k] = E[S]^k (1 + c_P^2)^(k(k-1)/2)):
+    # d + Exp(W_cond - d), d = (1 - sqrt(min(c_W^2, 1))) W_cond, as ``perfmodel`` shifts it
+    m = [service**k * (1.0 + cp2) ** (k * (k - 1) / 2) for k in (1, 2, 3)]
+    cw2 = mg1_conditional_wait_scv(rho_s, *m)
+    w_cond = wait / rho_s
+    shift = (1.0 - jnp.sqrt(jnp.clip(cw2, 0.1, 1.0))) * w_cond
+    tail = jnp.log(jnp.maximum(rho_s[..., None] / (1.0 - qs), 1.0))
+    waited = jnp.where(
+        rho_s[..., None] > 1.0 - qs, shift[..., None] + (w_cond - shift)[..., None] * tail, 0.0
     )
+    out = residual[..., None] + own_s[..., None] * prompt_ratio + waited
     return jnp.where(ok[..., None], out, jnp.inf)
 
 
@@ -316,13 +323,17 @@ def slo_metrics(
     c_eff = smooth_min(i_len, chunk, temperature)
     chunks = smooth_ceil(i_len / chunk, temperature)
     # the operating batch's iteration with one prompt's chunk (at the mean context of its
-    # chunks), without, and with a full budget of prefill
-    t_with, t_dec, t_budget = iteration(
+    # chunks), without, with a full budget of prefill, and with the prefill that keeps up with
+    # it; the mean gap is the larger of that and the chord through (1, t_one) and (n, t_full):
+    # the chord is above a convex (dense roofline) step, below a concave one (a MoE step, as
+    # more experts are touched)
+    t_with, t_dec, t_budget, t_op = iteration(
         n_op,
-        jnp.stack(jnp.broadcast_arrays(c_eff, 0.0, budget)),
-        c_eff,
-        jnp.maximum(i_len - c_eff, 0.0) / 2.0,
+        jnp.stack(jnp.broadcast_arrays(c_eff, 0.0, budget, n_op * i_len / steps)),
+        jnp.stack(jnp.broadcast_arrays(c_eff, c_eff, c_eff, i_len)),
+        jnp.stack(jnp.broadcast_arrays(*([jnp.maximum(i_len - c_eff, 0.0) / 2.0] * 3), i_len / 2)),
     )
+    t_mean = jnp.maximum(t_op, intercept + slope * n_op)
     own = chunks * t_with
     ttft = ttft_quantiles(
         own,
@@ -335,7 +346,6 @@ def slo_metrics(
         workload,
     )
     ttft = jnp.where(stable & jnp.all(jnp.isfinite(ttft)), ttft, jnp.inf)
-    t_mean = intercept + slope * n_op
     tpot_q = tpot_quantiles(
         t_mean,
         chunks * jnp.maximum(t_with - t_dec, 0.0),

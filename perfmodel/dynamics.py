@@ -20,6 +20,7 @@ from ._queueing import (
     kingman_wait_s as kingman_wait_s,
     lognormal_mixture_quantile as lognormal_mixture_quantile,
     lognormal_nodes as lognormal_nodes,
+    mg1_conditional_wait_scv as mg1_conditional_wait_scv,
     mg1_wait_s as mg1_wait_s,
     replica_arrival_scv as replica_arrival_scv,
     wait_plus_quantile_s as wait_plus_quantile_s,
