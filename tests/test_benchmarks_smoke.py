@@ -1,0 +1,24 @@
+"""Benchmarks stay runnable: their ``--quick`` modes run to the end and print their table."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_search_agreement_quick_prints_its_table():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_search_agreement.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| problem") and any("pooled" in r for r in rows)
+    pooled = next(r for r in rows if "pooled" in r).split("|")
+    ttft, tpot = (float(cell.split()[0]) for cell in pooled[3:5])
+    assert 0.85 <= ttft <= 1.15 and 0.85 <= tpot <= 1.15
