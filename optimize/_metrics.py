@@ -38,12 +38,15 @@ from perfmodel import (
 from perfmodel._smooth import smooth_ceil, smooth_min
 from perfmodel._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
 
+from ._engine_args import DEFAULT_MAX_MODEL_LEN
+
 Array = jnp.ndarray
 
 from perfmodel.dynamics import (
     QUANTILES,
     Workload,
     kingman_wait_s,
+    lognormal_params,
     lognormal_nodes,
     mg1_conditional_wait_scv,
     replica_arrival_scv,
@@ -197,8 +200,8 @@ def ttft_quantiles(
     wait = kingman_wait_s(rho_s, arrival_scv, cp2, service)
     residual = -jnp.expm1(-decode_batch) * ((1.0 - rho_s) * decode_s + rho_s * carry_s) / 2.0
     qs = jnp.asarray(QUANTILES)
-    sigma = jnp.sqrt(jnp.log1p(cp2))
-    prompt_ratio = jnp.exp(-jnp.square(sigma)[..., None] / 2.0 + sigma[..., None] * ndtri(qs))
+    mu, sigma = lognormal_params(1.0, workload.prompt_tokens_cv)  # the prompt / its mean
+    prompt_ratio = jnp.exp(mu[..., None] + sigma[..., None] * ndtri(qs))
     # given a wait, it is less variable than exponential for less variable prompts (Takacs'
     # M/G/1 moments, service moments of the lognormal E[S^k] = E[S]^k (1 + c_P^2)^(k(k-1)/2)):
     # d + Exp(W_cond - d), d = (1 - sqrt(min(c_W^2, 1))) W_cond, as ``perfmodel`` shifts it
@@ -275,19 +278,19 @@ def slo_metrics(
     chunk_tokens: Array | None = None,
     spec: SpecStep | None = None,
 ) -> SloMetrics:
-    """The search model: step budgets + M/G/1 queue, all replicas sharing the arrivals evenly.
+    """The search model: the load model's first-order laws on ``forward_step`` iterations, all
+    replicas sharing the arrivals evenly.
 
     B = ``max_num_batched_tokens`` (iteration token budget), c = ``chunk_tokens`` (prefill chunk
     per request per iteration, default B), E tokens per decode step (1, or ``spec``'s).
-    Capacity mu = min(n_max E / O, B / I) / t(n_max) requests/s per replica: n_max the
-    KV/``max_num_seqs`` batch, t(n_max) a mixed iteration (Sarathi-Serve) carrying n_max decodes
-    plus the prefill tokens that keep up with them (at most B).  The operating batch solves
-    Little's law n = lambda (O / E) t(n) with t affine between n = 1 and n_max.  Prefills in
-    flight L = lambda ceil(I / c) t_c share an iteration: the p95 iteration carries
-    min(B, min(I, c) * (1 + L + 1.645 sqrt L)) prompt tokens, and TTFT p95 = ceil(I / c) such
-    iterations plus the Pollaczek-Khinchine / Kingman wait's tail at ``TAIL_PROBABILITY``.  TPOT
-    is a request's mean gap, t(n) / E, spread by the prefill work landing in its own gaps
-    (``tpot_quantiles``), at most that p95 iteration / E.
+    Capacity mu = n / ((O / E) t) requests/s per replica at the saturated batch-service iteration
+    (``saturated_batch``: B split between n decodes and the prefill that keeps up with them,
+    n at most the KV/``max_num_seqs`` seats).  The operating batch solves Little's law
+    n = lambda (O / E) t(n) with t affine between n = 1 and the saturated batch; the mean gap is
+    the larger of that chord and the iteration evaluated there.  TTFT: ``ttft_quantiles`` (residual
+    + prefill-server wait + own ceil(I / c) chunk iterations); TPOT: ``tpot_quantiles`` (the mean
+    gap spread by the prefill landing in a request's gaps), at most the gap of full-budget
+    iterations.
     """
     lam = workload.arrival_rate_per_s / deployment.replicas
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
@@ -342,6 +345,7 @@ def slo_metrics(
     )
     t_mean = jnp.maximum(t_op, intercept + slope * n_op)
     own = chunks * t_with
+    ca2 = replica_arrival_scv(workload.interarrival_cv, deployment.replicas)
     ttft = ttft_quantiles(
         own,
         i_len / budget * t_budget,
@@ -349,20 +353,21 @@ def slo_metrics(
         t_dec,
         n_op,
         lam,
-        replica_arrival_scv(workload.interarrival_cv, deployment.replicas),
+        ca2,
         workload,
-    )
-    ttft = jnp.where(stable & jnp.all(jnp.isfinite(ttft)), ttft, jnp.inf)
+    )  # inf where the prefill server saturates
+    ttft = jnp.where(stable[..., None], ttft, jnp.inf)
     tpot_q = tpot_quantiles(
         t_mean,
         chunks * jnp.maximum(t_with - t_dec, 0.0),
         lam,
-        replica_arrival_scv(workload.interarrival_cv, deployment.replicas),
+        ca2,
         workload,
         e,
     )
     # a request's mean gap is at most that of iterations all carrying a full budget
-    tpot = jnp.where(stable, jnp.minimum(tpot_q, jnp.maximum(t_budget, t_mean) / e), jnp.inf)
+    cap = jnp.maximum(t_budget, t_mean) / e
+    tpot = jnp.where(stable[..., None], jnp.minimum(tpot_q, cap[..., None]), jnp.inf)
     return SloMetrics(
         ttft_p95_s=ttft[1],
         tpot_p95_s=tpot[1],
@@ -377,15 +382,15 @@ MAX_MODEL_LEN_STEP = 1024
 """``served_max_model_len`` rounds up to a multiple of this many tokens."""
 
 
-def served_max_model_len(workload: Workload, default: float = 8192.0) -> Array:
+def served_max_model_len(workload: Workload, default: float = DEFAULT_MAX_MODEL_LEN) -> Array:
     """The engine context that serves every request of ``workload`` (the optimiser's load is all
     of it: an engine rejects prompts past ``max_model_len``): the larger of ``default`` (the
     ``perfmodel.Deployment`` one) and the prompt's 99.9th plus the output's 99th lognormal
     percentile, rounded up to ``MAX_MODEL_LEN_STEP``."""
 
     def quantile(mean, cv, q):
-        s2 = jnp.log1p(jnp.square(cv))
-        return mean * jnp.exp(-s2 / 2.0 + jnp.sqrt(s2) * ndtri(q))
+        mu, sigma = lognormal_params(mean, cv)
+        return jnp.exp(mu + sigma * ndtri(q))
 
     longest = quantile(workload.prompt_tokens_mean, workload.prompt_tokens_cv, 0.999) + quantile(
         workload.output_tokens_mean, workload.output_tokens_cv, 0.99

@@ -220,8 +220,6 @@ def split_serving(
     (``_e2e_quantiles``).  Replicas of each ``Deployment`` are engines in that pool;
     ``transfer_bytes_per_s`` None: the prefill GPU's inter-node network.
     """
-    from jax.scipy.special import ndtri
-
     from ._serving import QUANTILES  # the dynamics layer, imported where used
     from ._workload import lognormal_params
 
