@@ -21,8 +21,7 @@ import math
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servingmath import cli
 
@@ -34,7 +33,13 @@ BASES: dict[str, list[str]] = {
     "fleet": ["fleet", *LLAMA, "--gpus", "h100-sxm", "--prior", "--draws", "8", "--rate", "5"],
     "forecast": ["forecast", *LLAMA, "--gpus", "h100-sxm", "--prior", "--draws", "8"],
     "validate": ["validate", "--data", "tests/data/ingest/tidy_example.csv"],
-    "fit": ["fit", "--data", "tests/data/ingest/tidy_example.csv", "--out", "/tmp/servingmath-contract.nc"],
+    "fit": [
+        "fit",
+        "--data",
+        "tests/data/ingest/tidy_example.csv",
+        "--out",
+        "/tmp/servingmath-contract.nc",
+    ],
 }
 """A call of each command that is valid as it stands (the options drawn are added to it)."""
 
@@ -42,8 +47,30 @@ SKIPPED_OPTIONS = {"-h", "--help", "--out", "--csv", "--plot", "--plot-dir", "--
 """Options not drawn: help exits before any check, and output paths are written by the work."""
 
 VALUES = st.sampled_from(
-    ["1", "2", "8", "0.5", "0", "-1", "-0.0", "nan", "NaN", "inf", "-inf", "1e308", "1e-308",
-     "", "abc", "1,2", "h100-sxm", "h100-sxm=nan", "h100-sxm=4", "bf16", "mtp", "4096"]
+    [
+        "1",
+        "2",
+        "8",
+        "0.5",
+        "0",
+        "-1",
+        "-0.0",
+        "nan",
+        "NaN",
+        "inf",
+        "-inf",
+        "1e308",
+        "1e-308",
+        "",
+        "abc",
+        "1,2",
+        "h100-sxm",
+        "h100-sxm=nan",
+        "h100-sxm=4",
+        "bf16",
+        "mtp",
+        "4096",
+    ]
 )
 """What a user might type after a flag: valid, edge and invalid."""
 
@@ -52,11 +79,7 @@ def _options(command: str) -> list[argparse.Action]:
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     actions = sub.choices[command]._actions
-    return [
-        a
-        for a in actions
-        if a.option_strings and not set(a.option_strings) & SKIPPED_OPTIONS
-    ]
+    return [a for a in actions if a.option_strings and not set(a.option_strings) & SKIPPED_OPTIONS]
 
 
 def _argument(action: argparse.Action, data) -> list[str]:
