@@ -29,7 +29,8 @@ _FLOP_COLUMNS = {
     "int8": "dense_int8_ops_per_s",
     "fp4": "dense_fp4_flops_per_s",
 }
-_FALLBACK = {"bf16": None, "fp8": "bf16", "int8": "fp8", "fp4": "fp8"}
+_FALLBACK = {"bf16": None, "fp8": "bf16", "int8": "fp8", "fp4": "bf16"}
+"""The rate a dtype the chip lacks runs at: a weight-only kernel dequantises to 16-bit math."""
 
 
 class CatalogError(ValueError):
@@ -128,8 +129,9 @@ def hardware_from_row(
 ) -> HardwareSpec:
     """Turn one row with the columns of ``data/hardware.csv`` into a ``HardwareSpec``.
 
-    A rate the chip lacks (e.g. FP8 on A100) falls back to the next wider dtype's rate, which is
-    what weight-only kernels achieve.  Missing HBM size, bandwidth or bf16 rate is an error.
+    A rate the chip lacks falls back to the rate its weight-only kernels reach (``_FALLBACK``):
+    FP8 on A100 and FP4 on Hopper run dequantised 16-bit math (Marlin; the gpt-oss MXFP4 runs of
+    ``../shared/data`` on H100/H200), so both take the bf16 rate.  Missing HBM size, bandwidth or bf16 rate is an error.
     """
     where = f"{where} {row.get('id', '?')!r}"
     rates: dict[str, float] = {}

@@ -91,7 +91,8 @@ class HardwareSpec(eqx.Module):
         hbm_bytes_per_s: peak memory bandwidth, decimal bytes/s.
         dense_flops_per_s: dense tensor-core peak, shape (4,), for
             ``COMPUTE_DTYPES = (bf16, fp8, int8, fp4)``; a rate the chip lacks falls back to the
-            next wider one (fp4 -> fp8 -> bf16), as weight-only kernels do.
+            rate its weight-only kernels run at: 4-bit weights dequantised to 16-bit math (fp4
+            -> bf16: Marlin / vLLM's MXFP4 path on Hopper), fp8 -> bf16, int8 -> fp8.
         link_bytes_per_s: intra-node bandwidth per device, one direction.
         gpus_per_node: devices sharing the fast intra-node fabric.
         internode_bytes_per_s: network bandwidth per device between nodes, one direction.

@@ -148,3 +148,19 @@ def test_no_row_quotes_a_sparse_fp8_rate():
             assert float(fp8) <= 2.05 * float(bf16), row["id"]
             checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize(
+    "gpu, dtype, expected",
+    [
+        ("h100-sxm", "fp4", 989e12),  # no FP4 units: weight-only 4-bit runs 16-bit math
+        ("h200-sxm", "fp4", 989e12),
+        ("a100-sxm-80gb", "fp8", 312e12),  # no FP8 units: dequantised to bf16
+        ("b200", "fp4", 9000e12),  # its own FP4 rate
+        ("h100-sxm", "fp8", 1979e12),
+    ],
+)
+def test_missing_rate_is_the_weight_only_kernels(gpu, dtype, expected):
+    hw = pm.load_hardware(gpu)
+    dep = pm.Deployment.create(weight_dtype=dtype)
+    assert float(pm.peak_flops_per_s(hw, dep)) == pytest.approx(expected, rel=1e-3)
