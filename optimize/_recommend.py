@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -35,7 +34,7 @@ from ._grid import POOL, PREFILL_GPU, deployment_from_weights, grid_tables, one_
 from ._problem import Problem
 from ._search import SearchOptions, search
 from ._simcheck import simulate_check
-from ._verify import verify_replicas, warm_up
+from ._verify import verify_replicas
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -151,11 +150,9 @@ def recommend(
         draft_name: the speculative draft model's id (engine flags), when it is not MTP.
     """
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(1) as pool:  # the verdict compiles on a second core meanwhile
-        warm = pool.submit(_warm_up, problem, num_verified) if verify else None
-        found = search(problem, options)
-        if warm is not None:
-            warm.exception()  # a failed warm-up only means the verdict compiles when called
+    # the verdict compiles after the search, not beside it: two XLA compiles at once took the
+    # README problem's cold run to 4.4 GB (2.9 GB in series) and saved no wall time on 2 cores
+    found = search(problem, options)
     feasible_any = bool(len(found.cost_per_hour)) and np.isfinite(found.cost_per_hour[0])
     if not feasible_any:
         return _infeasible(problem, gpus, time.perf_counter() - t0)
@@ -199,13 +196,6 @@ def recommend(
         simulator=sim,
         metrics_model=models[best],
     )
-
-
-def _warm_up(problem: Problem, num_verified: int) -> None:
-    """Compile the colocated verdict and the colocated elasticities (same shapes as the calls
-    that follow the search)."""
-    warm_up(problem, num_verified)
-    cost_elasticities(problem, problem.grid.all_configs(problem.model)[0])
 
 
 def _summary(q: np.ndarray) -> dict[str, float]:
