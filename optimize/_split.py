@@ -9,7 +9,7 @@ Splitwise, Patel et al. 2024), in the search model's fast form:
 * KV hand-off: t_kv = I * KV bytes per token per device / link bandwidth + latency
   (``perfmodel.features.kv_transfer_s``; default link: the prefill GPU's inter-node network);
 * decode pool (R_d engines on the decode GPU): decode-only iterations, no prefill interference;
-  capacity mu = n_max E / (O t(n_max)), batch by Little's law, p95 batch n + 1.645 sqrt(n);
+  capacity mu = n_max E / (O t(n_max)), batch by Little's law, p95 batch n + z_0.95 sqrt(n);
 * TTFT = D + wait + t_kv + orchestration + ``DECODE_POOL_ENTRY_STEPS`` decode iterations.
 
 Utilisation is the busier pool's; a sequence must fit in both pools.
@@ -32,7 +32,18 @@ from perfmodel._smooth import smooth_min
 from perfmodel.dynamics import Workload
 from perfmodel.features import kv_transfer_s
 
-from ._metrics import SloMetrics, SpecStep, iteration_s, little_batch, queue_waits
+from ._metrics import (
+    TAIL_PROBABILITY,
+    SloMetrics,
+    SpecStep,
+    iteration_s,
+    little_batch,
+    queue_waits,
+)
+
+P95_Z = 1.6448536269514722
+"""z_(1 - TAIL_PROBABILITY), the standard normal's 95th percentile (ndtri(0.95))."""
+assert abs(TAIL_PROBABILITY - 0.05) < 1e-12, "P95_Z is the quantile of TAIL_PROBABILITY = 0.05"
 
 
 def split_slo_metrics(
@@ -93,7 +104,7 @@ def split_slo_metrics(
     rho_d = lam_d / mu_d
     stable = stable_p & (rho_d < 1.0)
     n_op, slope, intercept = little_batch(lam_d, o_len / e, t_one, t_full, n_max, rho_d < 1.0)
-    n_hi = jnp.minimum(n_op + 1.645 * jnp.sqrt(n_op), n_max)
+    n_hi = jnp.minimum(n_op + P95_Z * jnp.sqrt(n_op), n_max)
     t_mean, t_hi = intercept + slope * n_op, intercept + slope * n_hi
     tpot = jnp.where(stable, jnp.stack([t_mean, t_hi, t_hi]) / e, jnp.inf)
     fixed = d_pre + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * t_mean

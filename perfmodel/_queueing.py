@@ -31,6 +31,10 @@ Array = jnp.ndarray
 _RHO_SAFE = 0.5
 """Stand-in utilisation inside masked (overloaded) branches; never reported."""
 
+MAX_WAIT_SHIFT_SHARE = 0.99
+"""Largest share of the conditional wait W_cond that its deterministic shift d may take (the
+exponential tail beyond it keeps a positive mean W_cond - d)."""
+
 
 def _masked(rho: ArrayLike) -> tuple[Array, Array]:
     rho = jnp.asarray(rho)
@@ -244,7 +248,7 @@ def wait_plus_quantile_s(
     q = jnp.asarray(q)
     p = jnp.clip(jnp.asarray(wait_probability), 0.0, 1.0)
     wc = jnp.maximum(jnp.asarray(wait_cond_s), 1e-12)
-    shift = jnp.clip(jnp.asarray(wait_shift_s), 0.0, 0.99 * wc)
+    shift = jnp.clip(jnp.asarray(wait_shift_s), 0.0, MAX_WAIT_SHIFT_SHARE * wc)
     x = nodes_s.reshape(nodes_s.shape[:-1] + (1,) * q.ndim + nodes_s.shape[-1:])
     x_w = x + shift[..., None]
     we = (wc - shift)[..., None]

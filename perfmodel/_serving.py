@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._batching import DecodeCost, EngineConfig
+from ._closed_loop import closed_loop_metrics
 from ._memory import max_concurrent_requests
 from ._queueing import replica_arrival_scv
 from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's names)
@@ -40,7 +41,6 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     open_loop,
 )
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._closed_loop import closed_loop_metrics
 from ._step import forward_step
 from ._workload import Workload
 
@@ -48,6 +48,10 @@ Array = jnp.ndarray
 
 QUEUEING_CODE = 4
 """``binding_budget`` code meaning "queueing": index of "queueing" after ``BINDING_BUDGETS``."""
+
+KV_BOUND_SHARE = 0.99
+"""Share of the seats the KV cache holds that the mean decode batch must fill for memory
+capacity to be the binding budget (a batch that fills them cannot grow)."""
 
 
 class ServingMetrics(eqx.Module):
@@ -92,7 +96,7 @@ def _binding(model, hardware, deployment, efficiency, workload, out, temperature
     )
     time_code = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
     kv_seats = max_concurrent_requests(model, hardware, deployment, ctx_d, temperature)
-    kv_bound = s.n_d >= 0.99 * jnp.minimum(kv_seats, deployment.max_num_seqs) - 1e-9
+    kv_bound = s.n_d >= KV_BOUND_SHARE * jnp.minimum(kv_seats, deployment.max_num_seqs) - 1e-9
     kv_bound = kv_bound & (kv_seats < deployment.max_num_seqs)
     queue_bound = (~out["stable"]) | (out["wait"] > jnp.mean(s.own))
     return jnp.where(queue_bound, QUEUEING_CODE, jnp.where(kv_bound, 0, time_code))

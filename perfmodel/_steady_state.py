@@ -26,6 +26,10 @@ from ._smooth import smooth_max, smooth_min
 
 Array = jnp.ndarray
 
+BUSY_SHARE_CAP = 0.99
+"""Largest busy share rho the mean-value formulas take (1 / (1 - rho) stays finite and its
+gradient bounded); past it the stability test, not the formula, reports the overload."""
+
 FIXED_POINT_ITERATIONS = 60
 """Damped iterations of the (n_d, rho_p, TPOT) fixed point (400 iterations change the grid's
 figures by < 1e-3 relative)."""
@@ -56,8 +60,8 @@ class Steady(eqx.Module):
 
 def prompts_present(rho_p):
     """Prompts present while the prefill server is busy: 1 / (1 - rho_p), the M/M/1 mean number
-    in system given busy (E[L] / P(busy)); rho_p capped at 0.99."""
-    return 1.0 / (1.0 - jnp.minimum(rho_p, 0.99))
+    in system given busy (E[L] / P(busy)); rho_p capped at ``BUSY_SHARE_CAP``."""
+    return 1.0 / (1.0 - jnp.minimum(rho_p, BUSY_SHARE_CAP))
 
 
 def steady_state(
@@ -164,7 +168,7 @@ def steady_state(
         is a two-state renewal rather than Poisson: a long carrying iteration gathers the prompts
         that arrive during it, so carrying iterations come in runs (fewer, fuller ones)."""
         tau_d, own, busy, delta = costs(n_d, rho_p)
-        extra = jnp.minimum(rate * jnp.mean(delta), 0.99)
+        extra = jnp.minimum(rate * jnp.mean(delta), BUSY_SHARE_CAP)
         if not config.chunked_prefill:
             return tau_d, own, busy, delta, tau_d / (1.0 - extra)
         budget = prefill_budget_tokens(deployment, config, n_d, temperature)
@@ -271,7 +275,7 @@ def steady_state(
         delta2=jnp.mean(delta) ** 2 + jnp.var(delta) * tail,
         rho_p=rate * jnp.mean(busy),
         seats=seats,
-        extra=jnp.minimum(rate * jnp.mean(delta), 0.99),
+        extra=jnp.minimum(rate * jnp.mean(delta), BUSY_SHARE_CAP),
         tpot_full=full,
         rate_slope=rate_slope,
         gap_max=gap_max,
