@@ -202,38 +202,6 @@ def test_bundled_posterior_loads_with_diagnostics_ok_and_api():
     assert bool(jnp.all((e.bandwidth_fraction > 0) & (e.bandwidth_fraction < 1.5)))
 
 
-def test_short_refit_agrees_with_bundled_posterior_within_monte_carlo_error(bundled_ingest):
-    """The bundled fit's data and settings (``fitting.fit_bundled``) with one short chain: the
-    well-identified efficiencies agree with ``default.nc`` within their Monte Carlo errors."""
-    from fitting import fit_bundled
-
-    bundled = fitting.load_posterior()
-    table = bundled_ingest.table
-    short = fitting.fit_table(
-        table,
-        per_stratum=fit_bundled.PER_STRATUM,
-        seed=fit_bundled.SEED,
-        draws=80,
-        warmup=80,
-        chains=1,
-        serving=False,
-    )
-    # the bundled file appends the serving stage's cells after the NUTS cells
-    assert short.prepared.gpus == bundled.gpus
-    assert bundled.cells[: len(short.prepared.cells)] == short.prepared.cells
-    checked = 0
-    for name in ("compute_fraction_max", "bandwidth_fraction", "elementwise_bandwidth_fraction"):
-        for gpu in ("a100-sxm-80gb", "h100-sxm", "a40"):
-            a = short.posterior.idata.posterior[name].sel(gpu=gpu)
-            b = bundled.idata.posterior[name].sel(gpu=gpu)
-            mcse = np.hypot(
-                float(az.mcse(a.to_dataset())[name]), float(az.mcse(b.to_dataset())[name])
-            )
-            assert abs(float(a.mean()) - float(b.mean())) <= 4.0 * mcse + 1e-3, (name, gpu)
-            checked += 1
-    assert checked == 9
-
-
 def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     """Serving rows simulated as f(theta_median) * e^(0.7 +/- 0.05): the cut stage's cell offset is
     0.7 and its sigma about the MAD scale 1.4826 * 0.05.  f is a stand-in that depends on the
