@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -134,6 +135,7 @@ def recommend(
     verify: bool = True,
     simulate_requests: int = 0,
     draft_name: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Recommendation:
     """Cheapest configuration meeting the chance constraints, verified and explained.
 
@@ -148,8 +150,11 @@ def recommend(
         simulate_requests: > 0 runs the simulator of the answer's kind (colocated, speculative,
             two pools: ``_simcheck``) on that many requests at the posterior-median efficiency.
         draft_name: the speculative draft model's id (engine flags), when it is not MTP.
+        progress: called with the name of each phase as it starts (a terminal's progress line).
     """
     t0 = time.perf_counter()
+    say = progress if progress is not None else (lambda phase: None)
+    say(f"searching {len(problem.grid.all_configs(problem.model)):,} configurations (compiling first)")
     # the verdict compiles after the search, not beside it: two XLA compiles at once took the
     # README problem's cold run to 4.4 GB (2.9 GB in series) and saved no wall time on 2 cores
     found = search(problem, options)
@@ -162,6 +167,7 @@ def recommend(
     models = ["search model"] * len(rows)
     verdict = [None] * len(rows)
     if verify:
+        say(f"re-checking {len(rows)} candidates over the posterior draws")
         reps, costs, verdict, models = verify_replicas(problem, cands, reps)
     verified = np.asarray([m != "search model" for m in models])
     order = np.lexsort((~verified, costs))  # cheapest first; a re-checked answer wins a tie
@@ -174,6 +180,7 @@ def recommend(
         return _infeasible(problem, gpus, time.perf_counter() - t0)
     config, r = cands[best], int(reps[best])
     metrics = verdict[best]
+    say("shadow prices and cost elasticities of the answer")
     out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics, draft_name)
     alternatives = []
     for i in uniq[1:]:
@@ -189,6 +196,7 @@ def recommend(
             )
     sim = None
     if simulate_requests > 0:
+        say(f"simulating {simulate_requests:,} requests on the answer")
         sim = simulate_check(problem, config, r, simulate_requests)
     return out._replace(
         alternatives=alternatives,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 import equinox as eqx
 import numpy as np
@@ -24,6 +23,7 @@ from perfmodel.dynamics import (
 )
 
 from ._options import positive
+from ._progress import Phases
 from ._types import nonnegative_float, positive_float, positive_int, workload_source
 from .errors import UsageError
 
@@ -217,13 +217,16 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
     }
 
 
-def progress_printer(total: int):
-    """A ``progress(finished, total)`` callback writing one updating line to stderr."""
+def simulation_progress(phases: Phases, total: int):
+    """A ``progress(finished, total)`` callback updating the command's progress line
+    (``_progress``: on a terminal only, never under ``--json``) for runs of 2,000+ requests."""
+    if not phases.enabled or total < 2000:
+        return None
 
     def show(done: int, n: int) -> None:
-        print(f"\rsimulated {done:,}/{n:,} requests", end="", file=sys.stderr, flush=True)
+        phases(f"simulated {done:,}/{n:,} requests")
 
-    return show if total >= 2000 else None
+    return show
 
 
 def rescale_arrivals(trace: Trace, rate: float) -> Trace:

@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from .._progress import phases_for
 from .._types import nonnegative_int, output_dir, output_file, positive_int
 from ..errors import UsageError
 
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         with user_hardware(args.hardware_csv):
             fr = fitting.fit_table(result.table, per_stratum=args.per_stratum, seed=args.seed,
                                    draws=args.draws, warmup=args.warmup, chains=args.chains,
-                                   svi=args.svi, svi_steps=args.svi_steps)
+                                   svi=args.svi, svi_steps=args.svi_steps,
+                                   progress=phases_for(args).enabled)
     except ValueError as exc:
         raise UsageError(f"{exc}") from None
     attrs = fr.posterior.idata.attrs

@@ -10,6 +10,7 @@ import sys
 
 from perfmodel import CatalogError
 
+from .._progress import Phases, phases_for
 from .._render import table
 from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
@@ -82,12 +83,21 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    phases = phases_for(args)
+    try:
+        return _run(args, phases)
+    finally:
+        phases.done()
+
+
+def _run(args: argparse.Namespace, phases: Phases) -> int:
     enable_compile_cache()
     import numpy as np
 
     from optimize import classes_from_trace, fleet_gradient, fleet_milp, fleet_problem, make_problem
     from perfmodel.dynamics import load_trace
 
+    phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
     limits = args.max_gpus
@@ -109,10 +119,13 @@ def run(args: argparse.Namespace) -> int:
     )
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
+    phases(f"pricing every configuration for {len(classes)} request classes (compiling first)")
     fp, _configs = fleet_problem(problem, classes, rate, max_gpus)
+    phases("solving the fleet mix (gradient, then the exact MILP)")
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
     result = _report(gpus, classes, fp, plan, exact)
+    phases.done()
     if args.plot:
         import os
 

@@ -9,6 +9,7 @@ import math
 import os
 import sys
 
+from .._progress import Phases, phases_for
 from .._render import table
 from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
@@ -49,6 +50,14 @@ def _clean(x):
 
 
 def run(args: argparse.Namespace) -> int:
+    phases = phases_for(args)
+    try:
+        return _run(args, phases)
+    finally:
+        phases.done()
+
+
+def _run(args: argparse.Namespace, phases: Phases) -> int:
     enable_compile_cache()
     import numpy as np
 
@@ -65,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.demand}: not a UTF-8 text file; --demand takes a CSV "
             "period,requests_per_s[,requests_per_s_sd]"
         ) from None
+    phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
     peak = max(p.requests_per_s for p in demand) or 1.0
     args.rate = peak
@@ -75,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         efficiency=efficiency, hardware=hardware,
         quality_penalty=args.quality_penalty,
     )
+    phases("searching configurations at the peak demand (compiling first)")
     found = search(problem)
     configs = {}
     for g, name in enumerate(gpus):  # cheapest configuration per GPU type at the peak demand
@@ -91,11 +102,13 @@ def run(args: argparse.Namespace) -> int:
     if not configs:
         raise UsageError("no candidate GPU meets the SLO at the peak demand even with "
                          f"{args.max_replicas} replicas; relax --ttft-p95/--tpot-p95 or add GPUs")
+    phases(f"replicas per posterior draw for {len(demand)} periods")
     periods = forecast_gpus(problem, configs, demand, seed=args.seed)
     from .optimize import _describe_short
 
     result = {"configurations": {g: _describe_short(problem, gpus, c) for g, c in configs.items()},
               "periods": periods}
+    phases.done()
     result = _clean(result)
     if args.csv_out:
         _write_csv(args.csv_out, result)

@@ -16,6 +16,7 @@ import perfmodel as pm
 from perfmodel import CatalogError
 
 from .._options import require_mtp
+from .._progress import Phases, callback, phases_for
 from .._render import human_seconds, table
 from .._types import (
     assignments,
@@ -349,10 +350,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    phases = phases_for(args)
+    try:
+        return _run(args, phases)
+    finally:
+        phases.done()
+
+
+def _run(args: argparse.Namespace, phases: Phases) -> int:
     enable_compile_cache()
     from optimize import make_problem
     from optimize._recommend import recommend
 
+    phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
     draft = _spec_draft(args, model)
@@ -381,16 +391,20 @@ def run(args: argparse.Namespace) -> int:
         verify=not args.no_verify,
         simulate_requests=args.simulate,
         draft_name=None if isinstance(draft, str) or draft is None else draft.name,
+        progress=callback(phases),
     )
     out = rec.to_json()
     if getattr(args, "plot", None):
+        phases("drawing the figures")
         from optimize._plots import write_optimize_plots
 
         paths = write_optimize_plots(problem, gpus, out, args.plot)
+        phases.done()
         for path in paths:
             print(f"figure: {path}", file=sys.stderr)
         if not paths:
             print("no figures: nothing feasible to plot", file=sys.stderr)
+    phases.done()
     if args.json:
         print(json.dumps(out, indent=2))
     if not out["feasible"]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
 
@@ -20,9 +19,9 @@ from perfmodel.simulator import (
 from .._dynamics_cli import (
     add_dynamics_arguments,
     check_scheduler,
-    progress_printer,
     rescale_arrivals,
     resolve_workload,
+    simulation_progress,
     simulation_report,
 )
 from .._features_cli import (
@@ -38,6 +37,7 @@ from .._options import (
     require_mtp,
     resolve_deployment,
 )
+from .._progress import phases_for
 from .._render import human_seconds, table
 from .._simulate_cli import (
     add_calibration_arguments,
@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     if spec:
         draft = None if spec["draft"] == "mtp" else pm.load_model(args.spec_draft)
         speculation = Speculation(int(args.spec_k), float(spec["acceptance"]), draft)
+    phases = phases_for(args)
     result = simulate(
         model,
         hardware,
@@ -167,12 +168,11 @@ def run(args: argparse.Namespace) -> int:
         concurrency=concurrency,
         chunked_prefill=args.chunked_prefill,
         chunk_tokens=args.chunk_tokens,
-        progress=progress_printer(args.requests) if speculation is None else None,
+        progress=simulation_progress(phases, args.requests) if speculation is None else None,
         prefix=prefix,
         speculation=speculation,
     )
-    if args.requests >= 2000 and speculation is None:
-        print(file=sys.stderr)
+    phases.done()
     if np.isinf(result.finish_s).any():
         raise UsageError(
             "some requests never fit in the KV cache; raise --gpu-memory-utilization or --tp, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from .._progress import phases_for
 from .._types import nonnegative_int, output_dir, positive_int
 from ..errors import UsageError
 
@@ -46,9 +47,15 @@ def run(args: argparse.Namespace) -> int:
     jax.config.update("jax_enable_x64", True)
     from fitting._validate import format_report, validate
 
-    posterior, table, skipped = load_inputs(args.posterior, args.data)
-    result = validate(posterior, table, num_draws=args.draws, seed=args.seed,
-                      max_rows=args.max_rows, extra_skipped=skipped)
+    phases = phases_for(args)
+    try:
+        phases("reading the posterior and the measurements")
+        posterior, table, skipped = load_inputs(args.posterior, args.data)
+        phases(f"predicting {min(len(table), args.max_rows):,} rows x {args.draws} draws")
+        result = validate(posterior, table, num_draws=args.draws, seed=args.seed,
+                          max_rows=args.max_rows, extra_skipped=skipped)
+    finally:
+        phases.done()
     if args.json:
         print(json.dumps(result, indent=1))
     else:
