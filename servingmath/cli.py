@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import warnings
+from pathlib import Path
 
 from .errors import user_error_types
 
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args._check is not None:
             args._check(args)
+        enable_compile_cache()
         code = int(args._run(args) or 0)
         sys.stdout.flush()  # a reader that closed early shows up here, not at interpreter exit
         return code
@@ -98,6 +100,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"servingmath {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def enable_compile_cache() -> None:
+    """Persist compiled XLA programs between runs, for every command (``SERVINGMATH_CACHE``,
+    default ``~/.cache/servingmath/jax``): a second run of the same shapes loads them instead of
+    compiling.  A folder that cannot be made leaves the cache off."""
+    import jax
+
+    cache = Path(
+        os.environ.get("SERVINGMATH_CACHE", Path.home() / ".cache" / "servingmath" / "jax")
+    )
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
+
+
+COMPILE_CACHE_MIN_SECONDS = 0.5
+"""Compiles shorter than this are not written to the cache (reading one back costs about as much)."""
 
 
 def _discard_stdout() -> None:

@@ -16,7 +16,6 @@ from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
 from .optimize import (
     add_problem_arguments,
-    enable_compile_cache,
     gpu_ids,
     grid_from_args,
     resolve_common,
@@ -91,7 +90,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    enable_compile_cache()
     import numpy as np
 
     from optimize import classes_from_trace, fleet_gradient, fleet_milp, fleet_problem, make_problem

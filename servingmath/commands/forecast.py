@@ -15,7 +15,6 @@ from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
 from .optimize import (
     add_problem_arguments,
-    enable_compile_cache,
     grid_from_args,
     resolve_common,
     resolve_workload,
@@ -58,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    enable_compile_cache()
     import numpy as np
 
     from optimize import make_problem, search

@@ -8,9 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-from pathlib import Path
 
 import perfmodel as pm
 from perfmodel import CatalogError
@@ -183,21 +181,6 @@ def _ratios(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(dict.fromkeys(out))
 
 
-def enable_compile_cache() -> None:
-    """Persist compiled XLA programs between runs (the search compiles once per grid shape)."""
-    import jax
-
-    cache = Path(
-        os.environ.get("SERVINGMATH_CACHE", Path.home() / ".cache" / "servingmath" / "jax")
-    )
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", str(cache))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    except OSError:
-        pass
-
-
 def gpu_ids(args: argparse.Namespace) -> tuple[str, ...]:
     """The hardware ids of --gpus, each once (``UsageError`` when empty or repeated)."""
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
@@ -358,7 +341,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    enable_compile_cache()
     from optimize import make_problem
     from optimize._recommend import recommend
 
