@@ -51,6 +51,15 @@ def phases_for(args: argparse.Namespace) -> Phases:
     return Phases(args.command, enabled=on_terminal and not getattr(args, "json", False))
 
 
+def run_with_phases(args: argparse.Namespace, body: Callable[[argparse.Namespace, Phases], int]) -> int:
+    """``body(args, phases)`` with the command's progress line, erased however it ends."""
+    phases = phases_for(args)
+    try:
+        return body(args, phases)
+    finally:
+        phases.done()
+
+
 def callback(phases: Phases) -> Callable[[str], None] | None:
     """``phases`` as the optional ``progress`` argument of a library call (None when off)."""
     return phases if phases.enabled else None

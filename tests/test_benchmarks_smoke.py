@@ -7,15 +7,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_search_agreement_quick_prints_its_table():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_search_agreement.py"), "--quick"],
+def _quick(script: str) -> subprocess.CompletedProcess:
+    """``python benchmarks/<script> --quick`` from the repository root."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
         cwd=ROOT,
     )
+
+
+def test_search_agreement_quick_prints_its_table():
+    out = _quick("bench_search_agreement.py")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
     assert rows[0].startswith("| problem") and any("pooled" in r for r in rows)
@@ -28,14 +33,7 @@ def test_refit_quick_runs_the_bundled_pipeline_and_prints_its_table():
     """The reproducibility check of the bundled posterior (``benchmarks/bench_refit.py``, a
     long fit) in its smoke mode: the bundled data and settings fit, and the table compares the
     same GPUs and cells as ``default.nc``."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_refit.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=ROOT,
-    )
+    out = _quick("bench_refit.py")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows[0].startswith("| parameter") and len(rows) == 1 + 9

@@ -9,9 +9,9 @@ exponents, empty and non-numeric strings, bogus choices):
 * a NaN never gets past the parser into a command's work: no typed (numeric) option has a NaN
   meaning.
 
-The work itself is replaced by a recorder (``run``), so this checks the validation layer alone;
-each refusal is cheap and it runs before anything compiles (``test_cli_robustness`` checks the
-named cases of issue 18 one by one, and the commands' own tests check real runs).
+The work itself is replaced by a recorder (``run``), so this checks the validation layer alone:
+each refusal is cheap and happens before anything compiles.  Named bad inputs and their messages
+are in ``test_cli_robustness``; real runs in each command's own tests.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import sys
 
 from perfmodel import CatalogError
 
-from .._progress import Phases, phases_for
+from .._progress import Phases, run_with_phases
 from .._render import table
 from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
@@ -82,11 +82,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    phases = phases_for(args)
-    try:
-        return _run(args, phases)
-    finally:
-        phases.done()
+    return run_with_phases(args, _run)
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 
-from .._progress import Phases, phases_for
+from .._progress import Phases, run_with_phases
 from .._render import table
 from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
@@ -49,11 +49,7 @@ def _clean(x):
 
 
 def run(args: argparse.Namespace) -> int:
-    phases = phases_for(args)
-    try:
-        return _run(args, phases)
-    finally:
-        phases.done()
+    return run_with_phases(args, _run)
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:

@@ -14,7 +14,7 @@ import perfmodel as pm
 from perfmodel import CatalogError
 
 from .._options import require_mtp
-from .._progress import Phases, callback, phases_for
+from .._progress import Phases, callback, run_with_phases
 from .._render import human_seconds, table
 from .._types import (
     assignments,
@@ -333,11 +333,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    phases = phases_for(args)
-    try:
-        return _run(args, phases)
-    finally:
-        phases.done()
+    return run_with_phases(args, _run)
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
