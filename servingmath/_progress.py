@@ -51,7 +51,9 @@ def phases_for(args: argparse.Namespace) -> Phases:
     return Phases(args.command, enabled=on_terminal and not getattr(args, "json", False))
 
 
-def run_with_phases(args: argparse.Namespace, body: Callable[[argparse.Namespace, Phases], int]) -> int:
+def run_with_phases(
+    args: argparse.Namespace, body: Callable[[argparse.Namespace, Phases], int]
+) -> int:
     """``body(args, phases)`` with the command's progress line, erased however it ends."""
     phases = phases_for(args)
     try:
