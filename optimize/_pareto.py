@@ -1,0 +1,383 @@
+"""The throughput-interactivity frontier: output tokens/s per GPU against tokens/s per user.
+
+Serving engines are compared at a closed loop of N clients (InferenceMAX, aiconfigurator,
+``vllm bench serve --max-concurrency N``): each point of the sweep is a configuration (GPU, TP,
+PP, weight and KV dtypes) run at concurrency N with the engine's batch limit ``max_num_seqs = N``,
+evaluated by the one load model (``perfmodel.serving_metrics`` with ``closed_loop=True``, i.e.
+``perfmodel._closed_loop``) in every posterior draw of ``Efficiency``:
+
+* tokens/s per GPU = output tokens/s of the engine / (TP x PP);
+* tokens/s per user = 1 / mean TPOT (the rate one request's tokens stream at);
+* $ per million output tokens = $/hour / (3600 x output tokens/s) x 10^6 (``cost_per_hour``:
+  catalog prices, quality surcharges included).
+
+The frontier is the set of points no other point beats on both axes (posterior medians); each
+point carries the 90 % interval of every number over the draws.  Concurrency is the grid's
+``max_num_seqs`` column, so the whole sweep (configurations x concurrencies x draws) is one
+static-shape ``vmap`` and one compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import perfmodel
+from perfmodel import HardwareSpec, ModelSpec, max_concurrent_requests
+
+from ._evaluate import cost_per_hour, meets_confidence
+from ._grid import GPU, KV, MNBT, PP, SEQS, TP, WEIGHT, Grid
+from ._metrics import Workload
+from ._problem import Problem, make_problem
+from ._verify import _engine, _per_draw
+
+Array = jnp.ndarray
+
+DEFAULT_CONCURRENCIES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""Clients in flight swept by default (a doubling sweep, as InferenceMAX's 4..256)."""
+
+DEFAULT_TOKEN_BUDGET = 8192
+"""``max_num_batched_tokens`` of every point (``perfmodel.Deployment``'s default)."""
+
+INTERVAL_QUANTILES = (0.05, 0.95)
+"""Every reported interval: the 5th to 95th posterior percentile (90 % of the mass)."""
+
+SECONDS_PER_HOUR = 3600.0
+TOKENS_PER_MILLION = 1.0e6
+
+
+class ParetoSweep(eqx.Module):
+    """Every (configuration, concurrency) point in every draw; rows follow ``configs``.
+
+    Attributes:
+        configs: index rows (``KNOBS`` order), shape (points, len(KNOBS)); the concurrency is
+            ``grid.max_num_seqs[configs[:, SEQS]]``.
+        fits: one sequence of the workload fits in the KV cache, (points,).
+        num_gpus: TP x PP, (points,).
+        cost_per_hour: $/hour of the TP x PP group, (points,).
+        output_tokens_per_s: generated tokens/s of the engine, (points, draws).
+        tpot_s, ttft_s: mean time per output token and to the first token, (points, draws).
+        tpot_p95_s, ttft_p95_s: their p95 (the SLO filter reads them), (points, draws).
+    """
+
+    configs: Array
+    fits: Array
+    num_gpus: Array
+    cost_per_hour: Array
+    output_tokens_per_s: Array
+    tpot_s: Array
+    ttft_s: Array
+    tpot_p95_s: Array
+    ttft_p95_s: Array
+
+    @property
+    def tokens_per_s_per_gpu(self) -> Array:
+        return self.output_tokens_per_s / self.num_gpus[:, None]
+
+    @property
+    def tokens_per_s_per_user(self) -> Array:
+        return 1.0 / self.tpot_s
+
+    @property
+    def cost_per_million_tokens(self) -> Array:
+        """$ per million output tokens, (points, draws)."""
+        tokens_per_hour = SECONDS_PER_HOUR * self.output_tokens_per_s
+        return self.cost_per_hour[:, None] * TOKENS_PER_MILLION / tokens_per_hour
+
+
+def pareto_grid(
+    num_gpus: int,
+    concurrencies: tuple[int, ...] = DEFAULT_CONCURRENCIES,
+    *,
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8"),
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp8"),
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+) -> Grid:
+    """The sweep's grid: ``Grid``'s TP and PP, the given dtypes, one token budget, colocated
+    engines without speculation, and the concurrencies as ``max_num_seqs`` (batch limit = N)."""
+    return Grid(
+        num_gpus=num_gpus,
+        kv_dtypes=tuple(kv_dtypes),
+        weight_dtypes=tuple(weight_dtypes),
+        max_num_batched_tokens=(int(token_budget),),
+        max_num_seqs=tuple(int(n) for n in concurrencies),
+        max_replicas=1,
+    )
+
+
+def _closed_loop(problem: Problem, hardware, deployment, efficiency, chunk):
+    """``perfmodel.serving_metrics`` of one engine at concurrency = its ``max_num_seqs``."""
+    del chunk  # a closed loop's prefill budget is the token budget itself
+    load = eqx.tree_at(lambda w: w.concurrency, problem.workload, deployment.max_num_seqs)
+    m = perfmodel.serving_metrics(
+        problem.model, hardware, deployment, efficiency, load, closed_loop=True
+    )
+    return m.output_tokens_per_s, m.tpot_s.mean, m.ttft_s.mean, m.tpot_s.p95, m.ttft_s.p95
+
+
+@eqx.filter_jit
+def sweep(problem: Problem, configs: Array) -> ParetoSweep:
+    """Every row of ``configs`` (a ``pareto_grid`` problem) in every draw: one flat ``vmap`` over
+    rows x draws (``_verify._per_draw``), one compile per grid shape."""
+    ones = jnp.ones(configs.shape[0])
+    thr, tpot, ttft, tpot95, ttft95 = _per_draw(
+        problem, configs, ones, lambda *a: _closed_loop(problem, *a)
+    )
+    wl = problem.workload
+
+    def static(config):
+        hw, dep, _, _ = _engine(problem, config, 1.0)
+        seats = max_concurrent_requests(
+            problem.model, hw, dep, wl.prompt_tokens_mean + wl.output_tokens_mean
+        )
+        return seats >= 1.0, dep.tp * dep.pp, cost_per_hour(problem, config, 1.0)
+
+    fits, gpus, cost = jax.vmap(static)(configs)
+    return ParetoSweep(configs, fits, gpus, cost, thr, tpot, ttft, tpot95, ttft95)
+
+
+def non_dominated(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Mask of the points no other point beats on both axes (maximising x and y): a point is
+    dropped when another is >= on both and > on one, and of equal points only the first is kept.
+    O(n log n): sort by x descending (y descending within ties), keep each point whose y beats
+    every y seen so far."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    order = np.lexsort((np.arange(len(x)), -y, -x))
+    keep = np.zeros(len(x), dtype=bool)
+    best = -np.inf
+    for i in order:
+        if y[i] > best:
+            keep[i], best = True, y[i]
+    return keep
+
+
+@dataclasses.dataclass(frozen=True)
+class ParetoPoint:
+    """One point of a frontier: its configuration and posterior medians with 90 % intervals
+    (``(lo, hi)``, the ``INTERVAL_QUANTILES``)."""
+
+    gpu: str
+    tp: int
+    pp: int
+    weight_dtype: str
+    kv_dtype: str
+    concurrency: int
+    max_num_batched_tokens: int
+    num_gpus: int
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_gpu_interval: tuple[float, float]
+    tokens_per_s_per_user: float
+    tokens_per_s_per_user_interval: tuple[float, float]
+    ttft_seconds: float
+    ttft_seconds_interval: tuple[float, float]
+    tpot_seconds: float
+    tpot_seconds_interval: tuple[float, float]
+    cost_per_hour: float
+    cost_per_million_tokens: float
+    cost_per_million_tokens_interval: tuple[float, float]
+    slo_probability: float
+
+    def to_json(self) -> dict:
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ParetoResult:
+    """The sweep, which points are eligible, and the frontiers.
+
+    Attributes:
+        model: the model's name.
+        gpus: candidate hardware ids (``GPU`` index order).
+        concurrencies: the swept clients in flight.
+        grid: the sweep's grid.
+        sweep: every point in every draw (numpy leaves).
+        slo_probability: share of draws meeting the p95 SLOs, per point (1 without SLOs).
+        eligible: fits, and meets the SLOs with the confidence, per point.
+        frontier: the non-dominated eligible points over every GPU, by tokens/s per user.
+        frontier_by_gpu: the same within each GPU.
+    """
+
+    model: str
+    gpus: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    grid: Grid
+    sweep: ParetoSweep
+    slo_probability: np.ndarray
+    eligible: np.ndarray
+    frontier: tuple[ParetoPoint, ...]
+    frontier_by_gpu: Mapping[str, tuple[ParetoPoint, ...]]
+
+    def to_json(self) -> dict:
+        """One JSON-ready object (finite numbers only)."""
+        return {
+            "model": self.model,
+            "gpus": list(self.gpus),
+            "concurrency": list(self.concurrencies),
+            "num_draws": int(self.sweep.output_tokens_per_s.shape[1]),
+            "interval_quantiles": list(INTERVAL_QUANTILES),
+            "load_model": "perfmodel.serving_metrics (closed loop at concurrency N)",
+            "tokens_per_s_per_user": "1 / mean TPOT",
+            "points_evaluated": len(self.eligible),
+            "points_fitting": int(np.sum(self.sweep.fits)),
+            "points_eligible": int(np.sum(self.eligible)),
+            "frontier": [p.to_json() for p in self.frontier],
+            "frontier_by_gpu": {
+                g: [p.to_json() for p in pts] for g, pts in self.frontier_by_gpu.items()
+            },
+        }
+
+
+def _median_interval(values: np.ndarray) -> tuple[float, tuple[float, float]]:
+    lo, hi = np.quantile(values, INTERVAL_QUANTILES)
+    return float(np.median(values)), (float(lo), float(hi))
+
+
+def _point(result_sweep: ParetoSweep, grid: Grid, gpus, i: int, prob: float) -> ParetoPoint:
+    s, c = result_sweep, np.asarray(result_sweep.configs[i])
+    thr, thr_i = _median_interval(s.tokens_per_s_per_gpu[i])
+    user, user_i = _median_interval(s.tokens_per_s_per_user[i])
+    ttft, ttft_i = _median_interval(s.ttft_s[i])
+    tpot, tpot_i = _median_interval(s.tpot_s[i])
+    cost, cost_i = _median_interval(s.cost_per_million_tokens[i])
+    return ParetoPoint(
+        gpu=gpus[c[GPU]],
+        tp=grid.tp[c[TP]],
+        pp=grid.pp[c[PP]],
+        weight_dtype=grid.weight_dtypes[c[WEIGHT]],
+        kv_dtype=grid.kv_dtypes[c[KV]],
+        concurrency=grid.max_num_seqs[c[SEQS]],
+        max_num_batched_tokens=grid.max_num_batched_tokens[c[MNBT]],
+        num_gpus=int(s.num_gpus[i]),
+        tokens_per_s_per_gpu=thr,
+        tokens_per_s_per_gpu_interval=thr_i,
+        tokens_per_s_per_user=user,
+        tokens_per_s_per_user_interval=user_i,
+        ttft_seconds=ttft,
+        ttft_seconds_interval=ttft_i,
+        tpot_seconds=tpot,
+        tpot_seconds_interval=tpot_i,
+        cost_per_hour=float(s.cost_per_hour[i]),
+        cost_per_million_tokens=cost,
+        cost_per_million_tokens_interval=cost_i,
+        slo_probability=float(prob),
+    )
+
+
+def frontier_points(
+    sweep_np: ParetoSweep, grid: Grid, gpus, eligible: np.ndarray, prob: np.ndarray
+) -> tuple[ParetoPoint, ...]:
+    """The non-dominated points among ``eligible`` (posterior medians), by tokens/s per user."""
+    rows = np.flatnonzero(eligible)
+    x = np.median(sweep_np.tokens_per_s_per_user[rows], axis=1)
+    y = np.median(sweep_np.tokens_per_s_per_gpu[rows], axis=1)
+    keep = non_dominated(x, y)
+    chosen = rows[keep][np.argsort(x[keep], kind="stable")]
+    return tuple(_point(sweep_np, grid, gpus, int(i), prob[i]) for i in chosen)
+
+
+def check_fits(
+    model: ModelSpec,
+    gpus: Sequence[str],
+    hardware: Sequence[HardwareSpec],
+    grid: Grid,
+    workload: Workload,
+) -> None:
+    """``ValueError`` naming the fix unless one sequence of the workload fits on some GPU at the
+    grid's roomiest configuration (largest legal TP and PP, narrowest dtypes: the KV room only
+    grows with each).  Cheap: one memory budget per GPU, before any draw is evaluated."""
+    tp = max(t for t, ok in zip(grid.tp, grid.legal_tp(model)) if ok)
+    weight = min(grid.weight_dtypes, key=perfmodel.DTYPE_BYTES.get)
+    dep = perfmodel.Deployment.create(
+        tp=tp,
+        pp=max(grid.pp),
+        weight_dtype=weight,
+        kv_dtype=min(grid.kv_dtypes, key=perfmodel.DTYPE_BYTES.get),
+        max_num_batched_tokens=float(grid.max_num_batched_tokens[0]),
+    )
+    seq = workload.prompt_tokens_mean + workload.output_tokens_mean
+    if any(float(max_concurrent_requests(model, h, dep, seq)) >= 1.0 for h in hardware):
+        return
+    raise ValueError(
+        f"{model.name} with {float(seq):g}-token sequences does not fit on {', '.join(gpus)} "
+        f"even at TP {tp} x PP {max(grid.pp)} with {weight} weights; add a GPU with more "
+        "memory, shorten the sequences or allow narrower weights (e.g. --weight-dtypes int4)"
+    )
+
+
+def pareto_problem(
+    model: ModelSpec,
+    gpus: tuple[str, ...],
+    workload: Workload,
+    *,
+    concurrencies: tuple[int, ...] = DEFAULT_CONCURRENCIES,
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8"),
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp8"),
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    **problem_options,
+) -> Problem:
+    """``make_problem`` on a ``pareto_grid``; ``ValueError`` naming the fix for bad input (a
+    concurrency below 1, or a model that fits on none of the GPUs)."""
+    concurrencies = tuple(int(n) for n in concurrencies)
+    if not concurrencies or min(concurrencies) < 1:
+        raise ValueError(
+            f"concurrency {list(concurrencies)} must be whole numbers >= 1, e.g. 1,4,16,64"
+        )
+    concurrencies = tuple(sorted(set(concurrencies)))
+    grid = pareto_grid(
+        len(gpus),
+        concurrencies,
+        kv_dtypes=kv_dtypes,
+        weight_dtypes=weight_dtypes,
+        token_budget=token_budget,
+    )
+    problem = make_problem(model, gpus, workload, grid=grid, **problem_options)
+    hardware = [
+        jax.tree_util.tree_map(lambda x, g=g: x[g], problem.hardware) for g in range(len(gpus))
+    ]
+    check_fits(model, gpus, hardware, grid, workload)
+    return problem
+
+
+def pareto_frontier(problem: Problem, gpus: tuple[str, ...], model_name: str) -> ParetoResult:
+    """Sweep a ``pareto_problem`` and find its frontiers.
+
+    A point is eligible when the workload's sequence fits and, if the problem has p95 SLOs, the
+    share of draws meeting both is at least ``problem.confidence``.
+
+    Args:
+        problem: from ``pareto_problem``.
+        gpus: its hardware ids, in order.
+        model_name: the model's name (for the report).
+    """
+    grid = problem.grid
+    configs = jnp.asarray(grid.all_configs(problem.model))
+    s = jax.tree_util.tree_map(np.asarray, sweep(problem, configs))
+    meets = (s.ttft_p95_s <= float(problem.slo_ttft_p95_s)) & (
+        s.tpot_p95_s <= float(problem.slo_tpot_p95_s)
+    )
+    prob = np.mean(meets, axis=1)
+    finite = np.all(np.isfinite(s.output_tokens_per_s) & (s.output_tokens_per_s > 0), axis=1)
+    ok = np.asarray(meets_confidence(jnp.asarray(prob), problem.confidence))
+    eligible = s.fits & finite & ok
+    by_gpu = {
+        g: frontier_points(s, grid, gpus, eligible & (s.configs[:, GPU] == k), prob)
+        for k, g in enumerate(gpus)
+    }
+    return ParetoResult(
+        model=model_name,
+        gpus=tuple(gpus),
+        concurrencies=tuple(grid.max_num_seqs),
+        grid=grid,
+        sweep=s,
+        slo_probability=prob,
+        eligible=eligible,
+        frontier=frontier_points(s, grid, gpus, eligible, prob),
+        frontier_by_gpu=by_gpu,
+    )

@@ -1,0 +1,176 @@
+"""``servingmath pareto``: output tokens/s per GPU against tokens/s per user, with intervals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import perfmodel as pm
+from perfmodel import CatalogError
+
+from .._progress import Phases, run_with_phases
+from .._render import human_seconds
+from .._types import output_dir
+from ..errors import UsageError
+from .optimize import (
+    add_problem_arguments,
+    gpu_ids,
+    grid_from_args,
+    resolve_common,
+    resolve_workload,
+)
+
+HELP = (
+    "throughput-interactivity frontier: output tokens/s per GPU vs tokens/s per user over TP, PP, "
+    "dtypes and concurrency (closed loop), with 90% intervals and $ per million tokens"
+)
+
+DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
+
+
+def concurrency_list(text: str) -> tuple[int, ...]:
+    """``1,4,16`` -> (1, 4, 16): whole numbers >= 1, comma-separated."""
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be whole numbers >= 1, comma-separated, got {text!r}; pass e.g. 1,4,16,64"
+        )
+    return tuple(sorted(set(values)))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_problem_arguments(parser, workload=False)
+    parser.add_argument(
+        "--concurrency",
+        type=concurrency_list,
+        default=concurrency_list(DEFAULT_CONCURRENCY),
+        metavar="N,...",
+        help=f"clients in flight to sweep; the batch limit max_num_seqs = N (default {DEFAULT_CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--plot",
+        type=output_dir,
+        default=None,
+        metavar="DIR",
+        help="write pareto_frontier.png here: the frontier and $ per million tokens, 90%% bars",
+    )
+
+
+def _setup(args: argparse.Namespace):
+    """(gpu ids, model, workload, sweep grid) with one-line errors; no posterior yet."""
+    from optimize._pareto import pareto_grid
+
+    gpus = gpu_ids(args)
+    workload = resolve_workload(args, rate=1.0)  # a closed loop: the rate is not used
+    dtypes = grid_from_args(args, len(gpus), 1)
+    grid = pareto_grid(
+        len(gpus),
+        args.concurrency,
+        kv_dtypes=dtypes.kv_dtypes,
+        weight_dtypes=dtypes.weight_dtypes,
+    )
+    try:
+        model = pm.load_model(args.model)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    return gpus, model, workload, grid
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before the posterior loads: known GPUs and model, and the model fits on one of them."""
+    from optimize._pareto import check_fits
+
+    gpus, model, workload, grid = _setup(args)
+    try:
+        hardware = [
+            pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv)
+            for g in gpus
+        ]
+        check_fits(model, gpus, hardware, grid, workload)
+    except (ValueError, CatalogError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_with_phases(args, _run)
+
+
+def _run(args: argparse.Namespace, phases: Phases) -> int:
+    from optimize import pareto_frontier, pareto_problem
+
+    phases("loading the posterior")
+    _, _, workload, grid = _setup(args)
+    model, gpus, hardware, efficiency = resolve_common(args)
+    try:
+        problem = pareto_problem(
+            model,
+            gpus,
+            workload,
+            concurrencies=args.concurrency,
+            kv_dtypes=grid.kv_dtypes,
+            weight_dtypes=grid.weight_dtypes,
+            slo_ttft_p95_s=args.ttft_p95,
+            slo_tpot_p95_s=args.tpot_p95,
+            confidence=args.confidence,
+            efficiency=efficiency,
+            quality_penalty=args.quality_penalty,
+            hardware=hardware,
+        )
+    except (ValueError, CatalogError) as exc:
+        raise UsageError(str(exc)) from None
+    phases(f"sweeping configurations x {len(args.concurrency)} concurrencies x {args.draws} draws")
+    result = pareto_frontier(problem, gpus, model.name)
+    if args.plot:
+        from optimize._pareto_plot import write_pareto_plot
+
+        phases("drawing the figure")
+        path = write_pareto_plot(result, args.plot)
+        phases.done()
+        print(f"figure: {path}", file=sys.stderr)
+    phases.done()
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2, allow_nan=False))
+    if not result.frontier:
+        print(
+            f"servingmath pareto: error: no configuration meets the p95 SLOs with confidence "
+            f"{args.confidence}; relax --ttft-p95 / --tpot-p95 or lower --confidence",
+            file=sys.stderr,
+        )
+        return 2
+    if not args.json:
+        print(render(result))
+    return 0
+
+
+def _span(lo_hi, fmt: str) -> str:
+    return f"[{fmt.format(lo_hi[0])}, {fmt.format(lo_hi[1])}]"
+
+
+def render(result) -> str:
+    """The frontier as a table, fastest per user last; 90 % intervals in brackets."""
+    head = (
+        f"{result.model}: output tokens/s per GPU vs tokens/s per user "
+        f"(closed loop, posterior median [90 % interval])"
+    )
+    cols = ("tok/s/user", "tok/s/GPU", "$/M out tok", "TTFT", "GPU", "TPxPP", "weights/KV", "N")
+    rows = [
+        (
+            f"{p.tokens_per_s_per_user:.1f} {_span(p.tokens_per_s_per_user_interval, '{:.1f}')}",
+            f"{p.tokens_per_s_per_gpu:.0f} {_span(p.tokens_per_s_per_gpu_interval, '{:.0f}')}",
+            f"{p.cost_per_million_tokens:.3g} {_span(p.cost_per_million_tokens_interval, '{:.3g}')}",
+            human_seconds(p.ttft_seconds),
+            p.gpu,
+            f"{p.tp}x{p.pp}",
+            f"{p.weight_dtype}/{p.kv_dtype}",
+            str(p.concurrency),
+        )
+        for p in result.frontier
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    lines = [cols, *rows]
+    body = ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
+    return "\n".join([head, *body])
