@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "optimize",
     "fleet",
     "forecast",
+    "pareto",
     "gpus",
     "models",
 )

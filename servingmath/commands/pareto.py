@@ -170,7 +170,7 @@ def render(result) -> str:
         )
         for p in result.frontier
     ]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(cols)]
     lines = [cols, *rows]
     body = ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
     return "\n".join([head, *body])
