@@ -28,14 +28,28 @@ HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact mi
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
-    parser.add_argument("--num-classes", type=positive_int, default=3,
-                        help="classes binned from --workload by prompt length (default 3)")
-    parser.add_argument("--max-gpus", type=assignments(nonnegative_float), default="",
-                        help="availability per type, e.g. h100-sxm=64,l40s=16")
-    parser.add_argument("--max-replicas", type=positive_int, default=64,
-                        help="largest replica count per class")
-    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
-                        help="write PNGs into this directory (fleet_mix.png)")
+    parser.add_argument(
+        "--num-classes",
+        type=positive_int,
+        default=3,
+        help="classes binned from --workload by prompt length (default 3)",
+    )
+    parser.add_argument(
+        "--max-gpus",
+        type=assignments(nonnegative_float),
+        default="",
+        help="availability per type, e.g. h100-sxm=64,l40s=16",
+    )
+    parser.add_argument(
+        "--max-replicas", type=positive_int, default=64, help="largest replica count per class"
+    )
+    parser.add_argument(
+        "--plot",
+        type=output_dir,
+        default=None,
+        metavar="DIR",
+        help="write PNGs into this directory (fleet_mix.png)",
+    )
 
 
 def read_classes(path: str):
@@ -59,8 +73,10 @@ def read_classes(path: str):
             try:
                 v = float(raw)
             except ValueError:
-                raise UsageError(f"{path}:{line}: field {field!r} = {raw!r} is not a number; "
-                                 "columns are prompt_tokens,output_tokens,share") from None
+                raise UsageError(
+                    f"{path}:{line}: field {field!r} = {raw!r} is not a number; "
+                    "columns are prompt_tokens,output_tokens,share"
+                ) from None
             if not (math.isfinite(v) and v > 0):
                 raise UsageError(f"{path}:{line}: field {field!r} = {raw!r} must be positive")
             vals.append(v)
@@ -102,13 +118,21 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             trace = load_trace(args.workload)
         except CatalogError as exc:
             raise UsageError(str(exc)) from None
-        classes = classes_from_trace(trace.prompt_tokens, trace.output_tokens, max(1, args.num_classes))
+        classes = classes_from_trace(
+            trace.prompt_tokens, trace.output_tokens, max(1, args.num_classes)
+        )
     else:
         classes = read_classes_default(workload)
     problem = make_problem(
-        model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
-        confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
-        efficiency=efficiency, hardware=hardware,
+        model,
+        gpus,
+        workload,
+        slo_ttft_p95_s=args.ttft_p95,
+        slo_tpot_p95_s=args.tpot_p95,
+        confidence=args.confidence,
+        grid=grid_from_args(args, len(gpus), args.max_replicas),
+        efficiency=efficiency,
+        hardware=hardware,
         quality_penalty=args.quality_penalty,
     )
     rate = float(workload.arrival_rate_per_s)
@@ -130,19 +154,46 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     if not result["feasible"]:
-        print(f"servingmath fleet: error: {infeasible_message(fp, classes, gpus, args)}",
-              file=sys.stderr)
+        print(
+            f"servingmath fleet: error: {infeasible_message(fp, classes, gpus, args)}",
+            file=sys.stderr,
+        )
         return 2
     if args.json:
         return 0
-    rows = [(g, f"{v['gpus']} GPUs ({', '.join(f'class {k}: {n} replicas' for k, n in v['replicas_by_class'].items())})")
-            for g, v in result["plan"].items() if v["gpus"]]
-    rows.append(("cost", (f"${result['cost_per_hour']:.2f}/hour (exact milp optimum "
-                          f"${result['milp_cost_per_hour']:.2f}/hour, gap {result['gap']:.2%})")))
+    rows = [
+        (
+            g,
+            f"{v['gpus']} GPUs ({', '.join(f'class {k}: {n} replicas' for k, n in v['replicas_by_class'].items())})",
+        )
+        for g, v in result["plan"].items()
+        if v["gpus"]
+    ]
+    rows.append(
+        (
+            "cost",
+            (
+                f"${result['cost_per_hour']:.2f}/hour (exact milp optimum "
+                f"${result['milp_cost_per_hour']:.2f}/hour, gap {result['gap']:.2%})"
+            ),
+        )
+    )
     print("fleet\n" + table(rows))
-    print("classes\n" + table([(f"class {i}", (f"prompt {c['prompt_tokens']:.0f}, output {c['output_tokens']:.0f}, "
-                                               f"{c['requests_per_s']:.2f} req/s"))
-                               for i, c in enumerate(result["classes"])]))
+    print(
+        "classes\n"
+        + table(
+            [
+                (
+                    f"class {i}",
+                    (
+                        f"prompt {c['prompt_tokens']:.0f}, output {c['output_tokens']:.0f}, "
+                        f"{c['requests_per_s']:.2f} req/s"
+                    ),
+                )
+                for i, c in enumerate(result["classes"])
+            ]
+        )
+    )
     return 0
 
 
@@ -166,7 +217,9 @@ def infeasible_message(fp, classes, gpus, args: argparse.Namespace) -> str:
 def read_classes_default(workload):
     from optimize import RequestClass
 
-    return [RequestClass(float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), 1.0)]
+    return [
+        RequestClass(float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), 1.0)
+    ]
 
 
 def _report(gpus, classes, fp, plan, exact) -> dict:
@@ -174,18 +227,31 @@ def _report(gpus, classes, fp, plan, exact) -> dict:
     out = {
         "feasible": feasible,
         "classes": [
-            {"prompt_tokens": c.prompt_tokens, "output_tokens": c.output_tokens,
-             "requests_per_s": float(r), "capacity_per_replica": {g: float(k) for g, k in zip(gpus, cap)}}
+            {
+                "prompt_tokens": c.prompt_tokens,
+                "output_tokens": c.output_tokens,
+                "requests_per_s": float(r),
+                "capacity_per_replica": {g: float(k) for g, k in zip(gpus, cap)},
+            }
             for c, r, cap in zip(classes, fp.rates, fp.capacity)
         ],
         "plan": {
-            g: {"gpus": int((fp.replica_gpus[:, j] * plan.replicas[:, j]).sum()),
-                "replicas_by_class": {str(c): int(plan.replicas[c, j])
-                                      for c in range(len(classes)) if plan.replicas[c, j]}}
+            g: {
+                "gpus": int((fp.replica_gpus[:, j] * plan.replicas[:, j]).sum()),
+                "replicas_by_class": {
+                    str(c): int(plan.replicas[c, j])
+                    for c in range(len(classes))
+                    if plan.replicas[c, j]
+                },
+            }
             for j, g in enumerate(gpus)
         },
         "cost_per_hour": plan.cost_per_hour if feasible else None,
         "milp_cost_per_hour": exact.cost_per_hour if math.isfinite(exact.cost_per_hour) else None,
     }
-    out["gap"] = (plan.cost_per_hour / exact.cost_per_hour - 1.0) if feasible and math.isfinite(exact.cost_per_hour) else None
+    out["gap"] = (
+        (plan.cost_per_hour / exact.cost_per_hour - 1.0)
+        if feasible and math.isfinite(exact.cost_per_hour)
+        else None
+    )
     return out

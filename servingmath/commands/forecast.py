@@ -24,18 +24,32 @@ HELP = "GPUs per type and period for a demand forecast, intervals from demand x 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--demand", required=True,
-                        help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)")
+    parser.add_argument(
+        "--demand",
+        required=True,
+        help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)",
+    )
     add_problem_arguments(parser, workload=False)
-    parser.add_argument("--workload", type=workload_source,
-                        help="trace file or preset for the length distribution")
+    parser.add_argument(
+        "--workload", type=workload_source, help="trace file or preset for the length distribution"
+    )
     parser.add_argument("--png", type=output_file, help="write the fan chart PNG to this file")
-    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
-                        help="write PNGs into this directory (forecast_fan.png)")
-    parser.add_argument("--csv", dest="csv_out", type=output_file,
-                        help="write the table as CSV here")
-    parser.add_argument("--max-replicas", type=positive_int, default=1024,
-                        help="largest replica count per type and period (default 1024)")
+    parser.add_argument(
+        "--plot",
+        type=output_dir,
+        default=None,
+        metavar="DIR",
+        help="write PNGs into this directory (forecast_fan.png)",
+    )
+    parser.add_argument(
+        "--csv", dest="csv_out", type=output_file, help="write the table as CSV here"
+    )
+    parser.add_argument(
+        "--max-replicas",
+        type=positive_int,
+        default=1024,
+        help="largest replica count per type and period (default 1024)",
+    )
 
 
 def _clean(x):
@@ -74,16 +88,26 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     args.rate = peak
     workload = resolve_workload(args, rate=peak)
     problem = make_problem(
-        model, gpus, workload, slo_ttft_p95_s=args.ttft_p95, slo_tpot_p95_s=args.tpot_p95,
-        confidence=args.confidence, grid=grid_from_args(args, len(gpus), args.max_replicas),
-        efficiency=efficiency, hardware=hardware,
+        model,
+        gpus,
+        workload,
+        slo_ttft_p95_s=args.ttft_p95,
+        slo_tpot_p95_s=args.tpot_p95,
+        confidence=args.confidence,
+        grid=grid_from_args(args, len(gpus), args.max_replicas),
+        efficiency=efficiency,
+        hardware=hardware,
         quality_penalty=args.quality_penalty,
     )
     phases("searching configurations at the peak demand (compiling first)")
     found = search(problem)
     configs = {}
     for g, name in enumerate(gpus):  # cheapest configuration per GPU type at the peak demand
-        rows = [i for i, c in enumerate(found.configs) if c[0] == g and np.isfinite(found.cost_per_hour[i])]
+        rows = [
+            i
+            for i, c in enumerate(found.configs)
+            if c[0] == g and np.isfinite(found.cost_per_hour[i])
+        ]
         if rows:
             configs[name] = found.configs[rows[0]]
             continue
@@ -94,14 +118,18 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         if np.isfinite(cost.min()):
             configs[name] = every[int(np.argmin(cost))]
     if not configs:
-        raise UsageError("no candidate GPU meets the SLO at the peak demand even with "
-                         f"{args.max_replicas} replicas; relax --ttft-p95/--tpot-p95 or add GPUs")
+        raise UsageError(
+            "no candidate GPU meets the SLO at the peak demand even with "
+            f"{args.max_replicas} replicas; relax --ttft-p95/--tpot-p95 or add GPUs"
+        )
     phases(f"replicas per posterior draw for {len(demand)} periods")
     periods = forecast_gpus(problem, configs, demand, seed=args.seed)
     from .optimize import _describe_short
 
-    result = {"configurations": {g: _describe_short(problem, gpus, c) for g, c in configs.items()},
-              "periods": periods}
+    result = {
+        "configurations": {g: _describe_short(problem, gpus, c) for g, c in configs.items()},
+        "periods": periods,
+    }
     phases.done()
     result = _clean(result)
     if args.csv_out:
@@ -123,8 +151,12 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             lo, hi = s["p80"]
             cells.append(f"{g} {_n(s['p50'])} [{_n(lo)}-{_n(hi)}]")
         cost = p["cost_per_hour"]
-        rows.append((f"{p['period']} ({p['requests_per_s']:g} req/s)",
-                     "; ".join(cells) + f"; ${_n(cost['p50'])}/h on {p['recommended_gpu']}"))
+        rows.append(
+            (
+                f"{p['period']} ({p['requests_per_s']:g} req/s)",
+                "; ".join(cells) + f"; ${_n(cost['p50'])}/h on {p['recommended_gpu']}",
+            )
+        )
     print("GPUs per period: median [80% interval]\n" + table(rows))
     for g, c in result["configurations"].items():
         print(f"  {g}: {c}")
@@ -140,7 +172,9 @@ def _n(x) -> str:
 def _write_csv(path: str, result: dict) -> None:
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["period", "requests_per_s", "gpu", "p50", "p80_lo", "p80_hi", "p95_lo", "p95_hi"])
+        w.writerow(
+            ["period", "requests_per_s", "gpu", "p50", "p80_lo", "p80_hi", "p95_lo", "p95_hi"]
+        )
         for p in result["periods"]:
             for g, s in p["gpus"].items():
                 w.writerow([p["period"], p["requests_per_s"], g, s["p50"], *s["p80"], *s["p95"]])
