@@ -53,7 +53,22 @@ def noise_key(row: pd.Series) -> str:
         return f"op:{op}"
     if row["scenario"] == "collective":
         return f"collective:{op}"
+    if row["scenario"] == "serving" and open_loop(row):
+        return f"serving:{OPEN_LOOP_TAG}:{row['metric']}"
     return f"{row['scenario']}:{row['metric']}"
+
+
+OPEN_LOOP_TAG = "rate"
+"""Middle part of an open-loop serving row's group (``serving:rate:ttft``).  A load at a request
+rate (Poisson arrivals, MLPerf Server) and a closed loop of N clients are different regimes: the
+engine's batch under an open load is set by its own policy (MLPerf submissions run far larger
+batches than the rate needs), so their offsets and noise are pooled apart."""
+
+
+def open_loop(row: pd.Series) -> bool:
+    """Whether a serving row was driven at a request rate rather than by N clients in flight."""
+    conc = pd.to_numeric(row.get("concurrency"), errors="coerce")
+    return not (pd.notna(conc) and conc > 0)
 
 
 OFFSET_OP_GROUPS = (

@@ -172,8 +172,8 @@ def parameter_draws(
 
 
 ENGINE_PREFIX = "engine:"
-"""Pooled cells ``"engine:<engine>|<group>"``: the offset a source never seen draws, centred on 0
-with the spread of the seen sources' offsets (``_serving_stage._engine_cells`` writes them)."""
+"""Pooled cells ``"engine:<engine>|<group>"``: the offset a source never seen draws, the
+random-effects predictive of the seen sources' offsets (``_serving_stage._engine_cells``)."""
 ANY_ENGINE = "*"
 """Engine of the pooled cell an engine never seen draws from (``"engine:*|<group>"``)."""
 

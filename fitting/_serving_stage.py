@@ -11,9 +11,10 @@ the posterior-median parameters (population medians for a GPU the NUTS stage nev
 
 s = 1.4826 * MAD (robust to the odd outlier run).  The offset carries what the load model misses
 about an engine's scheduler and the benchmark; sigma is the spread around it.  Pooled
-``engine:<engine>|<group>`` cells (and ``engine:*|<group>`` for an engine never seen) are centred
-on 0 with the seen sources' spread about 0: a lab never seen draws from them, so its interval
-widens by the between-lab spread while its median stays the physics (``cell_offset_draws``).
+``engine:<engine>|<group>`` cells (and ``engine:*|<group>`` for an engine never seen) are the
+random-effects predictive of the seen sources' offsets, the physics counting as one source
+(``population_offset``): a lab never seen draws from them (``cell_offset_draws``), so it inherits
+a bias every seen lab shows and a wider interval where the labs disagree.
 """
 
 from __future__ import annotations
@@ -52,13 +53,34 @@ def _robust_sd(r: np.ndarray) -> float:
     return float(max(1.4826 * np.median(np.abs(r - np.median(r))), 1e-3))
 
 
+def population_offset(centres: list[float]) -> tuple[float, float]:
+    """Centre and predictive spread of the offset of a cell never seen, from the centres c_1..c_n
+    of the seen cells of its group (a normal random-effects model, DerSimonian & Laird 1986).
+
+    The physics (offset 0) counts as one more cell, a prior worth one lab:
+    mu = sum(c) / (n + 1), tau^2 = (sum (c - mu)^2 + mu^2) / n, and a new cell draws from
+    N(mu, tau^2 (1 + 1 / (n + 1))) (its own spread plus the error of mu).  With the seen labs
+    agreeing on a bias the centre moves to it; with one lab it moves half-way; with labs that
+    disagree the interval widens instead."""
+    c = np.asarray(centres, dtype=float)
+    n = len(c)
+    mu = float(c.sum() / (n + 1))
+    tau2 = float((np.square(c - mu).sum() + mu**2) / max(n, 1))
+    return mu, float(np.sqrt(max(tau2, MIN_SPREAD**2) * (1.0 + 1.0 / (n + 1))))
+
+
+MIN_SPREAD = 0.05
+"""Floor on a pooled cell's spread (log units): labs never agree closer than run-to-run noise."""
+
+
 def _engine_cells(cells: list[str], offsets: list[np.ndarray], rng, n_draw: int):
-    """Pooled cells for sources never seen: ``engine:<engine>|<group>`` per (engine, group) and
-    ``engine:*|<group>`` per group (any engine).  Each is centred on 0 -- the physics -- with the
-    spread of the seen sources' offsets about 0 (their root mean square: that engine's sources
-    when two or more ran it, else every source of the group), so an unseen lab widens the interval
-    instead of inheriting other labs' harness biases (a held-out lab's median error is lower at
-    the physics than at the mean of the other labs' offsets: ``benchmarks/bench_e2e_holdout.py``)."""
+    """Pooled cells for sources never seen: ``engine:*|<group>`` per group (any engine) and
+    ``engine:<engine>|<group>`` per (engine, group).  The any-engine cell is the random-effects
+    predictive of the seen cells of its group (``population_offset``); an engine's cell shrinks
+    that engine's seen cells towards it, the group centre counting as one cell, with the group's
+    spread.  A lab never seen thus inherits a bias every seen lab shows (closed-loop TTFT is
+    longer than the step and load models give in every lab and engine measured) and a wider
+    interval where the labs disagree."""
     by_key: dict[str, list[float]] = {}
     by_engine: dict[str, list[float]] = {}
     for c, o in zip(cells, offsets):
@@ -69,18 +91,16 @@ def _engine_cells(cells: list[str], offsets: list[np.ndarray], rng, n_draw: int)
         if engine:
             by_engine.setdefault(f"{ENGINE_PREFIX}{engine}|{key}", []).append(centre)
 
-    def rms(centres: list[float]) -> float:
-        return float(np.sqrt(np.mean(np.square(centres))))
-
     names, draws = [], []
+    group = {key: population_offset(centres) for key, centres in by_key.items()}
     for name, centres in by_engine.items():
-        key = name.split("|", 1)[1]
-        spread = rms(centres) if len(centres) > 1 else rms(by_key[key])
+        mu, spread = group[name.split("|", 1)[1]]
+        centre = (sum(centres) + mu) / (len(centres) + 1)
         names.append(name)
-        draws.append(spread * rng.standard_normal(n_draw))
-    for key, centres in by_key.items():
+        draws.append(centre + spread * rng.standard_normal(n_draw))
+    for key, (mu, spread) in group.items():
         names.append(f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}")
-        draws.append(rms(centres) * rng.standard_normal(n_draw))
+        draws.append(mu + spread * rng.standard_normal(n_draw))
     return names, draws
 
 

@@ -244,11 +244,30 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     assert n == 6 and "lab:vllm|serving:ttft" in new.cells and new.noise_keys[-1] == "serving:ttft"
     off = new.flat("cell_offset")[:, new.cells.index("lab:vllm|serving:ttft")]
     assert abs(np.median(off) - 0.7) < 0.03
-    # a lab never seen running vLLM (or running an engine never seen) draws from pooled cells
-    # centred on the physics, spread by the seen lab's offset: one lab's 0.7 gives sd 0.7
-    for name in ("engine:vllm|serving:ttft", "engine:*|serving:ttft"):
+    # a lab never seen draws from pooled cells, the random-effects predictive of the seen cells
+    # with the physics (offset 0) as one more cell: from one lab's c = 0.7 by hand,
+    # mu = 0.7 / 2 = 0.35, tau^2 = ((0.7 - 0.35)^2 + 0.35^2) / 1 = 0.245, sd = tau sqrt(1 + 1/2);
+    # an engine seen once shrinks its cell towards mu: (0.7 + 0.35) / 2 = 0.525, same sd
+    sd = np.sqrt(0.245 * 1.5)
+    for name, centre in (("engine:vllm|serving:ttft", 0.525), ("engine:*|serving:ttft", 0.35)):
         pooled = new.flat("cell_offset")[:, new.cells.index(name)]
-        # sample median of n draws of N(0, 0.7): sd 1.2533 * 0.7 / sqrt(n); within 3 of them
-        assert abs(np.median(pooled)) < 3.0 * 1.2533 * 0.7 / np.sqrt(len(pooled))
-        assert np.std(pooled) == pytest.approx(0.7, rel=0.1)
+        # sample median of n draws of N(centre, sd): its sd 1.2533 sd / sqrt(n); within 3 of them
+        # (the seen cell's own centre carries the noise's +-0.05 median error: 0.01 more)
+        assert abs(np.median(pooled) - centre) < 3.0 * 1.2533 * sd / np.sqrt(len(pooled)) + 0.01
+        assert np.std(pooled) == pytest.approx(sd, rel=0.1)
     assert 0.03 < np.median(new.flat("sigma")[:, -1]) < 0.2
+
+
+def test_population_offset_by_hand_and_its_limits():
+    """The unseen-lab offset: the physics counts as one cell (mu = sum c / (n + 1))."""
+    from fitting._serving_stage import MIN_SPREAD, population_offset
+
+    # three labs at +1.0: mu = 3 / 4, tau^2 = (3 * 0.25^2 + 0.75^2) / 3 = 0.25, sd = 0.5 sqrt(5/4)
+    mu, sd = population_offset([1.0, 1.0, 1.0])
+    assert mu == pytest.approx(0.75) and sd == pytest.approx(0.5 * np.sqrt(1.25))
+    # labs that disagree about 0 leave the centre at the physics and widen the interval
+    mu, sd = population_offset([-1.0, 1.0])
+    assert mu == pytest.approx(0.0) and sd == pytest.approx(np.sqrt(1.0 * (1 + 1 / 3)))
+    # many labs agreeing: the centre goes to their value, the spread to the floor
+    mu, sd = population_offset([0.4] * 999)
+    assert mu == pytest.approx(0.4 * 999 / 1000) and sd < 0.02 + MIN_SPREAD
