@@ -32,6 +32,7 @@ BASES: dict[str, list[str]] = {
     "optimize": ["optimize", *LLAMA, "--gpus", "h100-sxm", "--prior", "--draws", "8"],
     "fleet": ["fleet", *LLAMA, "--gpus", "h100-sxm", "--prior", "--draws", "8", "--rate", "5"],
     "forecast": ["forecast", *LLAMA, "--gpus", "h100-sxm", "--prior", "--draws", "8"],
+    "pareto": ["pareto", *LLAMA, "--gpus", "h100-sxm", "--prior", "--draws", "8"],
     "validate": ["validate", "--data", "tests/data/ingest/tidy_example.csv"],
     "fit": [
         "fit",

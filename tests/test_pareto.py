@@ -1,0 +1,228 @@
+"""``servingmath pareto`` and ``optimize._pareto``: the frontier is non-dominated, its numbers are
+the one load model's (``perfmodel.serving_metrics``, closed loop) at that configuration, more
+clients never speed a user up, the JSON is strict, and bad input is one line with exit 2.
+
+One CLI run (Llama-3.1-8B on H100, 6 posterior draws, 4 concurrencies) and one library call with
+the same draws share the compiled sweep; the whole module stays well under a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import perfmodel as pm
+from optimize import ParetoResult, non_dominated, pareto_frontier, pareto_problem
+from optimize._draws import efficiency_draws_for
+from optimize._grid import KNOBS, SEQS
+from perfmodel.dynamics import Workload
+from servingmath import cli
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+GPU = "h100-sxm"
+DRAWS = 6
+CONCURRENCY = (1, 4, 16, 64)
+INPUT, OUTPUT = 512.0, 128.0
+ARGS = [
+    "pareto",
+    "--model",
+    LLAMA,
+    "--gpus",
+    GPU,
+    "--draws",
+    str(DRAWS),
+    "--concurrency",
+    ",".join(map(str, CONCURRENCY)),
+    "--input-len",
+    str(INPUT),
+    "--output-len",
+    str(OUTPUT),
+]
+POINT_KEYS = {
+    "gpu",
+    "tp",
+    "pp",
+    "weight_dtype",
+    "kv_dtype",
+    "concurrency",
+    "tokens_per_s_per_gpu",
+    "tokens_per_s_per_gpu_interval",
+    "tokens_per_s_per_user",
+    "tokens_per_s_per_user_interval",
+    "ttft_seconds",
+    "ttft_seconds_interval",
+    "cost_per_million_tokens",
+    "cost_per_million_tokens_interval",
+}
+
+
+def _strict_json(text: str) -> dict:
+    def refuse(constant):
+        raise ValueError(f"non-finite {constant} in JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _workload() -> Workload:
+    return Workload(prompt_tokens_mean=INPUT, output_tokens_mean=OUTPUT, output_tokens_cv=1.0)
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """(exit code, stdout, plot folder) of one ``--json --plot`` run on the bundled posterior."""
+    folder = tmp_path_factory.mktemp("pareto")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([*ARGS, "--json", "--plot", str(folder)])
+    return code, out.getvalue(), folder
+
+
+@pytest.fixture(scope="module")
+def library(cli_run):
+    """(efficiency draws, result) of the library on the CLI run's draws (same seed)."""
+    import fitting
+
+    efficiency = efficiency_draws_for((GPU,), DRAWS, posterior=fitting.load_posterior(None), seed=0)
+    model = pm.load_model(LLAMA)
+    problem = pareto_problem(
+        model, (GPU,), _workload(), concurrencies=CONCURRENCY, efficiency=efficiency
+    )
+    return efficiency, pareto_frontier(problem, (GPU,), model.name)
+
+
+def _medians(result: ParetoResult) -> tuple[np.ndarray, np.ndarray]:
+    s = result.sweep
+    return np.median(s.tokens_per_s_per_user, axis=1), np.median(s.tokens_per_s_per_gpu, axis=1)
+
+
+def test_json_is_strict_and_complete(cli_run):
+    code, text, _ = cli_run
+    assert code == 0
+    out = _strict_json(text)
+    assert out["frontier"], out
+    for point in out["frontier"]:
+        assert POINT_KEYS <= set(point), POINT_KEYS - set(point)
+        assert point["gpu"] == GPU and point["concurrency"] in CONCURRENCY
+        for key in ("tokens_per_s_per_gpu", "tokens_per_s_per_user", "cost_per_million_tokens"):
+            lo, hi = point[f"{key}_interval"]
+            assert 0 < lo <= point[key] <= hi, (key, point)
+    users = [p["tokens_per_s_per_user"] for p in out["frontier"]]
+    gpus = [p["tokens_per_s_per_gpu"] for p in out["frontier"]]
+    assert users == sorted(users) and gpus == sorted(gpus, reverse=True)
+
+
+def test_plot_written(cli_run):
+    png = cli_run[2] / "pareto_frontier.png"
+    assert png.stat().st_size > 10_000
+
+
+def test_cli_and_library_agree(cli_run, library):
+    out = _strict_json(cli_run[1])
+    assert out["frontier"] == [p.to_json() for p in library[1].frontier]
+
+
+def test_frontier_is_non_dominated_and_complete(library):
+    result = library[1]
+    x, y = _medians(result)
+    x, y = x[result.eligible], y[result.eligible]
+    for p in result.frontier:
+        beaten = (x >= p.tokens_per_s_per_user) & (y >= p.tokens_per_s_per_gpu)
+        strictly = (x > p.tokens_per_s_per_user) | (y > p.tokens_per_s_per_gpu)
+        assert not np.any(beaten & strictly), p
+    fx = np.asarray([p.tokens_per_s_per_user for p in result.frontier])
+    fy = np.asarray([p.tokens_per_s_per_gpu for p in result.frontier])
+    covered = (fx[None, :] >= x[:, None]) & (fy[None, :] >= y[:, None])
+    assert covered.any(axis=1).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=30))
+def test_non_dominated_property(points):
+    x, y = np.asarray(points, dtype=float).T
+    keep = non_dominated(x, y)
+    for i in np.flatnonzero(keep):
+        assert not np.any((x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i])))
+    for i in np.flatnonzero(~keep):  # every dropped point is matched or beaten by a kept one
+        assert np.any(keep & (x >= x[i]) & (y >= y[i]))
+    assert len({(a, b) for a, b in zip(x[keep], y[keep])}) == keep.sum()  # no duplicates kept
+
+
+def test_frontier_numbers_are_the_load_model_at_that_configuration(library):
+    efficiency, result = library
+    hardware = pm.load_hardware(GPU)
+    price = float(hardware.price_per_gpu_hour)
+    for p in result.frontier:
+        deployment = pm.Deployment.create(
+            tp=p.tp,
+            pp=p.pp,
+            weight_dtype=p.weight_dtype,
+            kv_dtype=p.kv_dtype,
+            max_num_seqs=float(p.concurrency),
+            max_num_batched_tokens=float(p.max_num_batched_tokens),
+        )
+        load = Workload(
+            concurrency=float(p.concurrency),
+            prompt_tokens_mean=INPUT,
+            output_tokens_mean=OUTPUT,
+            output_tokens_cv=1.0,
+        )
+        per_gpu, per_user, ttft = [], [], []
+        for d in range(DRAWS):
+            eff = jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency)
+            m = pm.serving_metrics(
+                pm.load_model(LLAMA), hardware, deployment, eff, load, closed_loop=True
+            )
+            per_gpu.append(float(m.output_tokens_per_s) / (p.tp * p.pp))
+            per_user.append(1.0 / float(m.tpot_s.mean))
+            ttft.append(float(m.ttft_s.mean))
+        cost = [price * 1e6 / (3600.0 * t) for t in per_gpu]
+        for value, draws in (
+            (p.tokens_per_s_per_gpu, per_gpu),
+            (p.tokens_per_s_per_user, per_user),
+            (p.ttft_seconds, ttft),
+            (p.cost_per_million_tokens, cost),
+        ):
+            assert value == pytest.approx(float(np.median(draws)), rel=1e-6), p
+        lo, hi = np.quantile(per_gpu, (0.05, 0.95))
+        assert p.tokens_per_s_per_gpu_interval == pytest.approx((lo, hi), rel=1e-6)
+
+
+def test_more_clients_never_speed_a_user_up(library):
+    result = library[1]
+    s = result.sweep
+    others = [k for k in range(len(KNOBS)) if k != SEQS]
+    configs = np.asarray(s.configs)
+    per_user = np.asarray(s.tokens_per_s_per_user)
+    checked = 0
+    for key in {tuple(c) for c in configs[:, others]}:
+        rows = np.flatnonzero((configs[:, others] == key).all(axis=1) & s.fits)
+        rows = rows[np.argsort(configs[rows, SEQS])]
+        if len(rows) > 1:
+            assert np.all(np.diff(per_user[rows], axis=0) <= 1e-9 * per_user[rows[:-1]])
+            checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--model", LLAMA, "--gpus", "no-such-gpu"], "no-such-gpu"),
+        (
+            ["--model", "meta-llama/Llama-3.1-405B", "--gpus", "l4", "--weight-dtypes", "bf16"],
+            "does not fit",
+        ),
+        (["--model", LLAMA, "--gpus", GPU, "--concurrency", "0"], "--concurrency"),
+        (["--model", LLAMA, "--gpus", GPU, "--concurrency", "1,x"], "--concurrency"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
+    code = cli.main(["pareto", *argv, "--prior", "--draws", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("servingmath") and needle in err[0], err
