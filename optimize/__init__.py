@@ -31,12 +31,14 @@ from ._grid import KNOBS as KNOBS, Grid as Grid
 from ._metrics import SloMetrics as SloMetrics, Workload as Workload, slo_metrics as slo_metrics
 from ._pareto import (
     DEFAULT_CONCURRENCIES as DEFAULT_CONCURRENCIES,
+    pareto_frontier as pareto_frontier,
+    pareto_problem as pareto_problem,
+)
+from ._pareto_points import (
     ParetoPoint as ParetoPoint,
     ParetoResult as ParetoResult,
     ParetoSweep as ParetoSweep,
     non_dominated as non_dominated,
-    pareto_frontier as pareto_frontier,
-    pareto_problem as pareto_problem,
 )
 from ._problem import Problem as Problem, make_problem as make_problem
 from ._recommend import Recommendation as Recommendation, recommend as recommend

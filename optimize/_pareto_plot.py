@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._pareto import ParetoPoint, ParetoResult
+from ._pareto_points import ParetoPoint, ParetoResult
 
 FILE_NAME = "pareto_frontier.png"
 """The figure's name inside the ``--plot`` directory."""

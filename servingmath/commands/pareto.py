@@ -7,7 +7,6 @@ import json
 import sys
 
 import perfmodel as pm
-from perfmodel import CatalogError
 
 from .._progress import Phases, run_with_phases
 from .._render import human_seconds
@@ -61,37 +60,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _setup(args: argparse.Namespace):
-    """(gpu ids, model, workload, sweep grid) with one-line errors; no posterior yet."""
+    """(workload, sweep grid) with one-line errors for bad lengths or dtypes."""
     from optimize._pareto import pareto_grid
 
-    gpus = gpu_ids(args)
-    workload = resolve_workload(args, rate=1.0)  # a closed loop: the rate is not used
-    dtypes = grid_from_args(args, len(gpus), 1)
+    dtypes = grid_from_args(args, 1, 1)
     grid = pareto_grid(
-        len(gpus),
+        len(gpu_ids(args)),
         args.concurrency,
         kv_dtypes=dtypes.kv_dtypes,
         weight_dtypes=dtypes.weight_dtypes,
     )
-    try:
-        model = pm.load_model(args.model)
-    except CatalogError as exc:
-        raise UsageError(str(exc)) from None
-    return gpus, model, workload, grid
+    return resolve_workload(args, rate=1.0), grid  # a closed loop: the rate is not used
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Before the posterior loads: known GPUs and model, and the model fits on one of them."""
     from optimize._pareto import check_fits
 
-    gpus, model, workload, grid = _setup(args)
+    workload, grid = _setup(args)
+    gpus = gpu_ids(args)
+    model = pm.load_model(args.model)
+    hardware = [
+        pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv) for g in gpus
+    ]
     try:
-        hardware = [
-            pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv)
-            for g in gpus
-        ]
         check_fits(model, gpus, hardware, grid, workload)
-    except (ValueError, CatalogError) as exc:
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -103,7 +97,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     from optimize import pareto_frontier, pareto_problem
 
     phases("loading the posterior")
-    _, _, workload, grid = _setup(args)
+    workload, grid = _setup(args)
     model, gpus, hardware, efficiency = resolve_common(args)
     try:
         problem = pareto_problem(
@@ -120,7 +114,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             quality_penalty=args.quality_penalty,
             hardware=hardware,
         )
-    except (ValueError, CatalogError) as exc:
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
     phases(f"sweeping configurations x {len(args.concurrency)} concurrencies x {args.draws} draws")
     result = pareto_frontier(problem, gpus, model.name)
@@ -135,42 +129,48 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     if args.json:
         print(json.dumps(result.to_json(), indent=2, allow_nan=False))
     if not result.frontier:
-        print(
-            f"servingmath pareto: error: no configuration meets the p95 SLOs with confidence "
-            f"{args.confidence}; relax --ttft-p95 / --tpot-p95 or lower --confidence",
-            file=sys.stderr,
+        raise UsageError(
+            f"no configuration meets the p95 SLOs with confidence {args.confidence}; "
+            "relax --ttft-p95 / --tpot-p95 or lower --confidence"
         )
-        return 2
     if not args.json:
         print(render(result))
     return 0
 
 
-def _span(lo_hi, fmt: str) -> str:
-    return f"[{fmt.format(lo_hi[0])}, {fmt.format(lo_hi[1])}]"
+COLUMNS = ("tok/s/user", "tok/s/GPU", "$/M out tok", "TTFT", "GPU", "TPxPP", "weights/KV", "N")
 
 
-def render(result) -> str:
-    """The frontier as a table, fastest per user last; 90 % intervals in brackets."""
-    head = (
-        f"{result.model}: output tokens/s per GPU vs tokens/s per user "
-        f"(closed loop, posterior median [90 % interval])"
-    )
-    cols = ("tok/s/user", "tok/s/GPU", "$/M out tok", "TTFT", "GPU", "TPxPP", "weights/KV", "N")
+def _cell(value: float, interval, fmt: str) -> str:
+    return f"{value:{fmt}} [{interval[0]:{fmt}}, {interval[1]:{fmt}}]"
+
+
+def _table(points) -> list[str]:
     rows = [
         (
-            f"{p.tokens_per_s_per_user:.1f} {_span(p.tokens_per_s_per_user_interval, '{:.1f}')}",
-            f"{p.tokens_per_s_per_gpu:.0f} {_span(p.tokens_per_s_per_gpu_interval, '{:.0f}')}",
-            f"{p.cost_per_million_tokens:.3g} {_span(p.cost_per_million_tokens_interval, '{:.3g}')}",
+            _cell(p.tokens_per_s_per_user, p.tokens_per_s_per_user_interval, ".1f"),
+            _cell(p.tokens_per_s_per_gpu, p.tokens_per_s_per_gpu_interval, ".0f"),
+            _cell(p.cost_per_million_tokens, p.cost_per_million_tokens_interval, ".3g"),
             human_seconds(p.ttft_seconds),
             p.gpu,
             f"{p.tp}x{p.pp}",
             f"{p.weight_dtype}/{p.kv_dtype}",
             str(p.concurrency),
         )
-        for p in result.frontier
+        for p in points
     ]
-    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(cols)]
-    lines = [cols, *rows]
-    body = ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]
-    return "\n".join([head, *body])
+    widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(COLUMNS)]
+    return [
+        "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [COLUMNS, *rows]
+    ]
+
+
+def render(result) -> str:
+    """The frontier as a table (fastest per user last, 90 % intervals in brackets), then each
+    GPU's own frontier when there are several."""
+    head = f"{result.model}: output tokens/s per GPU vs tokens/s per user, closed loop"
+    lines = [head + " (posterior median [90 % interval])", *_table(result.frontier)]
+    if len(result.gpus) > 1:
+        for gpu, points in result.frontier_by_gpu.items():
+            lines += ["", f"{gpu} alone", *(_table(points) if points else ["  (no point)"])]
+    return "\n".join(lines)
