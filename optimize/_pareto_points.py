@@ -9,6 +9,7 @@ tokens/s per GPU and more of one (posterior medians, both maximised).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -120,6 +121,9 @@ class ParetoResult:
         model: the model's name.
         gpus: candidate hardware ids (``GPU`` index order).
         concurrencies: the swept clients in flight.
+        input_len, output_len: mean prompt and output tokens of the workload.
+        slo_p95_s: the (TTFT, TPOT) p95 bounds in seconds (``inf``: none).
+        confidence: the share of draws a point must meet them in.
         grid: the sweep's grid.
         sweep: every point in every draw (numpy leaves).
         slo_probability: share of draws meeting the p95 SLOs, per point (1 without SLOs).
@@ -131,6 +135,10 @@ class ParetoResult:
     model: str
     gpus: tuple[str, ...]
     concurrencies: tuple[int, ...]
+    input_len: float
+    output_len: float
+    slo_p95_s: tuple[float, float]
+    confidence: float
     grid: Grid
     sweep: ParetoSweep
     slo_probability: np.ndarray
@@ -144,6 +152,11 @@ class ParetoResult:
             "model": self.model,
             "gpus": list(self.gpus),
             "concurrency": list(self.concurrencies),
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "slo_ttft_p95_s": self.slo_p95_s[0] if math.isfinite(self.slo_p95_s[0]) else None,
+            "slo_tpot_p95_s": self.slo_p95_s[1] if math.isfinite(self.slo_p95_s[1]) else None,
+            "confidence": self.confidence,
             "num_draws": int(self.sweep.output_tokens_per_s.shape[1]),
             "interval_quantiles": list(INTERVAL_QUANTILES),
             "load_model": "perfmodel.serving_metrics (closed loop at concurrency N)",

@@ -209,6 +209,26 @@ def test_more_clients_never_speed_a_user_up(library):
     assert checked > 0
 
 
+def test_slo_keeps_only_points_meeting_it(library):
+    efficiency, full = library
+    bound = float(np.median([p.tpot_seconds for p in full.frontier]))
+    problem = pareto_problem(
+        pm.load_model(LLAMA),
+        (GPU,),
+        _workload(),
+        concurrencies=CONCURRENCY,
+        efficiency=efficiency,
+        slo_tpot_p95_s=bound,
+        confidence=0.5,
+    )
+    result = pareto_frontier(problem, (GPU,), LLAMA)
+    assert result.frontier and 0 < result.eligible.sum() < full.eligible.sum()
+    share = np.mean(result.sweep.tpot_p95_s[result.eligible] <= bound, axis=1)
+    assert np.all(share >= 0.5)
+    assert all(p.slo_probability >= 0.5 for p in result.frontier)
+    assert result.to_json()["slo_tpot_p95_s"] == bound
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
