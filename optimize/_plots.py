@@ -1,6 +1,8 @@
 """Figures for ``--plot DIR``: the cost / SLO-probability trade-off, the posterior of p95 latency
 of the recommendation, and the procurement fan chart.  matplotlib with the Agg backend (no
-display needed); every function writes one PNG and returns its path.
+display needed); each ``*_figure`` function returns the open Figure (an HTML report renders it to
+memory), and its writer (``plot_tradeoff``, ``fan_chart``, ...) saves it as one PNG and returns
+the path.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ NAMES = {
     "fleet": "fleet_mix.png",
 }
 """File names written into the ``--plot`` directory."""
+
+DPI = 120
+"""Resolution of every written PNG (dots per inch)."""
 
 
 def _pyplot():
@@ -139,12 +144,25 @@ def plot_numbers(problem: Problem, gpus: tuple[str, ...], out: dict) -> dict:
     }
 
 
+def save_figure(fig, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (its folder created) and close it; returns the path."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    _pyplot().close(fig)
+    return Path(path)
+
+
 def plot_tradeoff(
     problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path, numbers=None
 ) -> Path:
+    """``tradeoff_figure`` written to ``path``."""
+    return save_figure(tradeoff_figure(problem, gpus, out, numbers), path)
+
+
+def tradeoff_figure(problem: Problem, gpus: tuple[str, ...], out: dict, numbers=None):
     """Cost against SLO probability: the recommendation and its runner-ups (points) and the
     recommended configuration at every replica count (line); the confidence as a dashed line.
-    ``numbers``: ``plot_numbers``' (computed when None)."""
+    ``numbers``: ``plot_numbers``' (computed when None).  Returns the open matplotlib Figure."""
     numbers = plot_numbers(problem, gpus, out) if numbers is None else numbers
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -180,16 +198,20 @@ def plot_tradeoff(
     ax.set_title("Cost against SLO probability")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
 def plot_latency(
     problem: Problem, gpus: tuple[str, ...], out: dict, path: str | Path, numbers=None
 ) -> Path:
+    """``latency_figure`` written to ``path``."""
+    return save_figure(latency_figure(problem, gpus, out, numbers), path)
+
+
+def latency_figure(problem: Problem, gpus: tuple[str, ...], out: dict, numbers=None):
     """Histograms over the posterior draws of p95 TTFT and p95 TPOT of the recommendation, with
-    the SLO bounds (where given) as vertical lines.  ``numbers``: ``plot_numbers``' (or None)."""
+    the SLO bounds (where given) as vertical lines.  ``numbers``: ``plot_numbers``' (or None).
+    Returns the open matplotlib Figure."""
     plt = _pyplot()
     if numbers is None:
         ttft, tpot = latency_draws(problem, config_index(problem, gpus, out), out["replicas"])
@@ -215,9 +237,7 @@ def plot_latency(
         f"{out['replicas']} x {out['gpu']} TP{out['tp']} PP{out['pp']}: latency over the posterior"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
 def write_optimize_plots(
@@ -236,7 +256,13 @@ def write_optimize_plots(
 
 
 def fan_chart(result: dict, path: str | Path) -> Path:
-    """GPUs per period and type from a forecast result: median line, 80 % and 95 % bands."""
+    """``fan_figure`` written to ``path``."""
+    return save_figure(fan_figure(result), path)
+
+
+def fan_figure(result: dict):
+    """GPUs per period and type from a forecast result: median line, 80 % and 95 % bands.
+    Returns the open matplotlib Figure."""
     plt = _pyplot()
     periods = [p["period"] for p in result["periods"]]
     x = range(len(periods))
@@ -262,15 +288,18 @@ def fan_chart(result: dict, path: str | Path) -> Path:
     ax.set_title("GPUs per period: median, 80% and 95% intervals")
     ax.legend()
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
 def fleet_chart(result: dict, path: str | Path) -> Path:
+    """``fleet_figure`` written to ``path``."""
+    return save_figure(fleet_figure(result), path)
+
+
+def fleet_figure(result: dict):
     """Replicas per GPU type stacked by request class, from a ``servingmath fleet --json`` result;
-    each bar is labelled with its GPU count, the title gives the cost and the gap to the milp."""
+    each bar is labelled with its GPU count, the title gives the cost and the gap to the milp.
+    Returns the open matplotlib Figure."""
     plt = _pyplot()
     gpus = list(result["plan"])
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -299,7 +328,4 @@ def fleet_chart(result: dict, path: str | Path) -> Path:
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return fig
