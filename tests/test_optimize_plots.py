@@ -4,8 +4,10 @@
 import json
 
 import numpy as np
+import pytest
 from demand_files import write_demand
 from optimize_problems import WORKLOAD, small_problem
+from report_checks import assert_self_contained, parse_yaml, rendered_dom, sheet, table_rows
 
 from optimize import make_problem
 from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
@@ -23,7 +25,10 @@ def _is_png(path):
 
 
 def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
+    """The one real optimize run of the plots also writes --report and --emit (no extra compile:
+    the report's figures are the plots' figures)."""
     out = tmp_path / "figs"
+    page, emit = tmp_path / "plan.html", tmp_path / "launch"
     argv = [
         "optimize",
         *BASE,
@@ -41,13 +46,71 @@ def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
         "0.05",
         "--plot",
         str(out),
+        "--report",
+        str(page),
+        "--emit",
+        str(emit),
     ]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["feasible"]  # stdout stays one JSON object
+    answer = json.loads(captured.out)
+    assert answer["feasible"]  # stdout stays one JSON object
     for key in ("tradeoff", "latency"):
         assert _is_png(out / NAMES[key])
         assert NAMES[key] in captured.err
+    _check_report(page, answer, tmp_path)
+    _check_emit(emit, answer)
+
+
+def _check_report(page, answer, tmp_path):
+    """The page loads in Chromium without a console message, is self-contained, and shows the
+    --json object's numbers (cost, GPUs, latency percentiles, runner-ups) and the question."""
+    assert_self_contained(page.read_text(encoding="utf-8"))
+    dom = rendered_dom(page, tmp_path / "profile")
+    kv = sheet(dom)
+    config = f"{answer['replicas']} x {answer['gpu']} (TP {answer['tp']}, PP {answer['pp']})"
+    assert kv["configuration"].startswith(config)  # the answer, as text
+    assert int(kv["GPUs"]) == answer["num_gpus"] and int(kv["replicas"]) == answer["replicas"]
+    assert float(kv["cost ($/hour)"]) == pytest.approx(answer["cost_per_hour"], rel=1e-5)
+    assert float(kv["SLO probability"]) == pytest.approx(answer["slo_probability"], rel=1e-5)
+    assert kv["binding constraint"] == answer["binding_constraint"]
+    (ttft,) = [r for r in table_rows(dom) if r[0] == "TTFT" and len(r) == 4]
+    for cell, p in zip(ttft[1:], ("p50", "p95", "p99")):
+        assert float(cell) == pytest.approx(answer["ttft_s"][p], rel=1e-5)
+    for alt in answer["alternatives"]:
+        costs = [
+            r[3]
+            for r in table_rows(dom)
+            if len(r) == 5
+            and r[0].startswith(f"{alt['replicas']} x {alt['gpu']} TP{alt['tp']} PP{alt['pp']}")
+        ]
+        assert any(float(c) == pytest.approx(alt["cost_per_hour"], rel=1e-5) for c in costs)
+    assert (
+        float(kv["p95 TTFT bound (s)"]) == 1.0
+        and float(kv["confidence (probability over the posterior)"]) == 0.9
+    )
+    assert kv["candidate GPUs"] == "h100-sxm, l40s" and kv["calibration"].endswith("(--prior)")
+    assert answer["engine_args"]["vllm"] in dom
+    assert dom.count("data:image/png;base64,") == 2
+
+
+def _check_emit(emit, answer):
+    """Scripts hold engine_args' commands; the manifest the answer's replicas and GPUs."""
+    for engine in ("vllm", "sglang", "trtllm"):
+        script = (emit / f"{engine}.sh").read_text()
+        assert (emit / f"{engine}.sh").stat().st_mode & 0o111
+        assert script.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in script
+        if not answer["disaggregation"]:
+            assert answer["engine_args"][engine] in script.splitlines()
+    docs = parse_yaml((emit / "deployment.yaml").read_text())
+    pools = answer["disaggregation"] or {}
+    expected = [pools["prefill"], pools["decode"]] if pools else [answer]
+    assert [d["spec"]["replicas"] for d in docs] == [p["replicas"] for p in expected]
+    for doc, pool in zip(docs, expected):
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        gpus = container["resources"]["limits"]["nvidia.com/gpu"]
+        assert gpus * pool["replicas"] == pool["num_gpus"] and gpus == answer["tp"] * answer["pp"]
+        assert f"--tensor-parallel-size {answer['tp']}" in " ".join(container["args"])
 
 
 def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
@@ -75,11 +138,29 @@ def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
         str(tmp_path / "figs"),
         "--png",
         str(png),
+        "--report",
+        str(tmp_path / "forecast.html"),
     ]
     assert main(argv) == 0
-    assert "periods" in json.loads(capsys.readouterr().out)
+    result = json.loads(capsys.readouterr().out)
+    assert "periods" in result
     assert _is_png(tmp_path / "figs" / NAMES["fan"])
     assert _is_png(png)
+    page = tmp_path / "forecast.html"
+    assert_self_contained(page.read_text(encoding="utf-8"))
+    dom = rendered_dom(page, tmp_path / "profile")
+    rows = {r[0]: r for r in table_rows(dom) if len(r) == 8}  # period -> its h100-sxm row
+    for p in result["periods"]:
+        s = p["gpus"]["h100-sxm"]
+        row = rows[p["period"]]
+        assert float(row[1]) == p["requests_per_s"] and row[2] == "h100-sxm"
+        assert float(row[3]) == pytest.approx(s["p50"], rel=1e-5)
+        assert [float(x) for x in row[4].split(" to ")] == pytest.approx(s["p80"], rel=1e-5)
+        assert [float(x) for x in row[5].split(" to ")] == pytest.approx(s["p95"], rel=1e-5)
+        assert float(row[7]) == pytest.approx(p["cost_per_hour"]["p50"], rel=1e-5)
+    assert sheet(dom)["demand CSV (the rate above is its peak)"] == str(demand)
+    assert result["question"]["workload"]["arrival_rate_per_s"] == 10.0  # the peak
+    assert dom.count("data:image/png;base64,") == 1
 
 
 def test_plot_helpers_agree_with_the_model():

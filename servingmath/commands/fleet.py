@@ -14,12 +14,17 @@ from .._progress import Phases, run_with_phases
 from .._render import table
 from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
+from ..reports import provenance
 from .optimize import (
     add_problem_arguments,
+    add_report_argument,
+    check_output_paths,
+    close_figures,
     gpu_ids,
     grid_from_args,
     resolve_common,
     resolve_workload,
+    write_report,
 )
 
 HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact milp check)"
@@ -50,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write PNGs into this directory (fleet_mix.png)",
     )
+    add_report_argument(parser)
 
 
 def read_classes(path: str):
@@ -88,7 +94,9 @@ def read_classes(path: str):
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Before the posterior loads: --max-gpus names only --gpus, and --classes reads."""
+    """Before the posterior loads: --max-gpus names only --gpus, --classes reads, --report is
+    writable."""
+    check_output_paths(args, files=("report",))
     gpus = gpu_ids(args)
     for g in args.max_gpus:
         if g not in gpus:
@@ -143,7 +151,27 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
     result = _report(gpus, classes, fp, plan, exact)
+    result["question"] = provenance.question(
+        args,
+        model.name,
+        gpus,
+        workload,
+        classes_csv=args.classes,
+        max_gpus=dict(limits),
+    )
+    result["assumptions"] = provenance.assumptions(args, gpus, hardware)
     phases.done()
+    if args.report:
+        from optimize._plots import fleet_figure
+
+        from ..reports.pages import fleet_page
+
+        figure = fleet_figure(result)
+        caption = "Replicas per GPU type, stacked by request class, with each type's GPU count."
+        write_report(args.report, fleet_page(result, [(caption, figure)]))
+        close_figures([figure])
+        if result["feasible"]:
+            print(f"report: {args.report}", file=sys.stderr)
     if args.plot:
         import os
 

@@ -13,11 +13,16 @@ from .._progress import Phases, run_with_phases
 from .._render import table
 from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
+from ..reports import provenance
 from .optimize import (
     add_problem_arguments,
+    add_report_argument,
+    check_output_paths,
+    close_figures,
     grid_from_args,
     resolve_common,
     resolve_workload,
+    write_report,
 )
 
 HELP = "GPUs per type and period for a demand forecast, intervals from demand x posterior"
@@ -50,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1024,
         help="largest replica count per type and period (default 1024)",
     )
+    add_report_argument(parser)
 
 
 def _clean(x):
@@ -60,6 +66,11 @@ def _clean(x):
     if isinstance(x, list):
         return [_clean(v) for v in x]
     return x
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Before the demand and the posterior load: --report is writable."""
+    check_output_paths(args, files=("report",))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,8 +141,22 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         "configurations": {g: _describe_short(problem, gpus, c) for g, c in configs.items()},
         "periods": periods,
     }
+    result["question"] = provenance.question(
+        args, model.name, gpus, workload, demand_csv=args.demand
+    )
+    result["assumptions"] = provenance.assumptions(args, gpus, hardware)
     phases.done()
     result = _clean(result)
+    if args.report:
+        from optimize._plots import fan_figure
+
+        from ..reports.pages import forecast_page
+
+        figure = fan_figure(result)
+        caption = "GPUs needed per period and type: median, 80 % and 95 % intervals."
+        write_report(args.report, forecast_page(result, [(caption, figure)]))
+        close_figures([figure])
+        print(f"report: {args.report}", file=sys.stderr)
     if args.csv_out:
         _write_csv(args.csv_out, result)
     figures = []

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 import perfmodel as pm
 from perfmodel import CatalogError
@@ -23,12 +24,14 @@ from .._types import (
     nonnegative_float,
     nonnegative_int,
     output_dir,
+    output_file,
     positive_float,
     positive_int,
     probability,
     workload_source,
 )
 from ..errors import UsageError
+from ..reports import provenance
 
 HELP = "cheapest deployment meeting p95 TTFT/TPOT SLOs with stated confidence (gradient search)"
 
@@ -300,6 +303,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT",
     )
+    add_report_argument(parser)
+    parser.add_argument(
+        "--emit",
+        type=output_dir,
+        default=None,
+        metavar="DIR",
+        help="write the recommendation's launch scripts (vllm.sh, sglang.sh, trtllm.sh) and a "
+        "Kubernetes deployment.yaml (one Deployment per pool) into this folder",
+    )
     parser.add_argument(
         "--chunk-sizes",
         default=DEFAULT_CHUNKS,
@@ -372,17 +384,34 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         progress=callback(phases),
     )
     out = rec.to_json()
-    if getattr(args, "plot", None):
+    out["question"] = provenance.question(args, model.name, gpus, workload)
+    out["assumptions"] = provenance.assumptions(args, gpus, hardware)
+    figures = []
+    if (args.plot or args.report) and out["feasible"]:
         phases("drawing the figures")
-        from optimize._plots import write_optimize_plots
+        figures = _figures(problem, gpus, out)
+    if args.report:
+        from ..reports.pages import optimize_page
 
-        paths = write_optimize_plots(problem, gpus, out, args.plot)
+        write_report(args.report, optimize_page(out, [(c, f) for _, c, f in figures]))
+    if args.plot:
+        from optimize._plots import save_figure
+
         phases.done()
-        for path in paths:
-            print(f"figure: {path}", file=sys.stderr)
-        if not paths:
+        for name, _, fig in figures:
+            print(f"figure: {save_figure(fig, Path(args.plot) / name)}", file=sys.stderr)
+        if not figures:
             print("no figures: nothing feasible to plot", file=sys.stderr)
+    close_figures(f for _, _, f in figures)
     phases.done()
+    if args.emit and out["feasible"]:
+        from ..reports.launch import launch_files
+
+        for name, text in launch_files(out).items():
+            write_text(Path(args.emit) / name, text, executable=name.endswith(".sh"))
+        print(f"launch files: {args.emit}", file=sys.stderr)
+    if args.report and out["feasible"]:
+        print(f"report: {args.report}", file=sys.stderr)
     if args.json:
         print(json.dumps(out, indent=2))
     if not out["feasible"]:
@@ -394,9 +423,93 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers."""
+    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers; --report
+    and --emit are writable (re-checked here for callers that bypass the parser's types)."""
     if args.spec_draft and args.spec_draft.lower() == "mtp":
         require_mtp(args.model)
+    check_output_paths(args, files=("report",), folders=("emit",))
+
+
+def _figures(problem, gpus, out: dict) -> list[tuple[str, str, object]]:
+    """(file name, caption, open Figure) of both optimize figures, from one ``plot_numbers``."""
+    from optimize._plots import NAMES, latency_figure, plot_numbers, tradeoff_figure
+
+    numbers = plot_numbers(problem, gpus, out)
+    return [
+        (
+            NAMES["tradeoff"],
+            (
+                "Cost against the probability over the posterior that the SLO holds (search model): "
+                "the recommendation (star), its runner-ups, and its configuration at every replica "
+                "count."
+            ),
+            tradeoff_figure(problem, gpus, out, numbers),
+        ),
+        (
+            NAMES["latency"],
+            (
+                "p95 TTFT and p95 TPOT of the recommendation in each posterior draw, with the SLO "
+                "bounds."
+            ),
+            latency_figure(problem, gpus, out, numbers),
+        ),
+    ]
+
+
+# ------------------------------------------------------------------ output files (shared)
+
+
+def add_report_argument(parser: argparse.ArgumentParser) -> None:
+    """``--report FILE.html`` (validated while parsing: its folder exists and is writable)."""
+    parser.add_argument(
+        "--report",
+        type=output_file,
+        default=None,
+        metavar="FILE.html",
+        help="write a self-contained HTML report (question, answer, intervals, assumptions, "
+        "figures), built from the --json output",
+    )
+
+
+def check_output_paths(
+    args: argparse.Namespace, *, files: tuple[str, ...] = (), folders: tuple[str, ...] = ()
+) -> None:
+    """``UsageError`` naming the flag when an output file (``output_file``) or folder
+    (``output_dir``) given in ``args`` cannot be written."""
+    for names, check in ((files, output_file), (folders, output_dir)):
+        for name in names:
+            value = getattr(args, name, None)
+            if value is None:
+                continue
+            try:
+                check(value)
+            except argparse.ArgumentTypeError as exc:
+                raise UsageError(f"--{name}: {exc}") from None
+
+
+def write_report(path: str, page: str) -> None:
+    """Write an HTML page (UTF-8)."""
+    write_text(Path(path), page)
+
+
+def write_text(path: Path, text: str, *, executable: bool = False) -> None:
+    """Write ``text`` at ``path`` (UTF-8; its folder created), mode 0755 when ``executable``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if executable:
+        path.chmod(EXECUTABLE_MODE)
+
+
+EXECUTABLE_MODE = 0o755
+"""rwxr-xr-x: a launch script its owner and others can run."""
+
+
+def close_figures(figures) -> None:
+    """Close matplotlib figures (releases pyplot's reference to each)."""
+    import matplotlib.pyplot as plt
+
+    for fig in figures:
+        plt.close(fig)
 
 
 def _spec_draft(args: argparse.Namespace, model):

@@ -1,0 +1,5 @@
+"""Results turned into pages and files a person reads or runs: the self-contained HTML report
+(``html.render_html``, generic; ``pages`` for optimize / fleet / forecast), what a command was
+asked and assumed (``provenance``), and the launch scripts and Kubernetes manifest of an
+optimize answer (``launch``).  Modules are imported by the commands that need them (matplotlib
+and the flag tables load only then)."""
