@@ -5,6 +5,7 @@ import json
 
 import pytest
 from demand_files import write_demand
+from report_checks import sheet
 
 from servingmath.cli import main
 
@@ -142,7 +143,7 @@ def test_fleet_and_forecast_missing_price_and_demand_gap(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and f"{demand}:3: period '2027-03' follows '2027-01'" in err
 
 
-def test_optimize_json_keys_and_infeasible_value(capsys):
+def test_optimize_json_keys_and_infeasible_value(capsys, tmp_path):
     argv = [
         "optimize",
         *BASE,
@@ -191,9 +192,16 @@ def test_optimize_json_keys_and_infeasible_value(capsys):
     assert f"--tensor-parallel-size {out['tp']}" in out["engine_args"]["vllm"]
     assert out["ttft_s"]["p95"] <= 1.0 or out["binding_constraint"]
 
-    assert main([*argv, "--ttft-p95", "0.0001"]) == 2
+    page = tmp_path / "infeasible.html"
+    assert main([*argv, "--ttft-p95", "0.0001", "--report", str(page)]) == 2
     captured = capsys.readouterr()
     bad = json.loads(captured.out)
+    assert bad["question"]["slo_ttft_p95_s"] == 0.0001 and "prices" in bad["assumptions"]
+    kv = sheet(page.read_text(encoding="utf-8"))  # the infeasible answer is reported too
+    assert "The answer: infeasible" in page.read_text(encoding="utf-8")
+    assert float(kv["p95 TTFT alone (s)"]) == pytest.approx(
+        bad["closest_achievable"]["ttft_p95_s"], rel=1e-5
+    )
     assert not bad["feasible"] and bad["closest_achievable"]["ttft_p95_s"] > 0.0001
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and "no configuration meets p95 TTFT <= 0.0001 s" in err

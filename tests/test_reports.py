@@ -72,8 +72,9 @@ def test_render_html_escapes_text_and_embeds_figures(tmp_path):
 # ------------------------------------------------------------------ fleet through the CLI
 
 
-def _fixed_fleet(monkeypatch):
-    """Replace fleet's problem building and solvers by a fixed 2-class, 2-type instance."""
+def _fixed_fleet(monkeypatch, feasible: bool = True):
+    """Replace fleet's problem building and solvers by a fixed 2-class, 2-type instance (no
+    plan at all when not ``feasible``)."""
     fp = FleetProblem(
         rates=np.array([6.0, 1.5]),
         capacity=np.array([[4.0, 2.5], [1.0, 0.0]]),
@@ -82,6 +83,8 @@ def _fixed_fleet(monkeypatch):
         max_gpus=np.array([np.inf, 4.0]),
     )
     plan = FleetPlan(np.array([[0, 3], [2, 0]]), 2 * 7.98 + 3 * 1.861)
+    if not feasible:
+        plan = FleetPlan(np.zeros((2, 2), dtype=int), float("inf"))
     exact = FleetPlan(plan.replicas, plan.cost_per_hour * 0.99)
     monkeypatch.setattr(optimize, "make_problem", lambda *a, **k: None)
     monkeypatch.setattr(optimize, "fleet_problem", lambda *a, **k: (fp, None))
@@ -120,6 +123,17 @@ def test_fleet_report_numbers_are_the_json_numbers(tmp_path, capsys, monkeypatch
     assert float(price_row[1]) == pytest.approx(price["price_per_gpu_hour"], rel=1e-5)
     assert price_row[5] == price["source"]
     assert "The answer: fleet plan" in dom and dom.count("data:image/png;base64,") == 1
+
+
+def test_infeasible_fleet_still_writes_its_page_and_one_error_line(tmp_path, capsys, monkeypatch):
+    _fixed_fleet(monkeypatch, feasible=False)
+    page = tmp_path / "fleet.html"
+    argv = ["fleet", *LLAMA, "--gpus", "h100-sxm,l40s", "--rate", "7.5", "--report", str(page)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("servingmath fleet: error: ")
+    kv = sheet(page.read_text(encoding="utf-8"))
+    assert kv["feasible"] == "no" and kv["cost ($/hour)"] == MISSING
 
 
 # ------------------------------------------------------------------ --emit files
