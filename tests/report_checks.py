@@ -53,6 +53,14 @@ def rendered_dom(page: Path, profile: Path) -> str:
     return proc.stdout
 
 
+def assert_renders(page: Path, profile: Path) -> str:
+    """``rendered_dom`` of ``page``, whose tables must read exactly as the file's (the browser
+    shows what was written).  Call it last: it skips when Chromium is absent."""
+    dom = rendered_dom(page, profile)
+    assert table_rows(dom) == table_rows(page.read_text(encoding="utf-8"))
+    return dom
+
+
 def assert_self_contained(page_text: str) -> None:
     """No script, frame or object; every ``src`` / ``href`` a ``data:`` URI (figures PNG); the
     style sheet inline, importing nothing."""

@@ -1,13 +1,14 @@
 """``--plot DIR`` for ``optimize`` (cost vs SLO probability, latency posterior) and ``forecast``
 (fan chart): the PNGs are written, non-empty and real PNGs; ``--png FILE`` still works."""
 
+import html
 import json
 
 import numpy as np
 import pytest
 from demand_files import write_demand
 from optimize_problems import WORKLOAD, small_problem
-from report_checks import assert_self_contained, parse_yaml, rendered_dom, sheet, table_rows
+from report_checks import assert_renders, assert_self_contained, parse_yaml, sheet, table_rows
 
 from optimize import make_problem
 from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
@@ -58,15 +59,15 @@ def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
     for key in ("tradeoff", "latency"):
         assert _is_png(out / NAMES[key])
         assert NAMES[key] in captured.err
-    _check_report(page, answer, tmp_path)
     _check_emit(emit, answer)
+    _check_report(page, answer, tmp_path)
 
 
 def _check_report(page, answer, tmp_path):
     """The page loads in Chromium without a console message, is self-contained, and shows the
     --json object's numbers (cost, GPUs, latency percentiles, runner-ups) and the question."""
-    assert_self_contained(page.read_text(encoding="utf-8"))
-    dom = rendered_dom(page, tmp_path / "profile")
+    dom = page.read_text(encoding="utf-8")
+    assert_self_contained(dom)
     kv = sheet(dom)
     config = f"{answer['replicas']} x {answer['gpu']} (TP {answer['tp']}, PP {answer['pp']})"
     assert kv["configuration"].startswith(config)  # the answer, as text
@@ -90,8 +91,10 @@ def _check_report(page, answer, tmp_path):
         and float(kv["confidence (probability over the posterior)"]) == 0.9
     )
     assert kv["candidate GPUs"] == "h100-sxm, l40s" and kv["calibration"].endswith("(--prior)")
-    assert answer["engine_args"]["vllm"] in dom
     assert dom.count("data:image/png;base64,") == 2
+    shown = assert_renders(page, tmp_path / "profile")  # loads, no console message
+    assert sheet(shown)["configuration"].startswith(config)
+    assert answer["engine_args"]["vllm"] in html.unescape(shown)
 
 
 def _check_emit(emit, answer):
@@ -147,8 +150,8 @@ def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
     assert _is_png(tmp_path / "figs" / NAMES["fan"])
     assert _is_png(png)
     page = tmp_path / "forecast.html"
-    assert_self_contained(page.read_text(encoding="utf-8"))
-    dom = rendered_dom(page, tmp_path / "profile")
+    dom = page.read_text(encoding="utf-8")
+    assert_self_contained(dom)
     rows = {r[0]: r for r in table_rows(dom) if len(r) == 8}  # period -> its h100-sxm row
     for p in result["periods"]:
         s = p["gpus"]["h100-sxm"]
@@ -161,6 +164,8 @@ def test_forecast_plot_dir_and_png_file(tmp_path, capsys):
     assert sheet(dom)["demand CSV (the rate above is its peak)"] == str(demand)
     assert result["question"]["workload"]["arrival_rate_per_s"] == 10.0  # the peak
     assert dom.count("data:image/png;base64,") == 1
+    shown = assert_renders(page, tmp_path / "profile")  # loads, no console message
+    assert "The answer: GPUs per period" in shown
 
 
 def test_plot_helpers_agree_with_the_model():

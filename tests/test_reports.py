@@ -19,7 +19,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from report_checks import assert_self_contained, parse_yaml, rendered_dom, sheet, table_rows
+from report_checks import assert_renders, assert_self_contained, parse_yaml, sheet, table_rows
 
 import optimize
 from optimize import FleetPlan, FleetProblem
@@ -63,7 +63,7 @@ def test_render_html_escapes_text_and_embeds_figures(tmp_path):
     assert page.count("<p>") == 2 and "vllm serve m --x &#x27;y&#x27; &lt;z&gt;" in page
     path = tmp_path / "page.html"
     path.write_text(page, encoding="utf-8")
-    dom = rendered_dom(path, tmp_path / "profile")
+    dom = assert_renders(path, tmp_path / "profile")
     assert ["a", "b"] in table_rows(dom) and ["1", "2.5"] in table_rows(dom)
     assert sheet(dom)["model"] == evil  # shown as text, not markup
     assert dom.count("data:image/png;base64,") == 1 and "<script>alert" not in dom
@@ -107,9 +107,8 @@ def test_fleet_report_numbers_are_the_json_numbers(tmp_path, capsys, monkeypatch
     assert q["max_gpus"] == {"l40s": 4.0} and a["posterior"].endswith("(--prior)")
     price = a["prices"]["h100-sxm"]
     assert price["price_per_gpu_hour"] > 0 and "skypilot" in price["source"]  # data/prices.csv
-    text = page.read_text(encoding="utf-8")
-    assert_self_contained(text)
-    dom = rendered_dom(page, tmp_path / "profile")
+    dom = page.read_text(encoding="utf-8")
+    assert_self_contained(dom)
     kv = sheet(dom)
     assert float(kv["cost ($/hour)"]) == pytest.approx(out["cost_per_hour"], rel=1e-5)
     assert float(kv["exact MILP optimum ($/hour)"]) == pytest.approx(
@@ -122,7 +121,11 @@ def test_fleet_report_numbers_are_the_json_numbers(tmp_path, capsys, monkeypatch
     (price_row,) = [r for r in table_rows(dom) if r[0] == "h100-sxm" and len(r) == 7]
     assert float(price_row[1]) == pytest.approx(price["price_per_gpu_hour"], rel=1e-5)
     assert price_row[5] == price["source"]
-    assert "The answer: fleet plan" in dom and dom.count("data:image/png;base64,") == 1
+    assert dom.count("data:image/png;base64,") == 1
+    shown = assert_renders(page, tmp_path / "profile")  # loads, no console message
+    assert (
+        "The answer: fleet plan" in shown and sheet(shown)["cost ($/hour)"] == kv["cost ($/hour)"]
+    )
 
 
 def test_infeasible_fleet_still_writes_its_page_and_one_error_line(tmp_path, capsys, monkeypatch):
