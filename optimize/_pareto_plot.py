@@ -24,15 +24,13 @@ def _bars(points: tuple[ParetoPoint, ...], key: str) -> tuple[np.ndarray, np.nda
     return mid, np.stack([np.maximum(mid - lo, 0.0), np.maximum(hi - mid, 0.0)])
 
 
-def write_pareto_plot(result: ParetoResult, out_dir: str | Path) -> Path:
-    """Draw the two panels into ``out_dir/pareto_frontier.png`` and return its path."""
+def pareto_figure(result: ParetoResult):
+    """The two panels as an open matplotlib Figure (the caller saves or embeds, then closes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     s, rows = result.sweep, result.eligible
     left.scatter(
@@ -66,6 +64,16 @@ def write_pareto_plot(result: ParetoResult, out_dir: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def write_pareto_plot(result: ParetoResult, out_dir: str | Path) -> Path:
+    """Draw the two panels into ``out_dir/pareto_frontier.png`` and return its path."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig = pareto_figure(result)
     path = out / FILE_NAME
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -79,7 +79,9 @@ def cli_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pareto")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([*ARGS, "--json", "--plot", str(folder)])
+        code = cli.main(
+            [*ARGS, "--json", "--plot", str(folder), "--report", str(folder / "plan.html")]
+        )
     return code, out.getvalue(), folder
 
 
@@ -120,6 +122,29 @@ def test_json_is_strict_and_complete(cli_run):
 def test_plot_written(cli_run):
     png = cli_run[2] / "pareto_frontier.png"
     assert png.stat().st_size > 10_000
+
+
+def test_report_shows_the_json_frontier(cli_run, tmp_path):
+    """The --report page is built from the --json object: its frontier table reads the same
+    numbers (to the page's 6 significant digits), it states the question, it is
+    self-contained, and headless Chromium loads it without a console message."""
+    from report_checks import assert_renders, assert_self_contained, sheet, table_rows
+
+    from servingmath.reports.html import number
+
+    out = _strict_json(cli_run[1])
+    page = cli_run[2] / "plan.html"
+    text = page.read_text(encoding="utf-8")
+    assert_self_contained(text)
+    rows = [r for r in table_rows(text) if len(r) == 9][1 : 1 + len(out["frontier"])]
+    assert [r[0] for r in rows] == [number(p["tokens_per_s_per_user"]) for p in out["frontier"]]
+    assert [r[2] for r in rows] == [number(p["tokens_per_s_per_gpu"]) for p in out["frontier"]]
+    assert [r[4] for r in rows] == [number(p["cost_per_million_tokens"]) for p in out["frontier"]]
+    q = sheet(text)
+    assert q["model"] == LLAMA and q["candidate GPUs"] == GPU
+    assert q["clients in flight (swept)"] == ", ".join(map(str, CONCURRENCY))
+    shown = assert_renders(page, tmp_path / "profile")
+    assert sheet(shown)["model"] == LLAMA
 
 
 def test_cli_and_library_agree(cli_run, library):

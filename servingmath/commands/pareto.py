@@ -12,12 +12,17 @@ from .._progress import Phases, run_with_phases
 from .._render import human_seconds
 from .._types import output_dir
 from ..errors import UsageError
+from ..reports import provenance
 from .optimize import (
     add_problem_arguments,
+    add_report_argument,
+    check_output_paths,
+    close_figures,
     gpu_ids,
     grid_from_args,
     resolve_common,
     resolve_workload,
+    write_report,
 )
 
 HELP = (
@@ -57,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write pareto_frontier.png here: the frontier and $ per million tokens, 90%% bars",
     )
+    add_report_argument(parser)
 
 
 def _setup(args: argparse.Namespace):
@@ -74,9 +80,11 @@ def _setup(args: argparse.Namespace):
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Before the posterior loads: known GPUs and model, and the model fits on one of them."""
+    """Before the posterior loads: --report is writable, known GPUs and model, and the model
+    fits on one of them."""
     from optimize._pareto import check_fits
 
+    check_output_paths(args, files=("report",))
     workload, grid = _setup(args)
     gpus = gpu_ids(args)
     model = pm.load_model(args.model)
@@ -126,8 +134,28 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         phases.done()
         print(f"figure: {path}", file=sys.stderr)
     phases.done()
+    out = result.to_json()
+    out["question"] = provenance.question(args, model.name, gpus, workload)
+    # a closed loop has no arrival rate: the clients in flight set the load
+    out["question"]["workload"]["arrival_rate_per_s"] = None
+    out["question"]["concurrency"] = list(args.concurrency)
+    out["assumptions"] = provenance.assumptions(args, gpus, hardware)
+    if args.report:
+        from optimize._pareto_plot import pareto_figure
+
+        from ..reports.pages import pareto_page
+
+        figure = pareto_figure(result)
+        caption = (
+            "Left: output tokens/s per GPU against tokens/s per user, each GPU's frontier with "
+            "90 % interval bars (grey: every eligible point). Right: $ per million output tokens "
+            "along the same frontiers."
+        )
+        write_report(args.report, pareto_page(out, [(caption, figure)]))
+        close_figures([figure])
+        print(f"report: {args.report}", file=sys.stderr)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, allow_nan=False))
+        print(json.dumps(out, indent=2, allow_nan=False))
     if not result.frontier:
         raise UsageError(
             f"no configuration meets the p95 SLOs with confidence {args.confidence}; "

@@ -1,4 +1,4 @@
-"""The ``--report`` pages of ``optimize``, ``fleet`` and ``forecast``, built from the very dict
+"""The ``--report`` pages of ``optimize``, ``fleet``, ``forecast`` and ``pareto``, built from the very dict
 the command prints with ``--json`` (its ``question`` and ``assumptions`` included): nothing is
 recomputed here, every number on the page is a value of that dict (floats to
 ``html.SIGNIFICANT_DIGITS`` significant digits), and the dict itself closes the page.
@@ -182,6 +182,71 @@ def forecast_page(result: dict, figures: Figures = ()) -> str:
     return render_html(_title(q), question_rows(q), sections + _tail(result), figures)
 
 
+def pareto_page(out: dict, figures: Figures = ()) -> str:
+    """Report of ``servingmath pareto --json``'s object: the frontier over every GPU with its
+    90 % intervals, each GPU's own frontier, the sweep's size, the assumptions and the figure."""
+    q = out["question"]
+    sections: list[tuple[str, Content]] = [
+        ("The answer: throughput-interactivity frontier", _frontier_table(out["frontier"])),
+    ]
+    if len(out["frontier_by_gpu"]) > 1:
+        sections += [
+            (f"{g} alone", _frontier_table(points)) for g, points in out["frontier_by_gpu"].items()
+        ]
+    sections.append(
+        (
+            "The sweep",
+            [
+                ("load model", out["load_model"]),
+                ("tokens/s per user", out["tokens_per_s_per_user"]),
+                (
+                    "intervals (posterior quantiles)",
+                    ", ".join(map(number, out["interval_quantiles"])),
+                ),
+                ("points evaluated", number(out["points_evaluated"])),
+                ("points that fit in memory", number(out["points_fitting"])),
+                ("points meeting the SLOs", number(out["points_eligible"])),
+            ],
+        )
+    )
+    return render_html(_title(q), question_rows(q), sections + _tail(out), figures)
+
+
+def _frontier_table(points: list[dict]) -> Content:
+    if not points:
+        return "No point."
+    return Table(
+        (
+            "tokens/s per user",
+            "90 % interval",
+            "output tokens/s per GPU",
+            "90 % interval",
+            "$ per million output tokens",
+            "90 % interval",
+            "TTFT (s)",
+            "configuration",
+            "clients in flight",
+        ),
+        [
+            (
+                number(p["tokens_per_s_per_user"]),
+                _interval(p["tokens_per_s_per_user_interval"]),
+                number(p["tokens_per_s_per_gpu"]),
+                _interval(p["tokens_per_s_per_gpu_interval"]),
+                number(p["cost_per_million_tokens"]),
+                _interval(p["cost_per_million_tokens_interval"]),
+                number(p["ttft_seconds"]),
+                (
+                    f"{p['gpu']} TP{number(p['tp'])} PP{number(p['pp'])} "
+                    f"{p['weight_dtype']} / {p['kv_dtype']}"
+                ),
+                number(p["concurrency"]),
+            )
+            for p in points
+        ],
+    )
+
+
 def question_rows(q: dict) -> list[tuple[str, str]]:
     """The ``question`` object as a key/value sheet."""
     w = q["workload"]
@@ -198,6 +263,8 @@ def question_rows(q: dict) -> list[tuple[str, str]]:
     ]
     if q.get("workload_trace"):
         rows.insert(2, ("workload trace", q["workload_trace"]))
+    if q.get("concurrency"):
+        rows.insert(2, ("clients in flight (swept)", ", ".join(map(number, q["concurrency"]))))
     for key, label in (
         ("demand_csv", "demand CSV (the rate above is its peak)"),
         ("classes_csv", "request classes CSV"),
