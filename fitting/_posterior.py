@@ -184,15 +184,25 @@ def cell_offset_draws(
     """Offset draws of one cell; an unseen cell takes its engine's pooled cell
     (``"engine:<engine>|<group>"``, the serving stage's), else the any-engine pooled cell
     (``"engine:*|<group>"``), else N(0, tau_src)."""
+    found = stand_in_cell(posterior, cell)
+    if found is not None:
+        return posterior.flat("cell_offset")[idx, posterior.cells.index(found)]
+    tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"
+    return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
+
+
+def stand_in_cell(posterior: Posterior, cell: str) -> str | None:
+    """The fitted cell whose offset draws ``cell`` takes: itself when fitted, else its engine's
+    pooled cell ``"engine:<engine>|<group>"``, else ``"engine:*|<group>"``; None when the
+    posterior has none of them (the offset is then N(0, tau_src) or N(0, tau_kernel))."""
     if cell in posterior.cells:
-        return posterior.flat("cell_offset")[idx, posterior.cells.index(cell)]
+        return cell
     source, _, key = cell.partition("|")
     engine = f"{ENGINE_PREFIX}{source.split(':')[-1]}|{key}" if ":" in source else None
     for pooled in (engine, f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}"):
         if pooled in posterior.cells:
-            return posterior.flat("cell_offset")[idx, posterior.cells.index(pooled)]
-    tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"
-    return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
+            return pooled
+    return None
 
 
 def _source_offsets(

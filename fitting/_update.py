@@ -8,11 +8,19 @@ Bayes step, Gelman et al., BDA3 ch. 5):
     u_gp ~ Normal(m_p, s_p)          per measured GPU g; (m_p, s_p) = mean and sd of
                                      mu_p + tau_p * z (a new or held-out GPU) or of the GPU's own
                                      posterior draws (a GPU the prior already fitted)
-    delta_c ~ Normal(m_c, s_c)       a cell the prior fitted, else Normal(0, tau_src or tau_kernel)
+    delta_c ~ Normal(m_c, s_c)       a cell the prior fitted; an end-to-end cell of a lab it never
+                                     saw, its engine's pooled cell (``stand_in_cell``); else
+                                     Normal(0, tau_src or tau_kernel)
     eta_gk ~ Normal(m_gk, s_gk)      GPU x group bias: the GPU's fitted draws, else N(0, tau_gpu)
     sigma_k = s_k * exp(0.5 z), z ~ N(0, 1)   s_k the prior's posterior median (a new GPU's
                                      misfit may exceed what the fitted GPUs showed)
     log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c + eta_gk, sigma_k)
+
+End-to-end rows (``serving`` at a concurrency or a rate, ``saturated``: what a user's
+``vllm bench serve`` runs of a new accelerator are) go through the closed- and open-loop load
+models inside NUTS.  Their cells' offsets are held near what the prior's cut stage learned for the
+engine, so the new GPU's efficiencies, not a free offset, absorb what the runs show.  Each run
+costs a fixed-point solve per gradient, so above ``MAX_SERVING_ROWS`` a seeded subset is used.
 
 NUTS on this small model takes seconds.  The result is a full ``Posterior``: every GPU, cell and
 noise key of the prior (resampled draws), with the measured GPUs' parameters and the touched cells
@@ -42,7 +50,7 @@ from ._model import (
     prior_center_unconstrained,
     to_natural,
 )
-from ._posterior import Posterior, _default_value
+from ._posterior import Posterior, _default_value, stand_in_cell
 from ._predict import predict_log, prepare
 from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
 
@@ -53,6 +61,18 @@ GPUs it fitted; a new GPU's misfit may be larger, and pinning sigma at the media
 
 MIN_SCALE = 1e-3
 """Floor of a prior sd on the unconstrained scale (keeps NUTS off a degenerate normal)."""
+
+MAX_SERVING_ROWS = 60
+"""End-to-end rows NUTS conditions on at most (a seeded subset above it): each run is a 40-step
+closed-loop fixed point (``perfmodel._closed_loop``) differentiated at every leapfrog step."""
+
+MAX_TREE_DEPTH = 8
+"""NUTS tree depth cap of an update (NumPyro's default is 10): updates on a few end-to-end runs
+took 127-255 leapfrog steps per draw, each a closed-loop solve and its gradient per run, so 255
+bounds the cost without cutting the trajectories they need."""
+
+E2E_SCENARIOS = ("serving", "saturated")
+"""Scenarios of end-to-end runs (predicted by the load models)."""
 
 
 def _link(name: str, theta: np.ndarray) -> np.ndarray:
@@ -88,8 +108,12 @@ def gpu_prior(
 
 
 def _cell_prior(posterior: Posterior, cell: str) -> tuple[float, float]:
-    if cell in posterior.cells:
-        d = posterior.flat("cell_offset")[:, posterior.cells.index(cell)]
+    """(mean, sd) of a cell's offset: the draws of its stand-in (the cell itself, or for an
+    end-to-end cell of a lab the prior never saw its engine's pooled cell, as
+    ``cell_offset_draws`` picks it), else N(0, tau_kernel or tau_source)."""
+    found = stand_in_cell(posterior, cell)
+    if found is not None:
+        d = posterior.flat("cell_offset")[:, posterior.cells.index(found)]
         return float(d.mean()), max(float(d.std()), MIN_SCALE)
     tau = posterior.flat("tau_kernel" if kernel_cells([cell])[0] else "tau_source")
     return 0.0, max(float(np.sqrt(np.mean(tau**2))), MIN_SCALE)
@@ -170,16 +194,22 @@ def update_posterior(
     chains: int = 2,
     seed: int = 0,
     hardware_csv: str | Path | None = None,
+    max_serving_rows: int = MAX_SERVING_ROWS,
+    max_tree_depth: int = MAX_TREE_DEPTH,
 ) -> tuple[Posterior, object]:
     """Condition ``prior`` on the measurements in ``table`` (a few rows of one or more GPUs).
 
     Args:
         prior: the fitted posterior to update (e.g. ``load_posterior()``).
-        table: tidy measurements (``load_measurements(...).table``); ``serving`` rows are skipped.
+        table: tidy measurements (``load_measurements(...).table``): kernel, step and end-to-end
+            (``serving``, ``saturated``) rows; end-to-end rows need their ``engine``.
         from_population: start every measured GPU from the population (mu, tau) even when the
             prior fitted it (how a held-out GPU is scored); default uses its own posterior.
         draws, warmup, chains, seed: NUTS settings.
         hardware_csv: spec rows of GPUs the catalog lacks.
+        max_serving_rows: end-to-end rows used at most (a seeded subset above it; the posterior's
+            attributes ``update_serving_rows`` / ``serving_rows_available`` say how many).
+        max_tree_depth: NUTS tree depth cap (at most 2**depth - 1 gradients per draw).
 
     Returns:
         (updated ``Posterior``, the ``Prepared`` rows it was fitted on).
@@ -189,8 +219,9 @@ def update_posterior(
     """
     from numpyro.infer import MCMC, NUTS
 
+    table, available = serving_subsample(table, max_serving_rows, seed)
     with user_hardware(hardware_csv):
-        prep = prepare(table, serving=False)
+        prep = prepare(table)
     if not len(prep.log_value):
         raise ValueError("no measurement row is covered by a budget; see the skipped reasons")
     gp = [gpu_prior(prior, g, from_population=from_population) for g in prep.gpus]
@@ -207,7 +238,7 @@ def update_posterior(
         )
     )
     mcmc = MCMC(
-        NUTS(update_model, target_accept_prob=0.9),
+        NUTS(update_model, target_accept_prob=0.9, max_tree_depth=max_tree_depth),
         num_warmup=warmup,
         num_samples=draws,
         num_chains=chains,
@@ -239,12 +270,25 @@ def update_posterior(
             "prior": str(prior.path),
             "seed": seed,
             "update_rows": len(prep.log_value),
+            "update_serving_rows": int(prep.table["scenario"].isin(E2E_SCENARIOS).sum()),
+            "serving_rows_available": available,
             "update_gpus": ",".join(prep.gpus),
             "from_population": int(from_population),
             "divergences": int(diverging.sum()),
         }
     )
     return Posterior(idata), prep
+
+
+def serving_subsample(table: pd.DataFrame, max_rows: int, seed: int) -> tuple[pd.DataFrame, int]:
+    """``table`` with at most ``max_rows`` end-to-end rows (a seeded random subset, table order
+    kept), and how many it had."""
+    e2e = table["scenario"].isin(E2E_SCENARIOS)
+    available = int(e2e.sum())
+    if available <= max_rows:
+        return table, available
+    keep = table[e2e].sample(max_rows, random_state=seed).index
+    return table[~e2e | table.index.isin(keep)], available
 
 
 def _merge(prior: Posterior, prep, new: dict, diverging, chains: int, draws: int, seed: int):
