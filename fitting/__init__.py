@@ -31,6 +31,7 @@ from ._update import (
     user_hardware as user_hardware,
     without_gpu as without_gpu,
 )
+from ._update_report import UpdateReport as UpdateReport, update_report as update_report
 from ._validate import (
     format_report as format_report,
     score_draws as score_draws,
