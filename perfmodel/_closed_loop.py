@@ -21,14 +21,10 @@ per replica with n = min(N / replicas, seats) requests admitted:
   prompt's own prefill iterations (ceil(P / (B - d)) of them) + the budget queue; TPOT = tau / a;
   the inter-token gaps are tau_with (share f) or tau_0.
 
-Lockstep: clients whose requests all have the same output length (``vllm bench serve`` random
-data at its default range ratio 0, aiperf with fixed ISL/OSL) stay synchronised after the burst:
-the prompts of one chunk finish their prefill in the same iteration, decode in the same iterations
-and finish together, so their successors arrive together.  Prompts then enter in groups of
-g = 1 + l (min(n, B / P) - 1), l = 1 / (1 + (cv_O (O - 1))^2) the share of a group still together
-after one round (the output lengths' spread in iterations breaks a group up); a group of g P
-tokens spans c = max(g P / (B - d), 1) iterations, and its j-th prompt finishes after
-ceil(j c / g) of them: mean c (g + 1) / (2 g) + (g - 1) / (2 g) (c at g = 1).
+Clients are taken as desynchronised, fixed output lengths included: the prompts of a burst that
+share a chunk would finish together and re-enter together, but pricing that lockstep made one
+lab's fixed-length runs disagree with every other lab's closed loops (``BENCHMARKS.md``), so it
+is not modelled.
 
 Requests beyond the seats wait for one to free: (N / replicas - n) / X more TTFT.  The first
 round starts as a burst (all N sent at t = 0): its prompts are prefilled as one wave of
@@ -100,39 +96,32 @@ class ClosedLoopState(eqx.Module):
     wave_chunks: Array
 
 
-def lockstep_group(workload: Workload, admitted: Array, budget: Array) -> Array:
-    """Prompts that arrive together in a desynchronised closed loop's steady state:
-    g = 1 + l (min(n, B / P) - 1), l = 1 / (1 + (cv_O (O - 1))^2) (see the module docstring)."""
-    prompt = jnp.maximum(workload.prompt_tokens_mean, 1.0)
-    output = jnp.maximum(workload.output_tokens_mean, 1.0)
-    spread_iterations = workload.output_tokens_cv * jnp.maximum(output - 1.0, 0.0)
-    together = 1.0 / (1.0 + jnp.square(spread_iterations))
-    per_chunk = jnp.maximum(jnp.minimum(admitted, budget / prompt), 1.0)
-    return 1.0 + together * (per_chunk - 1.0)
-
-
 def _iterations(
-    model, hardware, deployment, efficiency, q, prompt, decodes_per_request, ctx, budget, group
+    model, hardware, deployment, efficiency, q, prompt, decodes_per_request, ctx, budget
 ):
-    """(tau, tau_with, tau_0, f, d, p, chunks, own) at q prompts per iteration entering in
-    groups of ``group``; ``own`` is a prompt's mean prefill span in iterations."""
+    """(tau, tau_with, tau_0, f, d, p, chunks) at q prompts per iteration; a prompt's prefill
+    spans ``chunks`` iterations of the budget left beside the decodes."""
     d = q * decodes_per_request
     room = jnp.maximum(budget - d, 1.0)
-    chunks = jnp.maximum(group * prompt / room, 1.0)  # iterations one group's prefill spans
+    chunks = jnp.maximum(prompt / room, 1.0)  # iterations one prompt's prefill spans
     p = jnp.minimum(q * prompt, room)
-    f = jnp.clip(q * chunks / group, EPS_TOKENS, 1.0)  # share of iterations that carry prefill
+    f = jnp.clip(q * chunks, EPS_TOKENS, 1.0)  # share of iterations that carry prefill
     tokens = p / f
     with_s = forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=tokens, prefill_seqs=jnp.maximum(tokens / prompt, q * chunks / f),
-        decode_seqs=d, decode_context=ctx,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=tokens,
+        prefill_seqs=jnp.maximum(tokens / prompt, q * chunks / f),
+        decode_seqs=d,
+        decode_context=ctx,
     ).total_s
     without_s = forward_step(
         model, hardware, deployment, efficiency, decode_seqs=d, decode_context=ctx
     ).total_s
     tau = f * with_s + (1.0 - f) * without_s
-    own = (chunks * (group + 1.0) + group - 1.0) / (2.0 * group)
-    return tau, with_s, without_s, f, d, p, chunks, own
+    return tau, with_s, without_s, f, d, p, chunks
 
 
 def closed_loop_state(
@@ -158,14 +147,13 @@ def closed_loop_state(
     waiting = jnp.maximum(clients - n, 0.0)
     decodes = jnp.maximum(output - 1.0, 0.0) / jnp.maximum(tokens_per_decode, 1.0)
     budget = deployment.max_num_batched_tokens
-    group = lockstep_group(workload, n, budget)
 
     def ttft_and_q(q):
-        tau, with_s, without_s, f, d, p, chunks, own = _iterations(
-            model, hardware, deployment, efficiency, q, prompt, decodes, ctx, budget, group
+        tau, with_s, without_s, f, d, p, chunks = _iterations(
+            model, hardware, deployment, efficiency, q, prompt, decodes, ctx, budget
         )
         residual = (f * with_s**2 + (1.0 - f) * without_s**2) / (2.0 * jnp.maximum(tau, 1e-12))
-        ttft = residual + own * with_s
+        ttft = residual + chunks * with_s
         q_new = n * tau / (ttft + decodes * tau)
         q_cap = (budget - EPS_TOKENS) / (prompt + decodes)  # p + d <= B
         return ttft, jnp.minimum(q_new, q_cap), (tau, with_s, without_s, f, d, p, chunks)
@@ -186,8 +174,12 @@ def closed_loop_state(
     wave_tokens = n * prompt
     wave_chunks = jnp.maximum(wave_tokens / budget, 1.0)
     full = forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=wave_tokens / wave_chunks, prefill_seqs=n / wave_chunks,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=wave_tokens / wave_chunks,
+        prefill_seqs=n / wave_chunks,
     ).total_s
     return ClosedLoopState(
         admitted=n,
@@ -243,7 +235,9 @@ def _ttft_quantile(prob, wave_share, steady_lo, steady_hi, wave_lo, wave_hi):
         return (jnp.where(below, mid, lo), jnp.where(below, hi, mid)), None
 
     upper = jnp.maximum(steady_hi, wave_hi)
-    (lo, hi), _ = jax.lax.scan(step, (jnp.zeros_like(upper), upper), None, length=QUANTILE_BISECTIONS)
+    (lo, hi), _ = jax.lax.scan(
+        step, (jnp.zeros_like(upper), upper), None, length=QUANTILE_BISECTIONS
+    )
     return 0.5 * (lo + hi)
 
 

@@ -300,35 +300,34 @@ def test_corrections_of_the_wrong_length_are_refused():
         open_loop(point, jnp.asarray(5.0))
 
 
-def test_lockstep_group_from_the_output_spread():
-    """g = 1 + l (min(n, B / P) - 1), l = 1 / (1 + (cv_O (O - 1))^2): fixed lengths keep a chunk's
-    prompts together (n = 4 prompts of 512 in a budget of 8192: g = 4); a spread of 10 % on 1000
-    outputs (99.9 iterations) leaves l = 1 / (1 + 99.9^2) of a group."""
-    from perfmodel._closed_loop import lockstep_group
+def test_closed_loop_ttft_does_not_depend_on_the_output_spread():
+    """Clients are desynchronised whatever the output lengths' spread: fixed lengths (a chunk's
+    prompts would re-enter together) and a 10 % spread give the same steady TTFT and iteration."""
+    from perfmodel._closed_loop import closed_loop_state
 
-    fixed = Workload(concurrency=4.0, prompt_tokens_mean=512.0, output_tokens_mean=1000.0)
-    assert float(lockstep_group(fixed, jnp.asarray(4.0), jnp.asarray(8192.0))) == 4.0
-    # the budget holds only 2 prompts of 4096: groups of 2
-    long = eqx.tree_at(lambda w: w.prompt_tokens_mean, fixed, jnp.asarray(4096.0))
-    assert float(lockstep_group(long, jnp.asarray(4.0), jnp.asarray(8192.0))) == 2.0
+    model, hw = load_model("meta-llama/Llama-3.1-8B"), load_hardware("h100-sxm")
+    dep, eff = Deployment(), Efficiency()
+    fixed = Workload(concurrency=16.0, prompt_tokens_mean=512.0, output_tokens_mean=1000.0)
     spread = eqx.tree_at(lambda w: w.output_tokens_cv, fixed, jnp.asarray(0.1))
-    expected = 1.0 + 3.0 / (1.0 + 99.9**2)
-    got = float(lockstep_group(spread, jnp.asarray(4.0), jnp.asarray(8192.0)))
-    assert got == pytest.approx(expected, rel=1e-12)
+    a = closed_loop_state(model, hw, dep, eff, fixed)
+    b = closed_loop_state(model, hw, dep, eff, spread)
+    assert float(a.ttft_steady_s) == pytest.approx(float(b.ttft_steady_s), rel=1e-9)
+    assert float(a.iteration_s) == pytest.approx(float(b.iteration_s), rel=1e-9)
 
 
-def test_fixed_length_closed_loop_prefills_its_prompts_together():
-    """With fixed lengths every prompt of a round shares its prefill iteration with the round's
-    others, so TTFT exceeds a spread loop's (whose prompts arrive one by one) by roughly the
-    prefill of the other n - 1 prompts; Little's law still holds in both."""
+def test_closed_loop_keeps_littles_law_and_a_near_single_client_ttft():
+    """Eight desynchronised clients (fixed or spread outputs) keep N = X E[E2E] (Little's law)
+    and a mean TTFT within 2x of one client's (their prompts arrive one by one)."""
     base = Workload(concurrency=8.0, prompt_tokens_mean=1000.0, output_tokens_mean=200.0)
     spread = eqx.tree_at(lambda w: w.output_tokens_cv, base, jnp.asarray(0.3))
     together = serving_metrics(MODEL, GPU, DEP, EFF, base)
     apart = serving_metrics(MODEL, GPU, DEP, EFF, spread)
-    one = float(serving_metrics(MODEL, GPU, DEP, EFF, eqx.tree_at(
-        lambda w: w.concurrency, base, jnp.asarray(1.0))).ttft_s.mean)
-    assert float(together.ttft_s.mean) > 2.0 * float(apart.ttft_s.mean)
-    assert float(apart.ttft_s.mean) < 2.0 * one
+    one = float(
+        serving_metrics(
+            MODEL, GPU, DEP, EFF, eqx.tree_at(lambda w: w.concurrency, base, jnp.asarray(1.0))
+        ).ttft_s.mean
+    )
+    assert float(together.ttft_s.mean) < 2.0 * one and float(apart.ttft_s.mean) < 2.0 * one
     for m in (together, apart):
         rate = float(m.output_tokens_per_s) / 200.0
         assert rate * float(m.e2e_s.mean) == pytest.approx(8.0, rel=1e-4)
