@@ -30,16 +30,21 @@ E2E_FILES = (
 
 
 def _summary(scored, by: str) -> str:
-    lines = [f"| held out ({by}) | scenario | metric | n | median APE | cov50 | cov90 |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"| held out ({by}) | scenario | metric | n | median APE | cov50 | cov90 |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     g = scored.groupby(["held_out", "scenario", "metric"])
     for (h, sc, m), part in g:
         lines.append(
             f"| {h} | {sc} | {m} | {len(part)} | {100 * part.ape.median():.1f} % "
             f"| {100 * part.in50.mean():.0f} % | {100 * part.in90.mean():.0f} % |"
         )
-    lines += ["", f"| pooled over every held-out {by} | | metric | n | median APE | cov50 | cov90 |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        f"| pooled over every held-out {by} | | metric | n | median APE | cov50 | cov90 |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     for (sc, m), part in scored.groupby(["scenario", "metric"]):
         lines.append(
             f"| | {sc} | {m} | {len(part)} | {100 * part.ape.median():.1f} % "
@@ -75,7 +80,9 @@ def main() -> None:
     for by in splits:
         t0 = time.time()
         _, scored = holdout_scores(base, table, by=by, num_draws=draws, seed=args.seed)
-        print(f"## leave one {by} out ({len(scored)} rows, {draws} draws, {time.time() - t0:.0f} s)")
+        print(
+            f"## leave one {by} out ({len(scored)} rows, {draws} draws, {time.time() - t0:.0f} s)"
+        )
         print(_summary(scored, by))
         print()
 

@@ -58,9 +58,13 @@ def main(argv=None) -> None:
         within += gap <= 0.02
     n = args.instances
     g = np.asarray(gaps)
-    print(f"instances: {n} (both infeasible: {both_inf}; infeasible reported feasible: {false_feasible})")
-    print(f"within 2% of the milp optimum: {within}/{n} = {within / n:.1%}; "
-          f"median gap {np.median(g):.2%}, worst {g.max():.2%}")
+    print(
+        f"instances: {n} (both infeasible: {both_inf}; infeasible reported feasible: {false_feasible})"
+    )
+    print(
+        f"within 2% of the milp optimum: {within}/{n} = {within / n:.1%}; "
+        f"median gap {np.median(g):.2%}, worst {g.max():.2%}"
+    )
     print(f"seconds per instance: gradient {np.mean(t_grad):.3f}, milp {np.mean(t_milp):.4f}")
 
 

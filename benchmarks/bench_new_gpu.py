@@ -32,12 +32,19 @@ def _pick(rows, n: int, seed: int):
     """``n`` rows spread over the GPU's cells (one per cell in turn), seeded."""
     shuffled = rows.sample(frac=1.0, random_state=seed)
     rank = shuffled.groupby(["scenario", "op", "metric"], dropna=False, sort=False).cumcount()
-    return shuffled.assign(_rank=rank.to_numpy()).sort_values("_rank", kind="stable").head(n).drop(columns="_rank")
+    return (
+        shuffled.assign(_rank=rank.to_numpy())
+        .sort_values("_rank", kind="stable")
+        .head(n)
+        .drop(columns="_rank")
+    )
 
 
 def _cells(s: dict) -> str:
-    return (f"{s['n']:>5} {100 * s['median_ape']:7.1f}% {100 * s['mape']:7.1f}% "
-            f"{100 * s['coverage_50']:6.0f}% {100 * s['coverage_90']:6.0f}%")
+    return (
+        f"{s['n']:>5} {100 * s['median_ape']:7.1f}% {100 * s['mape']:7.1f}% "
+        f"{100 * s['coverage_50']:6.0f}% {100 * s['coverage_90']:6.0f}%"
+    )
 
 
 def main(argv=None) -> int:
@@ -45,7 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", nargs="+", default=["a40", "l40s", "h200-sxm"])
     ap.add_argument("--n", type=int, default=10, help="measurements the user gives (default 10)")
     ap.add_argument("--seeds", type=int, default=3, help="repeats with different row picks")
-    ap.add_argument("--max-rows", type=int, default=400, help="rows scored per GPU (seeded subsample)")
+    ap.add_argument(
+        "--max-rows", type=int, default=400, help="rows scored per GPU (seeded subsample)"
+    )
     ap.add_argument("--draws", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--refit", action="store_true", help="refit the prior without the GPU (slow)")
@@ -53,12 +62,20 @@ def main(argv=None) -> int:
 
     table = fitting.load_measurements(fitting.bundled_measurements()).table
     bundled = fitting.load_posterior()
-    print(f"{'gpu':<10} {'seed':>4} {'prior':<14} {'n':>5} {'medAPE':>8} {'MAPE':>8} {'cov50':>7} {'cov90':>7}  update s")
+    print(
+        f"{'gpu':<10} {'seed':>4} {'prior':<14} {'n':>5} {'medAPE':>8} {'MAPE':>8} {'cov50':>7} {'cov90':>7}  update s"
+    )
     for gpu in args.gpus:
         rows = table[table["gpu"] == gpu]
         if args.refit:
-            prior = fitting.fit_table(table[table["gpu"] != gpu], per_stratum=PER_STRATUM, seed=0,
-                                      draws=DRAWS, warmup=WARMUP, chains=CHAINS).posterior
+            prior = fitting.fit_table(
+                table[table["gpu"] != gpu],
+                per_stratum=PER_STRATUM,
+                seed=0,
+                draws=DRAWS,
+                warmup=WARMUP,
+                chains=CHAINS,
+            ).posterior
         else:
             prior = without_gpu(bundled, gpu)
         for seed in range(args.seeds):
@@ -66,15 +83,27 @@ def main(argv=None) -> int:
             rest = rows.drop(given.index)
             rest = rest.sample(min(len(rest), args.max_rows), random_state=seed)
             t0 = time.perf_counter()
-            updated, _ = update_posterior(prior, given, from_population=True, draws=args.draws,
-                                          warmup=args.warmup, chains=2, seed=seed)
+            updated, _ = update_posterior(
+                prior,
+                given,
+                from_population=True,
+                draws=args.draws,
+                warmup=args.warmup,
+                chains=2,
+                seed=seed,
+            )
             dt = time.perf_counter() - t0
             for label, post in (("spec-sheet", prior), ("updated", updated)):
                 s = validate(post, rest, num_draws=200, seed=seed, max_rows=None)
-                print(f"{gpu:<10} {seed:>4} {label:<14} {_cells(s)}" + (f"  {dt:6.1f}" if label == "updated" else ""))
-        print(f"  command: servingmath fit --data {gpu}_{args.n}rows.csv --prior --from-population "
-              f"--out {gpu}.nc --draws {args.draws} --warmup {args.warmup}; "
-              f"servingmath validate --posterior {gpu}.nc --data {gpu}_rest.csv")
+                print(
+                    f"{gpu:<10} {seed:>4} {label:<14} {_cells(s)}"
+                    + (f"  {dt:6.1f}" if label == "updated" else "")
+                )
+        print(
+            f"  command: servingmath fit --data {gpu}_{args.n}rows.csv --prior --from-population "
+            f"--out {gpu}.nc --draws {args.draws} --warmup {args.warmup}; "
+            f"servingmath validate --posterior {gpu}.nc --data {gpu}_rest.csv"
+        )
     return 0
 
 

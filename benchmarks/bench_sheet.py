@@ -19,8 +19,24 @@ import numpy as np
 import perfmodel as pm
 from perfmodel._specs import compute_dtype_weights
 
-GPUS = ["a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie", "h200-sxm",
-        "gh200", "b200", "b300", "l40s", "l4", "a10g", "a40", "mi300x", "mi325x", "gaudi2"]
+GPUS = [
+    "a100-sxm-40gb",
+    "a100-sxm-80gb",
+    "a100-pcie-80gb",
+    "h100-sxm",
+    "h100-pcie",
+    "h200-sxm",
+    "gh200",
+    "b200",
+    "b300",
+    "l40s",
+    "l4",
+    "a10g",
+    "a40",
+    "mi300x",
+    "mi325x",
+    "gaudi2",
+]
 TPS = [1.0, 2.0, 4.0, 8.0]
 PPS = [1.0, 2.0]
 KV = ["bf16", "fp8", "int8", "int4"]
@@ -31,7 +47,9 @@ OUTPUTS = [64.0, 256.0, 1024.0, 4096.0]
 
 def stack(specs, cls, **static):
     fields = [f for f in cls.__dataclass_fields__ if f not in static]
-    return cls(**static, **{f: jnp.stack([jnp.asarray(getattr(s, f)) for s in specs]) for f in fields})
+    return cls(
+        **static, **{f: jnp.stack([jnp.asarray(getattr(s, f)) for s in specs]) for f in fields}
+    )
 
 
 def main() -> None:
@@ -54,25 +72,54 @@ def main() -> None:
     hw_table = stack(gpus, pm.HardwareSpec, name="grid")
     eff = pm.Efficiency()
 
-    axes = [len(models), len(gpus), len(TPS), len(PPS), len(KV), len(WEIGHTS), len(INPUTS), len(OUTPUTS)]
+    axes = [
+        len(models),
+        len(gpus),
+        len(TPS),
+        len(PPS),
+        len(KV),
+        len(WEIGHTS),
+        len(INPUTS),
+        len(OUTPUTS),
+    ]
     total = int(np.prod(axes))
     kv_bytes = jnp.asarray([pm.DTYPE_BYTES[k] for k in KV])
     w_bytes = jnp.asarray([pm.DTYPE_BYTES[w] for w in WEIGHTS])
     w_mix = jnp.stack([compute_dtype_weights(w) for w in WEIGHTS])
-    tps, pps, ins, outs = jnp.asarray(TPS), jnp.asarray(PPS), jnp.asarray(INPUTS), jnp.asarray(OUTPUTS)
+    tps, pps, ins, outs = (
+        jnp.asarray(TPS),
+        jnp.asarray(PPS),
+        jnp.asarray(INPUTS),
+        jnp.asarray(OUTPUTS),
+    )
 
     def one(index):
         i = jnp.unravel_index(index, axes)
         model = jax.tree.map(lambda x: x[i[0]], model_table)
         hw = jax.tree.map(lambda x: x[i[1]], hw_table)
-        dep = pm.Deployment(tp=tps[i[2]], pp=pps[i[3]], microbatches=pps[i[3]],
-                            kv_bytes_per_elem=kv_bytes[i[4]], weight_bytes_per_param=w_bytes[i[5]],
-                            compute_dtype_mix=w_mix[i[5]], max_model_len=65536.0)
+        dep = pm.Deployment(
+            tp=tps[i[2]],
+            pp=pps[i[3]],
+            microbatches=pps[i[3]],
+            kv_bytes_per_elem=kv_bytes[i[4]],
+            weight_bytes_per_param=w_bytes[i[5]],
+            compute_dtype_mix=w_mix[i[5]],
+            max_model_len=65536.0,
+        )
         s = pm.budget_sheet(model, hw, dep, eff, ins[i[6]], outs[i[7]])
-        return jnp.stack([s.kv_bytes_per_token, s.weight_bytes_per_gpu, s.kv_capacity_tokens,
-                          s.max_concurrent_requests, s.prefill_s, s.decode_step_s_batch1,
-                          s.decode_step_s_max_batch, s.decode_tokens_per_s_max,
-                          s.binding_budget.astype(s.prefill_s.dtype)])
+        return jnp.stack(
+            [
+                s.kv_bytes_per_token,
+                s.weight_bytes_per_gpu,
+                s.kv_capacity_tokens,
+                s.max_concurrent_requests,
+                s.prefill_s,
+                s.decode_step_s_batch1,
+                s.decode_step_s_max_batch,
+                s.decode_tokens_per_s_max,
+                s.binding_budget.astype(s.prefill_s.dtype),
+            ]
+        )
 
     batched = jax.jit(jax.vmap(one))
     n_chunks = -(-total // args.chunk)
@@ -127,7 +174,9 @@ def main() -> None:
         )
     print(f"eager per-config loop ({args.loop_sample} sampled): {loop_rate:,.1f} configurations/s")
     print(f"jitted per-config loop: {jit_loop_rate:,.1f} configurations/s")
-    print(f"ratio vs eager loop: {vec_rate / loop_rate:,.0f}x; vs jitted loop: {vec_rate / jit_loop_rate:,.0f}x")
+    print(
+        f"ratio vs eager loop: {vec_rate / loop_rate:,.0f}x; vs jitted loop: {vec_rate / jit_loop_rate:,.0f}x"
+    )
     print(f"vectorized == loop on sample: {agree}; checksum {checksum:.6e}")
 
 

@@ -33,19 +33,26 @@ def main() -> None:
     n = min(args.requests, len(full))
     trace = Trace(full.arrival_s[:n], full.prompt_tokens[:n], full.output_tokens[:n], args.trace)
     t = time.perf_counter()
-    simulate(model, gpu, dep, eff, Trace(trace.arrival_s[:20], trace.prompt_tokens[:20],
-                                         trace.output_tokens[:20]))
+    simulate(
+        model,
+        gpu,
+        dep,
+        eff,
+        Trace(trace.arrival_s[:20], trace.prompt_tokens[:20], trace.output_tokens[:20]),
+    )
     compile_s = time.perf_counter() - t
     for chunked in (True, False):
         t = time.perf_counter()
         r = simulate(model, gpu, dep, eff, trace, chunked_prefill=chunked)
         wall = time.perf_counter() - t
         s = summarize(r)
-        print(f"{args.trace} {n} requests, chunked={chunked}: {wall:.2f} s wall "
-              f"({r.iterations:,} iterations, {wall / r.iterations * 1e6:.1f} us each; "
-              f"warm-up compile {compile_s:.1f} s) | TTFT p50 {s['ttft_s']['p50']:.3f} s "
-              f"p95 {s['ttft_s']['p95']:.3f} s | TPOT p50 {s['tpot_s']['p50'] * 1e3:.1f} ms "
-              f"p95 {s['tpot_s']['p95'] * 1e3:.1f} ms | {s['output_tokens_per_s']:.0f} tok/s")
+        print(
+            f"{args.trace} {n} requests, chunked={chunked}: {wall:.2f} s wall "
+            f"({r.iterations:,} iterations, {wall / r.iterations * 1e6:.1f} us each; "
+            f"warm-up compile {compile_s:.1f} s) | TTFT p50 {s['ttft_s']['p50']:.3f} s "
+            f"p95 {s['ttft_s']['p95']:.3f} s | TPOT p50 {s['tpot_s']['p50'] * 1e3:.1f} ms "
+            f"p95 {s['tpot_s']['p95'] * 1e3:.1f} ms | {s['output_tokens_per_s']:.0f} tok/s"
+        )
 
 
 if __name__ == "__main__":

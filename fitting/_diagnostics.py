@@ -28,14 +28,19 @@ class Diagnostics:
 
     @property
     def ok(self) -> bool:
-        return (self.max_rhat <= RHAT_MAX and self.min_ess_bulk >= ESS_BULK_MIN
-                and self.divergences == 0)
+        return (
+            self.max_rhat <= RHAT_MAX
+            and self.min_ess_bulk >= ESS_BULK_MIN
+            and self.divergences == 0
+        )
 
     def report(self) -> str:
         """Lines to print; a loud WARNING when a threshold is missed."""
-        line = (f"diagnostics: max R-hat {self.max_rhat:.3f} ({self.worst_rhat_var}), "
-                f"min bulk ESS {self.min_ess_bulk:.0f} ({self.worst_ess_var}), "
-                f"divergences {self.divergences}, chains {self.num_chains}")
+        line = (
+            f"diagnostics: max R-hat {self.max_rhat:.3f} ({self.worst_rhat_var}), "
+            f"min bulk ESS {self.min_ess_bulk:.0f} ({self.worst_ess_var}), "
+            f"divergences {self.divergences}, chains {self.num_chains}"
+        )
         if self.ok:
             return line + " -- OK"
         why = []
@@ -45,8 +50,12 @@ class Diagnostics:
             why.append(f"bulk ESS {self.min_ess_bulk:.0f} < {ESS_BULK_MIN:.0f}")
         if self.divergences:
             why.append(f"{self.divergences} divergent transitions")
-        return line + "\n" + "!" * 72 + f"\nWARNING: the fit did not converge: {'; '.join(why)}." \
-            "\nWARNING: run longer chains (--draws/--warmup) before trusting its intervals.\n" + "!" * 72
+        return (
+            line + "\n" + "!" * 72 + f"\nWARNING: the fit did not converge: {'; '.join(why)}."
+            "\nWARNING: run longer chains (--draws/--warmup) before trusting its intervals.\n"
+            + "!"
+            * 72
+        )
 
 
 def _worst(stat, reduce) -> dict[str, float]:
@@ -82,5 +91,11 @@ def diagnose(idata) -> Diagnostics:
     div = 0
     if "sample_stats" in idata.groups() and "diverging" in idata.sample_stats:
         div = int(np.asarray(idata.sample_stats["diverging"].values).sum())
-    return Diagnostics(worst_r if chains > 1 else float("inf"), evals[worst_e_var], div,
-                       worst_r_var, worst_e_var, chains)
+    return Diagnostics(
+        worst_r if chains > 1 else float("inf"),
+        evals[worst_e_var],
+        div,
+        worst_r_var,
+        worst_e_var,
+        chains,
+    )

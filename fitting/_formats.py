@@ -23,14 +23,50 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-INT_COLUMNS = ("num_gpus", "tp", "pp", "ep", "num_tokens", "batch_size", "input_len",
-               "output_len", "context_len", "message_bytes", "n_repeats")
+INT_COLUMNS = (
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "num_tokens",
+    "batch_size",
+    "input_len",
+    "output_len",
+    "context_len",
+    "message_bytes",
+    "n_repeats",
+)
 FLOAT_COLUMNS = ("concurrency", "request_rate", "value", "value_std")
 COLUMNS = (
-    "source", "source_ref", "gpu", "num_gpus", "tp", "pp", "ep", "model", "weight_dtype",
-    "kv_dtype", "engine", "engine_version", "scenario", "op", "num_tokens", "batch_size",
-    "input_len", "output_len", "context_len", "message_bytes", "concurrency", "request_rate",
-    "metric", "stat", "value", "unit", "value_std", "n_repeats", "notes",
+    "source",
+    "source_ref",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "model",
+    "weight_dtype",
+    "kv_dtype",
+    "engine",
+    "engine_version",
+    "scenario",
+    "op",
+    "num_tokens",
+    "batch_size",
+    "input_len",
+    "output_len",
+    "context_len",
+    "message_bytes",
+    "concurrency",
+    "request_rate",
+    "metric",
+    "stat",
+    "value",
+    "unit",
+    "value_std",
+    "n_repeats",
+    "notes",
 )
 """Columns of the tidy table, in SCHEMA.md order."""
 STR_COLUMNS = tuple(c for c in COLUMNS if c not in INT_COLUMNS + FLOAT_COLUMNS)
@@ -44,16 +80,25 @@ SCENARIO_METRICS: Mapping[str, frozenset[str]] = {
     "decode_step": frozenset({"time"}),
     "static_batch": frozenset({"latency", "ttft", "tpot", "output_throughput"}),
     "saturated": frozenset({"output_throughput", "total_throughput", "request_throughput"}),
-    "serving": frozenset({"ttft", "tpot", "itl", "e2e_latency", "output_throughput",
-                          "request_throughput"}),
+    "serving": frozenset(
+        {"ttft", "tpot", "itl", "e2e_latency", "output_throughput", "request_throughput"}
+    ),
 }
 """Metrics each scenario may carry (SCHEMA.md, "Scenarios and their metrics")."""
 MODEL_FREE_SCENARIOS = frozenset({"op", "collective"})
 """Scenarios whose rows may leave ``model`` empty (the shape is in the row; e.g. GEMM n/k)."""
 UNITS = ("s", "tokens/s", "requests/s", "bytes")
-METRIC_UNIT = {"time": "s", "latency": "s", "ttft": "s", "tpot": "s", "itl": "s",
-               "e2e_latency": "s", "output_throughput": "tokens/s",
-               "total_throughput": "tokens/s", "request_throughput": "requests/s"}
+METRIC_UNIT = {
+    "time": "s",
+    "latency": "s",
+    "ttft": "s",
+    "tpot": "s",
+    "itl": "s",
+    "e2e_latency": "s",
+    "output_throughput": "tokens/s",
+    "total_throughput": "tokens/s",
+    "request_throughput": "requests/s",
+}
 """The unit each metric's ``value`` must be in."""
 DTYPES = ("", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 STAT_PATTERN = re.compile(r"|mean|median|min|max|p\d{1,2}(\.\d+)?")
@@ -62,18 +107,38 @@ STAT_PATTERN = re.compile(r"|mean|median|min|max|p\d{1,2}(\.\d+)?")
 MS = 1e-3
 """Seconds per millisecond."""
 _TIME_UNITS = {"s": 1.0, "sec": 1.0, "ms": MS, "us": 1e-6, "ns": 1e-9}
-_RATE_UNITS = {"tokens/sec": "tokens/s", "tokens/s": "tokens/s",
-               "requests/sec": "requests/s", "requests/s": "requests/s"}
+_RATE_UNITS = {
+    "tokens/sec": "tokens/s",
+    "tokens/s": "tokens/s",
+    "requests/sec": "requests/s",
+    "requests/s": "requests/s",
+}
 _STAT_KEY = re.compile(
     r"(mean|median|std|min|max|p\d{1,2}(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e_latency)_ms"
 )
-_SERVING_METRIC = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "e2e_latency",
-                   "e2e_latency": "e2e_latency"}
-_GENAI_METRIC = {"time_to_first_token": "ttft", "inter_token_latency": "tpot",
-                 "request_latency": "e2e_latency", "output_token_throughput": "output_throughput",
-                 "request_throughput": "request_throughput"}
-_ENGINES = {"tensorrtllm": "trtllm", "tensorrt-llm": "trtllm", "trt": "trtllm",
-            "vllm": "vllm", "sglang": "sglang", "lmdeploy": "lmdeploy", "tgi": "tgi"}
+_SERVING_METRIC = {
+    "ttft": "ttft",
+    "tpot": "tpot",
+    "itl": "itl",
+    "e2el": "e2e_latency",
+    "e2e_latency": "e2e_latency",
+}
+_GENAI_METRIC = {
+    "time_to_first_token": "ttft",
+    "inter_token_latency": "tpot",
+    "request_latency": "e2e_latency",
+    "output_token_throughput": "output_throughput",
+    "request_throughput": "request_throughput",
+}
+_ENGINES = {
+    "tensorrtllm": "trtllm",
+    "tensorrt-llm": "trtllm",
+    "trt": "trtllm",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "lmdeploy": "lmdeploy",
+    "tgi": "tgi",
+}
 
 Fail = Callable[[str], Exception]
 """Builds the error for one record; the caller adds ``file:line``."""
@@ -87,8 +152,10 @@ def detect(record: Mapping[str, Any]) -> str | None:
         return "genai-perf"
     if any("e2e_latency_ms" in k for k in record) or "total_output_tokens_retokenized" in record:
         return "sglang"
-    if "total_token_throughput" in record or "model_id" in record or any(
-        _STAT_KEY.fullmatch(k) for k in record
+    if (
+        "total_token_throughput" in record
+        or "model_id" in record
+        or any(_STAT_KEY.fullmatch(k) for k in record)
     ):
         return "vllm"
     return None
@@ -106,8 +173,9 @@ def _number(record: Mapping[str, Any], key: str, fail: Fail, label: str = "") ->
         ) from None
 
 
-def _mean_lengths(total_in: float | None, total_out: float | None, completed: float | None,
-                  notes: list[str]) -> dict[str, int | None]:
+def _mean_lengths(
+    total_in: float | None, total_out: float | None, completed: float | None, notes: list[str]
+) -> dict[str, int | None]:
     if not completed:
         return {"input_len": None, "output_len": None}
     out: dict[str, int | None] = {}
@@ -140,10 +208,18 @@ def _serving_rows(record: Mapping[str, Any], base: dict[str, Any], fail: Fail) -
         notes = base["notes"]
         if stat == "mean" and metric in std:
             notes = f"{notes};std_s={std[metric]:.6g}"
-        yield {**base, "metric": _SERVING_METRIC[metric], "stat": stat, "value": value * MS,
-               "unit": "s", "notes": notes}
-    for key, metric, unit in (("request_throughput", "request_throughput", "requests/s"),
-                              ("output_throughput", "output_throughput", "tokens/s")):
+        yield {
+            **base,
+            "metric": _SERVING_METRIC[metric],
+            "stat": stat,
+            "value": value * MS,
+            "unit": "s",
+            "notes": notes,
+        }
+    for key, metric, unit in (
+        ("request_throughput", "request_throughput", "requests/s"),
+        ("output_throughput", "output_throughput", "tokens/s"),
+    ):
         value = _number(record, key, fail)
         if value is not None and math.isfinite(value) and value > 0:
             yield {**base, "metric": metric, "stat": "", "value": value, "unit": unit}
@@ -154,8 +230,12 @@ def _run_base(tool: str, record: Mapping[str, Any], fail: Fail) -> tuple[dict[st
     completed = _number(record, "completed", fail)
     if completed is not None:
         notes.append(f"completed={completed:g}")
-    lengths = _mean_lengths(_number(record, "total_input_tokens", fail),
-                            _number(record, "total_output_tokens", fail), completed, notes)
+    lengths = _mean_lengths(
+        _number(record, "total_input_tokens", fail),
+        _number(record, "total_output_tokens", fail),
+        completed,
+        notes,
+    )
     if tool == "sglang" and (measured := _number(record, "concurrency", fail)) is not None:
         notes.append(f"measured_concurrency={measured:.6g}")
     for key in ("failed", "num_prompts", "dataset_name", "date", "label", "burstiness"):
@@ -208,8 +288,10 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
     model = model[0] if isinstance(model, list) else model
     notes = ["tool=genai-perf"]
     lengths: dict[str, int | None] = {}
-    for name, key in (("input_len", "input_sequence_length"),
-                      ("output_len", "output_sequence_length")):
+    for name, key in (
+        ("input_len", "input_sequence_length"),
+        ("output_len", "output_sequence_length"),
+    ):
         avg = _number(record.get(key) or {}, "avg", fail, f"{key}.avg")
         lengths[name] = None if avg is None else round(avg)
         if avg is not None:
@@ -221,12 +303,18 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
     service = _find(config, ("service_kind",))
     engine = _ENGINES.get(backend.lower(), "") if service in (None, "triton") else ""
     base = {
-        "source": "genai-perf", "model": str(model or ""), "scenario": "serving", "engine": engine,
-        "concurrency": _number({"c": _find(config, ("concurrency",))}, "c", fail,
-                               "input_config.concurrency"),
-        "request_rate": _number({"r": _find(config, ("request_rate",))}, "r", fail,
-                                "input_config.request_rate"),
-        "notes": ";".join(notes + ([f"backend={backend}"] if backend else [])), **lengths,
+        "source": "genai-perf",
+        "model": str(model or ""),
+        "scenario": "serving",
+        "engine": engine,
+        "concurrency": _number(
+            {"c": _find(config, ("concurrency",))}, "c", fail, "input_config.concurrency"
+        ),
+        "request_rate": _number(
+            {"r": _find(config, ("request_rate",))}, "r", fail, "input_config.request_rate"
+        ),
+        "notes": ";".join(notes + ([f"backend={backend}"] if backend else [])),
+        **lengths,
     }
     rows = []
     for key, metric in _GENAI_METRIC.items():
@@ -236,13 +324,16 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
         unit = str(stats.get("unit", ""))
         if metric.endswith("throughput"):
             if unit not in _RATE_UNITS:
-                raise fail(f"{key}.unit = {unit!r} is not a known rate unit; "
-                           "expected tokens/sec or requests/sec")
+                raise fail(
+                    f"{key}.unit = {unit!r} is not a known rate unit; "
+                    "expected tokens/sec or requests/sec"
+                )
             scale, si_unit = 1.0, _RATE_UNITS[unit]
         else:
             if unit not in _TIME_UNITS:
-                raise fail(f"{key}.unit = {unit!r} is not a known time unit; "
-                           "expected ms, us, ns or s")
+                raise fail(
+                    f"{key}.unit = {unit!r} is not a known time unit; expected ms, us, ns or s"
+                )
             scale, si_unit = _TIME_UNITS[unit], "s"
         std = _number(stats, "std", fail, f"{key}.std")
         for name in stats:
@@ -253,7 +344,14 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
             if value is None or not math.isfinite(value):
                 continue
             note = base["notes"] + (f";std_s={std * scale:.6g}" if stat == "mean" and std else "")
-            rows.append({**base, "metric": metric, "value": value * scale, "unit": si_unit,
-                         "stat": "" if metric.endswith("throughput") and stat == "mean" else stat,
-                         "notes": note})
+            rows.append(
+                {
+                    **base,
+                    "metric": metric,
+                    "value": value * scale,
+                    "unit": si_unit,
+                    "stat": "" if metric.endswith("throughput") and stat == "mean" else stat,
+                    "notes": note,
+                }
+            )
     return rows

@@ -24,9 +24,17 @@ E2E_BREAKDOWN = ("scenario", "metric", "engine", "gpu")
 def score_rows(posterior: Posterior, rows: pd.DataFrame, *, num_draws: int, seed: int):
     """Per-row (table, APE, in-50 %, in-90 %) of ``posterior``'s predictive on ``rows``; rows no
     budget covers are dropped (their count is returned)."""
-    prep = prepare(rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys)
+    prep = prepare(
+        rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
+    )
     if not len(prep.log_value):
-        return prep.table.iloc[:0], np.zeros(0), np.zeros(0, bool), np.zeros(0, bool), len(prep.skipped)
+        return (
+            prep.table.iloc[:0],
+            np.zeros(0),
+            np.zeros(0, bool),
+            np.zeros(0, bool),
+            len(prep.skipped),
+        )
     draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
     q = np.quantile(draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
     y = prep.log_value

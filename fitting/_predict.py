@@ -126,7 +126,9 @@ def _open_block(b: dict, eff: Efficiency) -> jnp.ndarray:
             for p in (s.ttft_s, s.tpot_s, s.tpot_s, s.e2e_s)
         ]
         req = s.output_tokens_per_s / w.output_tokens_mean
-        thr = jnp.stack([s.output_tokens_per_s, req * (w.prompt_tokens_mean + w.output_tokens_mean), req])
+        thr = jnp.stack(
+            [s.output_tokens_per_s, req * (w.prompt_tokens_mean + w.output_tokens_mean), req]
+        )
         return jnp.concatenate(lat + [thr])
 
     table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b))

@@ -278,8 +278,13 @@ def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc):
     m, h, _ = _row_specs(model_id, gpu, tp, pp, wdt, kvdt)
     seqs = conc if conc > 0 else DEFAULT_MAX_SEQS  # vLLM runs cap --max-num-seqs at the concurrency
     dep = Deployment.create(
-        tp=int(tp), pp=int(pp), replicas=int(replicas), weight_dtype=wdt, kv_dtype=kvdt,
-        max_num_seqs=float(max(seqs, 1.0)), max_num_batched_tokens=DEFAULT_TOKEN_BUDGET,
+        tp=int(tp),
+        pp=int(pp),
+        replicas=int(replicas),
+        weight_dtype=wdt,
+        kv_dtype=kvdt,
+        max_num_seqs=float(max(seqs, 1.0)),
+        max_num_batched_tokens=DEFAULT_TOKEN_BUDGET,
     )
     return m, h, dep
 
@@ -295,9 +300,7 @@ def _share_configurations(block: dict[str, np.ndarray], specs: list[tuple]) -> l
     configuration each: ``block["config"]`` indexes each row's configuration, the configuration
     features shrink to one entry per configuration, and the unique specs are returned."""
     names = [c for c in block if c not in PER_ROW]
-    keys = [
-        (id(sp),) + tuple(float(block[c][i]) for c in names) for i, sp in enumerate(specs)
-    ]
+    keys = [(id(sp),) + tuple(float(block[c][i]) for c in names) for i, sp in enumerate(specs)]
     first: dict[tuple, int] = {}
     config = np.asarray([first.setdefault(k, len(first)) for k in keys], dtype=int)
     heads = np.asarray(sorted(first.values(), key=lambda j: j))
@@ -322,7 +325,9 @@ def _skip_reason(row: pd.Series, serving: bool) -> str | None:
     if "pairwise" in notes and "cross-node" not in notes:
         # a pair rides its NVLink bridge, larger groups cross PCIe between pairs: the catalog's
         # one link figure per GPU cannot describe both paths
-        return "pairwise NVLink node: pairs bridged, pairs of pairs on PCIe (one catalog link figure)"
+        return (
+            "pairwise NVLink node: pairs bridged, pairs of pairs on PCIe (one catalog link figure)"
+        )
     if not (_f(row["value"]) > 0):
         return "value is not a positive number"
     return None

@@ -90,12 +90,16 @@ def class_problem(problem: Problem, cls: RequestClass, total_rate: float) -> Pro
     )
 
 
+DEFAULT_OPTIONS = SearchOptions()
+"""The search settings a fleet problem uses unless told otherwise."""
+
+
 def fleet_problem(
     problem: Problem,
     classes: list[RequestClass],
     total_rate: float,
     max_gpus: np.ndarray,
-    options: SearchOptions = SearchOptions(),
+    options: SearchOptions = DEFAULT_OPTIONS,
 ) -> tuple[FleetProblem, np.ndarray]:
     """Per-class capacities on every GPU type; returns the ``FleetProblem`` and the chosen
     configurations, shape (classes, gpus, len(KNOBS)) (rows of unusable pairs are -1)."""

@@ -293,10 +293,14 @@ def _vllm(model, config, role, checkpoint, memory, notes) -> str:
                 f"ranks, not EP={ep}"
             )
     argv += [
-        "--max-model-len", str(int(config.get("max_model_len", DEFAULT_MAX_MODEL_LEN))),
-        "--gpu-memory-utilization", _fraction(util),
-        "--max-num-batched-tokens", str(mnbt),
-        "--max-num-seqs", str(seqs),
+        "--max-model-len",
+        str(int(config.get("max_model_len", DEFAULT_MAX_MODEL_LEN))),
+        "--gpu-memory-utilization",
+        _fraction(util),
+        "--max-num-batched-tokens",
+        str(mnbt),
+        "--max-num-seqs",
+        str(seqs),
         "--enable-chunked-prefill",
     ]
     if chunk < mnbt:
@@ -348,11 +352,16 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
         else:
             notes.add(f"SGLang's --ep-size must divide --tp-size {tp}: EP={ep} left out")
     argv += [
-        "--context-length", str(int(config.get("max_model_len", DEFAULT_MAX_MODEL_LEN))),
-        "--mem-fraction-static", _fraction(static),
-        "--chunked-prefill-size", str(chunk),
-        "--max-prefill-tokens", str(mnbt),
-        "--max-running-requests", str(seqs),
+        "--context-length",
+        str(int(config.get("max_model_len", DEFAULT_MAX_MODEL_LEN))),
+        "--mem-fraction-static",
+        _fraction(static),
+        "--chunked-prefill-size",
+        str(chunk),
+        "--max-prefill-tokens",
+        str(mnbt),
+        "--max-running-requests",
+        str(seqs),
     ]
     kv = _kv("sglang", config, notes)
     if kv is not None:
@@ -369,14 +378,19 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
         if not mtp:
             argv += ["--speculative-draft-model-path", draft]
         argv += [
-            "--speculative-num-steps", str(k),
-            "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(k + 1),
+            "--speculative-num-steps",
+            str(k),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(k + 1),
         ]
     if role:
         argv += [
-            "--disaggregation-mode", role,
-            "--disaggregation-transfer-backend", maps["disaggregation"]["transfer_backend"],
+            "--disaggregation-mode",
+            role,
+            "--disaggregation-transfer-backend",
+            maps["disaggregation"]["transfer_backend"],
         ]
     return _render(argv)
 
@@ -404,9 +418,12 @@ def _trtllm(model, config, role, checkpoint, memory, notes) -> str:
             "balancer"
         )
     argv += [
-        "--max_batch_size", str(seqs),
-        "--max_num_tokens", str(mnbt),
-        "--max_seq_len", str(int(config.get("max_model_len", DEFAULT_MAX_MODEL_LEN))),
+        "--max_batch_size",
+        str(seqs),
+        "--max_num_tokens",
+        str(mnbt),
+        "--max_seq_len",
+        str(int(config.get("max_model_len", DEFAULT_MAX_MODEL_LEN))),
     ]
     if free is not None:
         argv += ["--kv_cache_free_gpu_memory_fraction", _fraction(free)]

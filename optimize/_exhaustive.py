@@ -54,10 +54,12 @@ def exhaustive_optimum(problem: Problem, *, chunk: int = 32, mesh: MeshLike = No
     n = len(configs)
     pad = (-n) % chunk
     padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
-    costs = np.concatenate([
-        np.asarray(_chunk_costs(problem, shard_rows(jnp.asarray(padded[i:i + chunk]), mesh)))
-        for i in range(0, len(padded), chunk)
-    ])[:n]
+    costs = np.concatenate(
+        [
+            np.asarray(_chunk_costs(problem, shard_rows(jnp.asarray(padded[i : i + chunk]), mesh)))
+            for i in range(0, len(padded), chunk)
+        ]
+    )[:n]
     flat = int(np.argmin(costs))
     i, r = divmod(flat, costs.shape[1])
     best = float(costs[i, r])

@@ -66,7 +66,9 @@ def _violation(fp: FleetProblem, n: np.ndarray) -> float:
     """Relative shortfall of every class plus relative excess over every availability limit."""
     short = np.maximum(0.0, 1.0 - (fp.capacity * n).sum(axis=1) / fp.rates).sum()
     limit = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, np.inf)
-    over = np.maximum(0.0, (fp.replica_gpus * n).sum(axis=0) - limit) / np.maximum(np.where(np.isfinite(limit), limit, 1.0), 1.0)
+    over = np.maximum(0.0, (fp.replica_gpus * n).sum(axis=0) - limit) / np.maximum(
+        np.where(np.isfinite(limit), limit, 1.0), 1.0
+    )
     return float(short + over.sum())
 
 
@@ -78,7 +80,7 @@ def fleet_milp(fp: FleetProblem) -> FleetPlan:
     serve = np.zeros((c_count, c_count * g_count))
     avail = np.zeros((g_count, c_count * g_count))
     for c in range(c_count):
-        serve[c, c * g_count:(c + 1) * g_count] = fp.capacity[c]
+        serve[c, c * g_count : (c + 1) * g_count] = fp.capacity[c]
     for g in range(g_count):
         avail[g, g::g_count] = fp.replica_gpus[:, g]
     cons = [LinearConstraint(serve, lb=fp.rates, ub=np.inf)]
@@ -86,8 +88,10 @@ def fleet_milp(fp: FleetProblem) -> FleetPlan:
     if finite.any():
         cons.append(LinearConstraint(avail[finite], lb=-np.inf, ub=fp.max_gpus[finite]))
     res = milp(
-        c=fp.replica_cost.reshape(-1), constraints=cons,
-        integrality=np.ones(c_count * g_count), bounds=Bounds(0, upper.reshape(-1)),
+        c=fp.replica_cost.reshape(-1),
+        constraints=cons,
+        integrality=np.ones(c_count * g_count),
+        bounds=Bounds(0, upper.reshape(-1)),
     )
     if res.x is None:
         return FleetPlan(np.zeros_like(fp.capacity), float("inf"))
@@ -115,7 +119,10 @@ def _descend(theta0, rates, capacity, cost, gpus, max_gpus):
 
 
 def _descend_body(theta0, rates, capacity, cost, gpus, max_gpus):
-    scale = jnp.sum(jnp.min(jnp.where(capacity > 0, cost / jnp.maximum(capacity, 1e-12), jnp.inf), axis=1) * rates)
+    scale = jnp.sum(
+        jnp.min(jnp.where(capacity > 0, cost / jnp.maximum(capacity, 1e-12), jnp.inf), axis=1)
+        * rates
+    )
     opt = optax.adam(0.05)
     grad = jax.vmap(jax.grad(_relaxed_loss), in_axes=(0, None, None, None, None, None, None))
 
@@ -237,9 +244,16 @@ def fleet_gradient(fp: FleetProblem, *, num_starts: int = 16, seed: int = 0) -> 
         theta0[k] = -3.0
         theta0[k, np.arange(cap.shape[0]), rank[:, k]] = 1.0
     theta0 = jnp.asarray(theta0)
-    x = np.asarray(_descend(theta0, jnp.asarray(fp.rates, dtype=float), jnp.asarray(cap),
-                            jnp.asarray(fp.replica_cost, dtype=float),
-                            jnp.asarray(fp.replica_gpus, dtype=float), jnp.asarray(big)))
+    x = np.asarray(
+        _descend(
+            theta0,
+            jnp.asarray(fp.rates, dtype=float),
+            jnp.asarray(cap),
+            jnp.asarray(fp.replica_cost, dtype=float),
+            jnp.asarray(fp.replica_gpus, dtype=float),
+            jnp.asarray(big),
+        )
+    )
     best = FleetPlan(np.zeros_like(cap), float("inf"))
     for xi in x:
         n = _complete(fp, _within_limits(fp, np.where(cap > 0, np.floor(xi + 1e-6), 0.0)))

@@ -94,7 +94,9 @@ def shard_draws(problem: Problem, mesh: Mesh | None) -> Problem:
     if mesh is None or problem.num_draws % num_shards(mesh):
         return problem
     problem = replicate(problem, mesh)
-    return eqx.tree_at(lambda p: p.efficiency, problem, shard_rows(problem.efficiency, mesh, axis=1))
+    return eqx.tree_at(
+        lambda p: p.efficiency, problem, shard_rows(problem.efficiency, mesh, axis=1)
+    )
 
 
 def map_rows(fn, rows: np.ndarray, mesh: Mesh | None, *, problem: Problem | None = None):

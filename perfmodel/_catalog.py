@@ -70,11 +70,15 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def _hardware_rows(path: str) -> dict[str, dict[str, str]]:
     rows = _read_csv(Path(path))
     if rows and "id" not in rows[0]:
-        raise CatalogError(f"{path}: no 'id' column; a hardware CSV needs the columns of data/hardware.csv")
+        raise CatalogError(
+            f"{path}: no 'id' column; a hardware CSV needs the columns of data/hardware.csv"
+        )
     out: dict[str, dict[str, str]] = {}
     for i, row in enumerate(rows, start=2):
         if row["id"] in out:
-            raise CatalogError(f"{path}:{i}: duplicate hardware id {row['id']!r}; ids must be unique")
+            raise CatalogError(
+                f"{path}:{i}: duplicate hardware id {row['id']!r}; ids must be unique"
+            )
         out[row["id"]] = row
     return out
 
@@ -148,7 +152,9 @@ def hardware_from_row(
         hbm_bytes_per_s=_field(row, "hbm_bytes_per_s", where, True),
         dense_flops_per_s=jnp.asarray([rates[d] for d in COMPUTE_DTYPES]),
         link_bytes_per_s=_field(row, "link_bytes_per_s_unidir", where, False),
-        gpus_per_node=_field(row, "gpus_per_node", where, False) if row.get("gpus_per_node") else 8.0,
+        gpus_per_node=_field(row, "gpus_per_node", where, False)
+        if row.get("gpus_per_node")
+        else 8.0,
         internode_bytes_per_s=internode_bytes_per_s,
         price_per_gpu_hour=price_per_gpu_hour,
     )
@@ -192,11 +198,20 @@ def model_from_counts(name: str, c: LayerCounts) -> ModelSpec:
 
 
 POSITIVE_CONFIG_KEYS = (
-    "hidden_size", "n_embd", "d_model",
-    "num_hidden_layers", "n_layer", "num_layers",
-    "num_attention_heads", "n_head",
-    "num_key_value_heads", "num_kv_heads",
-    "head_dim", "vocab_size", "intermediate_size", "moe_intermediate_size",
+    "hidden_size",
+    "n_embd",
+    "d_model",
+    "num_hidden_layers",
+    "n_layer",
+    "num_layers",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "num_kv_heads",
+    "head_dim",
+    "vocab_size",
+    "intermediate_size",
+    "moe_intermediate_size",
 )
 """Dimensions that are counts of at least one wherever a config gives them (``null`` = absent)."""
 
@@ -207,8 +222,10 @@ def _check_dimensions(config: dict[str, Any], name: str) -> None:
         value = cfg.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-            math.isfinite(value) and value >= 1
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (math.isfinite(value) and value >= 1)
         ):
             raise CatalogError(
                 f"config for {name!r}: {key} = {value!r} must be a positive whole number; "
@@ -230,7 +247,9 @@ def model_from_config(config: dict[str, Any], name: str = "custom") -> ModelSpec
             f"config for {name!r} lacks key {exc.args[0]!r}; pass a complete Hugging Face config.json"
         ) from None
     except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
-        raise CatalogError(f"config for {name!r} has a malformed value ({exc}); check its numbers") from None
+        raise CatalogError(
+            f"config for {name!r} has a malformed value ({exc}); check its numbers"
+        ) from None
 
 
 def model_from_row(row: dict[str, str]) -> ModelSpec:
@@ -250,20 +269,29 @@ def model_from_row(row: dict[str, str]) -> ModelSpec:
             f"models.csv row {name!r} lacks dimensions; pass the model's config.json instead"
         ) from None
     cfg = {
-        "model_type": "bloom" if "bloom" in name else ("falcon" if "falcon" in name else ("gptj" if "gpt-j" in name else "llama")),
+        "model_type": "bloom"
+        if "bloom" in name
+        else ("falcon" if "falcon" in name else ("gptj" if "gpt-j" in name else "llama")),
         "hidden_size": d,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv,
         "head_dim": head_dim,
         "vocab_size": vocab,
-        "intermediate_size": int(row["intermediate_size"]) if row.get("intermediate_size") else 4 * d,
+        "intermediate_size": int(row["intermediate_size"])
+        if row.get("intermediate_size")
+        else 4 * d,
         "tie_word_embeddings": "bloom" in name,
     }
     c = layer_counts(cfg)
     if row.get("total_params"):
-        c = LayerCounts(**{**c.__dict__, "total_params": float(row["total_params"]),
-                           "active_params": float(row["active_params"] or row["total_params"])})
+        c = LayerCounts(
+            **{
+                **c.__dict__,
+                "total_params": float(row["total_params"]),
+                "active_params": float(row["active_params"] or row["total_params"]),
+            }
+        )
     return model_from_counts(name, c)
 
 

@@ -73,19 +73,39 @@ def ep_decode_step(
     all_experts = model.num_moe_layers * model.num_experts * model.expert_params
     dense_bytes = (model.total_params - all_experts) * deployment.weight_bytes_per_param
     experts_here = expected_experts_touched(model, batch_size) / p
-    expert_bytes = model.num_moe_layers * model.expert_params * experts_here * deployment.weight_bytes_per_param
-    kv = local * kv_bytes_per_sequence(model, deployment.kv_bytes_per_elem, context_len + 1.0, temperature)
-    memory_s = (dense_bytes + expert_bytes + kv) / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction)
+    expert_bytes = (
+        model.num_moe_layers
+        * model.expert_params
+        * experts_here
+        * deployment.weight_bytes_per_param
+    )
+    kv = local * kv_bytes_per_sequence(
+        model, deployment.kv_bytes_per_elem, context_len + 1.0, temperature
+    )
+    memory_s = (dense_bytes + expert_bytes + kv) / (
+        hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction
+    )
 
     # uniform routing: a device's experts receive batch * k / ep token-expert pairs, the same
     # expert FLOPs its own batch / ep tokens would need, so per-device FLOPs = those of batch / ep.
-    flops = linear_flops(model, local, local) + local * attention_flops(model, 1.0, context_len, temperature)
+    flops = linear_flops(model, local, local) + local * attention_flops(
+        model, 1.0, context_len, temperature
+    )
     peak = peak_flops_per_s(hardware, deployment) * compute_fraction(efficiency, local)
     compute_s = flops / peak
 
     link = group_link_bytes_per_s(hardware, p, temperature)
-    comm_s = ALL_TO_ALLS_PER_MOE_LAYER * model.num_moe_layers * all_to_all_s(
-        local * model.experts_per_token, model.hidden_size, ACTIVATION_BYTES, p, link, efficiency
+    comm_s = (
+        ALL_TO_ALLS_PER_MOE_LAYER
+        * model.num_moe_layers
+        * all_to_all_s(
+            local * model.experts_per_token,
+            model.hidden_size,
+            ACTIVATION_BYTES,
+            p,
+            link,
+            efficiency,
+        )
     )
     total = smooth_max(compute_s, memory_s, temperature) + comm_s + efficiency.step_overhead_s
     return ExpertParallelStep(compute_s=compute_s, memory_s=memory_s, comm_s=comm_s, total_s=total)

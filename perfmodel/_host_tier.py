@@ -57,8 +57,16 @@ def host_tier(
     """
     hbm_only = eqx.tree_at(lambda d: d.host_kv_bytes, deployment, jnp.zeros(()))
     cap = deployment.max_num_seqs
-    b_h = smooth_min(max_concurrent_requests(model, hardware, hbm_only, sequence_tokens, temperature), cap, temperature)
-    b_all = smooth_min(max_concurrent_requests(model, hardware, deployment, sequence_tokens, temperature), cap, temperature)
+    b_h = smooth_min(
+        max_concurrent_requests(model, hardware, hbm_only, sequence_tokens, temperature),
+        cap,
+        temperature,
+    )
+    b_all = smooth_min(
+        max_concurrent_requests(model, hardware, deployment, sequence_tokens, temperature),
+        cap,
+        temperature,
+    )
     x_max = jnp.maximum(b_all - b_h, 0.0)
     seq_bytes = kv_bytes_per_sequence(
         model, deployment.kv_bytes_per_elem, sequence_tokens, temperature
@@ -68,7 +76,15 @@ def host_tier(
     per_seq_s = jnp.where(has_link, seq_bytes / jnp.where(has_link, bw, 1.0), jnp.inf)
 
     def tau(n):
-        return decode_step(model, hardware, deployment, efficiency, jnp.maximum(n, 1.0), sequence_tokens, temperature).total_s
+        return decode_step(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            jnp.maximum(n, 1.0),
+            sequence_tokens,
+            temperature,
+        ).total_s
 
     def transfer_excess(x):
         return x * per_seq_s - tau(b_h + x)

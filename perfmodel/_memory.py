@@ -93,7 +93,9 @@ def workspace_bytes_per_gpu(model: ModelSpec, deployment: Deployment) -> Array:
     return activations + NON_TORCH_BYTES
 
 
-def kv_free_bytes_per_gpu(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment) -> Array:
+def kv_free_bytes_per_gpu(
+    model: ModelSpec, hardware: HardwareSpec, deployment: Deployment
+) -> Array:
     """HBM left for KV on one device: HBM * utilisation - weights - workspace (may be negative),
     plus the optional host-memory tier."""
     return (
@@ -111,9 +113,7 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, deployment: Deployment) -> Arra
     )
 
 
-def kv_capacity_tokens(
-    model: ModelSpec, hardware: HardwareSpec, deployment: Deployment
-) -> Array:
+def kv_capacity_tokens(model: ModelSpec, hardware: HardwareSpec, deployment: Deployment) -> Array:
     """Tokens the whole TP x PP group can cache: max(free, 0) / (KV bytes per token per device)."""
     free = jnp.maximum(kv_free_bytes_per_gpu(model, hardware, deployment), 0.0)
     return free / kv_bytes_per_token_per_gpu(model, deployment)

@@ -72,18 +72,30 @@ def parallelism_options(
     out = []
     for tp in TP_CHOICES:
         for pp in PP_CHOICES:
-            if num_gpus % (tp * pp) or not tp_divides_heads(model, tp) or pp > int(model.num_layers):
+            if (
+                num_gpus % (tp * pp)
+                or not tp_divides_heads(model, tp)
+                or pp > int(model.num_layers)
+            ):
                 continue
             dep = with_parallelism(deployment, tp, pp, num_gpus // (tp * pp), microbatches)
             concurrent = float(max_concurrent_requests(model, hardware, dep, seq))
             if concurrent < 1.0:
                 continue
-            tps = float(decode_tokens_per_s_max(model, hardware, dep, efficiency, input_len, output_len))
+            tps = float(
+                decode_tokens_per_s_max(model, hardware, dep, efficiency, input_len, output_len)
+            )
             step1 = decode_step(model, hardware, dep, efficiency, 1.0, input_len + output_len / 2.0)
             out.append(
                 ParallelOption(
-                    tp, pp, num_gpus // (tp * pp), int(dep.microbatches), concurrent, tps,
-                    float(step1.total_s), tp * pp > node,
+                    tp,
+                    pp,
+                    num_gpus // (tp * pp),
+                    int(dep.microbatches),
+                    concurrent,
+                    tps,
+                    float(step1.total_s),
+                    tp * pp > node,
                 )
             )
     return out
@@ -102,7 +114,9 @@ def best_parallelism(
     """The split with the most decode tokens/s (or the lowest batch-1 TPOT); ``None`` if nothing fits."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    options = parallelism_options(model, hardware, deployment, efficiency, num_gpus, input_len, output_len)
+    options = parallelism_options(
+        model, hardware, deployment, efficiency, num_gpus, input_len, output_len
+    )
     if not options:
         return None
     if objective == "throughput":

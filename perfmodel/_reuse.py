@@ -168,19 +168,33 @@ def prefix_reuse(
     reusable = reusable_prefix_tokens(prompt, prefix_tokens, b, temperature)
     rate = jnp.asarray(arrival_rate_per_s) / deployment.replicas
     held = jnp.asarray(live_requests) * (prompt + jnp.asarray(output_tokens) / 2.0)
-    cache_tokens = smooth_max(kv_capacity_tokens(model, hardware, deployment) - held, 0.0, temperature)
+    cache_tokens = smooth_max(
+        kv_capacity_tokens(model, hardware, deployment) - held, 0.0, temperature
+    )
     one_shot = rate * (prompt + output_tokens - f * reusable) / b
-    hit = che_hit_rate(rate * f / num_prefixes, reusable / b, num_prefixes, one_shot, cache_tokens / b)
+    hit = che_hit_rate(
+        rate * f / num_prefixes, reusable / b, num_prefixes, one_shot, cache_tokens / b
+    )
     hit = jnp.where(reusable > 0, hit, 0.0)
     reused_fraction = f * hit
 
     cold = forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=prompt, prefill_seqs=1.0, temperature=temperature,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=prompt,
+        prefill_seqs=1.0,
+        temperature=temperature,
     ).total_s
     warm = forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=prompt - reusable, prefill_seqs=1.0, prefill_context=reusable,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=prompt - reusable,
+        prefill_seqs=1.0,
+        prefill_context=reusable,
         temperature=temperature,
     ).total_s
     mean_prefill = reused_fraction * warm + (1.0 - reused_fraction) * cold

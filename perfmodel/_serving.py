@@ -267,13 +267,20 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
     )
     s = m.state
     seats_kv = max_concurrent_requests(
-        model, hardware, deployment, workload.prompt_tokens_mean + workload.output_tokens_mean,
+        model,
+        hardware,
+        deployment,
+        workload.prompt_tokens_mean + workload.output_tokens_mean,
         temperature,
     )
     seats = jnp.minimum(seats_kv, deployment.max_num_seqs)
     step = forward_step(
-        model, hardware, deployment, efficiency,
-        prefill_tokens=s.prefill_tokens_per_iteration, prefill_seqs=s.prompts_per_iteration,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        prefill_tokens=s.prefill_tokens_per_iteration,
+        prefill_seqs=s.prompts_per_iteration,
         decode_seqs=s.decode_batch,
         decode_context=workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0,
     )

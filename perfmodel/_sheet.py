@@ -98,15 +98,17 @@ def budget_sheet(
     batch = jnp.maximum(batch, 0.0)
     context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
     step1 = decode_step(model, hardware, deployment, efficiency, 1.0, context)
-    step_max = decode_step(model, hardware, deployment, efficiency, jnp.maximum(batch, 1.0), context)
+    step_max = decode_step(
+        model, hardware, deployment, efficiency, jnp.maximum(batch, 1.0), context
+    )
     prefill = prefill_step(model, hardware, deployment, efficiency, input_len)
     tokens_per_s = deployment.replicas * batch / step_max.total_s
 
     kv_limited = concurrent < deployment.max_num_seqs
     bandwidth_bound = step_max.memory_s >= step_max.compute_s
-    time_budget = jnp.argmax(
-        jnp.stack([step_max.compute_s, step_max.memory_s, step_max.comm_s]), axis=0
-    ) + 1
+    time_budget = (
+        jnp.argmax(jnp.stack([step_max.compute_s, step_max.memory_s, step_max.comm_s]), axis=0) + 1
+    )
     binding = jnp.where(kv_limited & bandwidth_bound, 0, time_budget)
     return BudgetSheet(
         kv_bytes_per_token=kv_bytes_per_token(model, deployment.kv_bytes_per_elem),
@@ -155,7 +157,9 @@ def decode_elasticities(
     def log_tps(log_scales):
         hw = _scale_hardware(hardware, log_scales)
         return jnp.log(
-            decode_tokens_per_s_max(model, hw, deployment, efficiency, input_len, output_len, temperature)
+            decode_tokens_per_s_max(
+                model, hw, deployment, efficiency, input_len, output_len, temperature
+            )
         )
 
     return jax.grad(log_tps)(jnp.zeros(4))

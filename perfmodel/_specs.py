@@ -11,7 +11,6 @@ import jax.numpy as jnp
 
 from ._constants import COMPUTE_DTYPES, DTYPE_BYTES, WEIGHT_DTYPE_COMPUTE
 
-
 UNBOUNDED = 1.0e30
 """Default of a ceiling that is off (a rate or share so large its term vanishes): finite, so
 weighted mixes over GPU types (0 x value) and gradients stay finite where inf would give NaN."""
@@ -200,7 +199,9 @@ class Efficiency(eqx.Module):
     low_precision_compute_ratio: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.6)
     internode_bandwidth_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.5)
     attention_overhead_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
-    elementwise_onchip_bytes_per_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=UNBOUNDED)
+    elementwise_onchip_bytes_per_s: jnp.ndarray = eqx.field(
+        converter=jnp.asarray, default=UNBOUNDED
+    )
     attention_cta_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     collective_ll_bandwidth_ratio: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
     collective_simple_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
@@ -243,9 +244,7 @@ class Deployment(eqx.Module):
     replicas: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
     weight_bytes_per_param: jnp.ndarray = eqx.field(converter=jnp.asarray, default=2.0)
     kv_bytes_per_elem: jnp.ndarray = eqx.field(converter=jnp.asarray, default=2.0)
-    compute_dtype_mix: jnp.ndarray = eqx.field(
-        converter=jnp.asarray, default=(1.0, 0.0, 0.0, 0.0)
-    )
+    compute_dtype_mix: jnp.ndarray = eqx.field(converter=jnp.asarray, default=(1.0, 0.0, 0.0, 0.0))
     gpu_memory_utilization: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.9)
     block_size_tokens: jnp.ndarray = eqx.field(converter=jnp.asarray, default=16.0)
     max_model_len: jnp.ndarray = eqx.field(converter=jnp.asarray, default=8192.0)
@@ -271,9 +270,7 @@ class Deployment(eqx.Module):
         """A discrete deployment from dtype names; ``microbatches`` defaults to ``pp``."""
         for label, dtype in (("weight dtype", weight_dtype), ("KV dtype", kv_dtype)):
             if dtype not in DTYPE_BYTES:
-                raise ValueError(
-                    f"unknown {label} {dtype!r}; use one of {', '.join(DTYPE_BYTES)}"
-                )
+                raise ValueError(f"unknown {label} {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
         return cls(
             tp=float(tp),
             pp=float(pp),

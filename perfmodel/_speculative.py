@@ -108,7 +108,9 @@ def speculative_decode(
         at which speedup = 1 (``inf`` when even alpha = 1 does not pay).
     """
     k = jnp.asarray(draft_tokens, dtype=float)
-    target = decode_step(model, hardware, deployment, efficiency, batch_size, context_tokens, temperature)
+    target = decode_step(
+        model, hardware, deployment, efficiency, batch_size, context_tokens, temperature
+    )
     if draft_model is None:
         per_layer = (target.total_s - target.overhead_s) / model.num_layers
         draft_s = k * MTP_LAYERS_PER_DRAFT_TOKEN * per_layer
@@ -118,7 +120,10 @@ def speculative_decode(
         )
         draft_s = k * draft.total_s
     verify_s = forward_step(
-        model, hardware, deployment, efficiency,
+        model,
+        hardware,
+        deployment,
+        efficiency,
         prefill_tokens=jnp.asarray(batch_size) * (k + 1.0),
         prefill_seqs=batch_size,
         prefill_context=context_tokens,
@@ -167,7 +172,9 @@ def load_acceptance(path: str | Path | None = None) -> list[AcceptanceRecord]:
     Raises:
         CatalogError: unreadable file or a row without a numeric draft length / AL.
     """
-    path = Path(path) if path is not None else data_dir() / "traces" / "speculative" / "acceptance.csv"
+    path = (
+        Path(path) if path is not None else data_dir() / "traces" / "speculative" / "acceptance.csv"
+    )
     try:
         with open(path, newline="") as fh:
             rows = list(csv.DictReader(fh))
@@ -189,7 +196,9 @@ def load_acceptance(path: str | Path | None = None) -> list[AcceptanceRecord]:
 
 
 def acceptance_prior(
-    records: list[AcceptanceRecord], draft_method: str | None = None, draft_tokens: int | None = None
+    records: list[AcceptanceRecord],
+    draft_method: str | None = None,
+    draft_tokens: int | None = None,
 ) -> tuple[float, float]:
     """Mean and standard deviation of alpha over records of one draft method / draft length."""
     picked = [

@@ -137,31 +137,53 @@ def _layer_kernels_s(
     pre_keys = jnp.asarray(prefill_context) + per_prompt
     pre_tile = attention_tile_flops(pre_keys, per_prompt, qk_v / 2.0)
     prefill_attn_s = attention_time_s(
-        pre_flops / layers, pre_bytes / layers, jnp.maximum(per_prompt, 1.0), peak, bw,
-        efficiency, efficiency, temperature, p_seq * kv_heads, pre_tile,
+        pre_flops / layers,
+        pre_bytes / layers,
+        jnp.maximum(per_prompt, 1.0),
+        peak,
+        bw,
+        efficiency,
+        efficiency,
+        temperature,
+        p_seq * kv_heads,
+        pre_tile,
     )
     dec_ctx = jnp.asarray(decode_context) + 1.0
     dec_flops = d_seq * attention_flops(model, 1.0, decode_context, temperature) / tp
     dec_bytes = d_seq * kv_share * kv_bytes_per_sequence(model, kv_elem, dec_ctx, temperature)
     decode_attn_s = attention_time_s(
-        dec_flops / layers, dec_bytes / layers, dec_ctx, peak, bw,
-        efficiency, efficiency, temperature, d_seq * kv_heads, 0.0,
+        dec_flops / layers,
+        dec_bytes / layers,
+        dec_ctx,
+        peak,
+        bw,
+        efficiency,
+        efficiency,
+        temperature,
+        d_seq * kv_heads,
+        0.0,
     )
     attn_s = _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
 
     # elementwise kernels, one vectorised stream each: per layer 2 norms, 2 residual adds (pure
     # streams), rope and the MLP activation; once per iteration the embedding gather
-    mlp_width = jnp.where(
-        moe,
-        (model.expert_params * model.experts_per_token + model.shared_expert_params) / d,
-        model.dense_mlp_params / d,
-    ) / tp
+    mlp_width = (
+        jnp.where(
+            moe,
+            (model.expert_params * model.experts_per_token + model.shared_expert_params) / d,
+            model.dense_mlp_params / d,
+        )
+        / tp
+    )
     # the activation reads the (mats - 1) up/gate outputs and writes one: mats widths per row
     elementwise = [  # (bytes moved, on-chip work share, kernels per iteration)
         (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 2.0 * model.num_layers),
         (tokens * 3.0 * d * ACTIVATION_BYTES, 0.0, 2.0 * model.num_layers),
-        (tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES, 1.0,
-         model.num_layers),
+        (
+            tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES,
+            1.0,
+            model.num_layers,
+        ),
         (tokens * mlp_width * ACTIVATION_BYTES, 1.0, model.num_layers),
         (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 1.0),
     ]
@@ -217,21 +239,35 @@ def forward_step(
         model, deployment.kv_bytes_per_elem, prefill_context + per_prompt, temperature
     )
     tp_share = kv_shard_fraction(model, deployment.tp, 1.0)
-    chain_bytes = weight_bytes_touched(model, deployment, tokens) / deployment.tp + kv_read * tp_share
+    chain_bytes = (
+        weight_bytes_touched(model, deployment, tokens) / deployment.tp + kv_read * tp_share
+    )
 
     peak = peak_flops_per_s(hardware, deployment) * compute_fraction(efficiency, tokens)
     busy_tokens = tokens > 0  # an empty iteration computes nothing (0/0 guarded, grads finite)
-    compute_s = jnp.where(busy_tokens, flops / deployment.tp / jnp.where(busy_tokens, peak, 1.0), 0.0)
+    compute_s = jnp.where(
+        busy_tokens, flops / deployment.tp / jnp.where(busy_tokens, peak, 1.0), 0.0
+    )
     memory_s = jnp.where(
         busy_tokens, chain_bytes / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction), 0.0
     )
-    comm_s = tp_comm_s(model, hardware, deployment, efficiency, tokens, temperature) + pp_transfer_s(
+    comm_s = tp_comm_s(
         model, hardware, deployment, efficiency, tokens, temperature
-    )
+    ) + pp_transfer_s(model, hardware, deployment, efficiency, tokens, temperature)
     comm_s = jnp.where(busy_tokens, comm_s, 0.0)
     kernels_s = _layer_kernels_s(
-        model, hardware, deployment, efficiency, tokens, p_tok, p_seq, per_prompt,
-        prefill_context, d_seq, decode_context, temperature,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        tokens,
+        p_tok,
+        p_seq,
+        per_prompt,
+        prefill_context,
+        d_seq,
+        decode_context,
+        temperature,
     )
     factor = m * pipeline_time_factor(deployment.pp, m)
     # layers split over pp stages: the chain of stages runs every layer once
@@ -257,7 +293,10 @@ def prefill_step(
 ) -> StepTime:
     """Prefill of ``batch_size`` prompts of ``input_len`` tokens from an empty cache."""
     return forward_step(
-        model, hardware, deployment, efficiency,
+        model,
+        hardware,
+        deployment,
+        efficiency,
         prefill_tokens=jnp.asarray(input_len) * batch_size,
         prefill_seqs=batch_size,
         temperature=temperature,
@@ -275,7 +314,10 @@ def decode_step(
 ) -> StepTime:
     """One decode iteration: one new token for each of ``batch_size`` sequences at ``context_len``."""
     return forward_step(
-        model, hardware, deployment, efficiency,
+        model,
+        hardware,
+        deployment,
+        efficiency,
         decode_seqs=batch_size,
         decode_context=context_len,
         temperature=temperature,

@@ -210,8 +210,10 @@ def _load_mooncake(path: Path, name: str) -> Trace:
                 )
             t, p, o, h = (row[k] for k in _MOONCAKE)
             for key, v in (("timestamp", t), ("input_length", p), ("output_length", o)):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
-                    math.isfinite(v) and v >= 0
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, (int, float))
+                    or not (math.isfinite(v) and v >= 0)
                 ):
                     raise CatalogError(
                         f"{path}:{line}: key {key}: {v!r} is not a non-negative, finite number"

@@ -35,12 +35,13 @@ def _kv_or_queue(seats, cap, need, rho_prefill, rate):
     if seats < 1.0:
         return "KV-bound: not even one sequence's KV fits next to the weights on this deployment."
     kv_limited = seats < cap
-    head = (
-        f"the KV cache holds {seats:.0f} sequences per replica"
-        + (f", below max_num_seqs = {cap:.0f}" if kv_limited else f", above max_num_seqs = {cap:.0f}")
+    head = f"the KV cache holds {seats:.0f} sequences per replica" + (
+        f", below max_num_seqs = {cap:.0f}" if kv_limited else f", above max_num_seqs = {cap:.0f}"
     )
     if rate is None:
-        verdict = "KV-bound at full load" if kv_limited else "not KV-bound (the sequence cap binds first)"
+        verdict = (
+            "KV-bound at full load" if kv_limited else "not KV-bound (the sequence cap binds first)"
+        )
         return f"{verdict}: {head}."
     if need == float("inf"):
         if rho_prefill >= 1.0:
@@ -51,10 +52,14 @@ def _kv_or_queue(seats, cap, need, rho_prefill, rate):
     if kv_limited and use >= HIGH_UTILIZATION:
         return f"KV-bound: {head}, and {need:.0f} run at once ({_pct(use)} of the seats)."
     if rho_prefill >= HIGH_UTILIZATION:
-        return (f"queue-bound: prefill keeps each replica {_pct(rho_prefill)} busy, so requests wait to "
-                f"start; {head} and only {need:.0f} run at once.")
-    return (f"neither: {head}, {need:.0f} run at once ({_pct(use)} of the seats) and prefill keeps a "
-            f"replica {_pct(rho_prefill)} busy.")
+        return (
+            f"queue-bound: prefill keeps each replica {_pct(rho_prefill)} busy, so requests wait to "
+            f"start; {head} and only {need:.0f} run at once."
+        )
+    return (
+        f"neither: {head}, {need:.0f} run at once ({_pct(use)} of the seats) and prefill keeps a "
+        f"replica {_pct(rho_prefill)} busy."
+    )
 
 
 def verdicts(
@@ -80,8 +85,13 @@ def verdicts(
     need, rho_p, stretch = 0.0, 0.0, 1.0
     if arrival_rate_per_s is not None and seats >= 1.0:
         co = disaggregation(
-            model, efficiency, colocated=(hardware, deployment), prefill=(hardware, deployment),
-            decode=(hardware, deployment), prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+            model,
+            efficiency,
+            colocated=(hardware, deployment),
+            prefill=(hardware, deployment),
+            decode=(hardware, deployment),
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
             arrival_rate_per_s=arrival_rate_per_s,
         )
         rate_r = arrival_rate_per_s / float(deployment.replicas)
@@ -102,9 +112,16 @@ def verdicts(
 
     if shared_fraction > 0.0 and prefix_tokens > 0.0:
         r = prefix_reuse(
-            model, hardware, deployment, efficiency, prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens, shared_fraction=shared_fraction, prefix_tokens=prefix_tokens,
-            arrival_rate_per_s=arrival_rate_per_s or 1.0, live_requests=need,
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            shared_fraction=shared_fraction,
+            prefix_tokens=prefix_tokens,
+            arrival_rate_per_s=arrival_rate_per_s or 1.0,
+            live_requests=need,
         )
         real = float(r.prefill_speedup) >= REAL_PREFIX_SPEEDUP
         out["prefix_reuse"] = (
@@ -115,7 +132,9 @@ def verdicts(
             f"prefill {float(r.prefill_speedup):.2f}x faster."
         )
     else:
-        out["prefix_reuse"] = "No prefix reuse: no shared prefix was given (unique prompts gain nothing)."
+        out["prefix_reuse"] = (
+            "No prefix reuse: no shared prefix was given (unique prompts gain nothing)."
+        )
 
     out["pp_or_interference"] = _pp_or_interference(
         model, hardware, deployment, efficiency, prompt_tokens, output_tokens, seats, cap, stretch
@@ -124,16 +143,28 @@ def verdicts(
 
 
 def _pp_or_interference(model, hardware, deployment, efficiency, p, o, seats, cap, stretch):
-    doubled_pp = eqx.tree_at(lambda d: (d.pp, d.microbatches), deployment, (deployment.pp * 2.0, deployment.pp * 2.0))
+    doubled_pp = eqx.tree_at(
+        lambda d: (d.pp, d.microbatches), deployment, (deployment.pp * 2.0, deployment.pp * 2.0)
+    )
     doubled_rep = eqx.tree_at(lambda d: d.replicas, deployment, deployment.replicas * 2.0)
     tps_pp = float(decode_tokens_per_s_max(model, hardware, doubled_pp, efficiency, p, o))
-    tps_rep = float(decode_tokens_per_s_max(model, hardware, doubled_rep, efficiency, p, o)) if seats >= 1 else 0.0
+    tps_rep = (
+        float(decode_tokens_per_s_max(model, hardware, doubled_rep, efficiency, p, o))
+        if seats >= 1
+        else 0.0
+    )
     pp_seats = float(max_concurrent_requests(model, hardware, doubled_pp, p + o))
-    compare = (f"doubling the GPUs as PP = {float(doubled_pp.pp):.0f} gives {tps_pp:.0f} decode tok/s "
-               f"({pp_seats:.0f} KV seats per replica) against {tps_rep:.0f} from twice the replicas")
+    compare = (
+        f"doubling the GPUs as PP = {float(doubled_pp.pp):.0f} gives {tps_pp:.0f} decode tok/s "
+        f"({pp_seats:.0f} KV seats per replica) against {tps_rep:.0f} from twice the replicas"
+    )
     if stretch >= HARMFUL_INTERFERENCE:
-        return (f"Interference is the issue: colocated prefills stretch decode gaps {stretch:.2f}x; PP would "
-                f"not remove it ({compare}); disaggregation would.")
+        return (
+            f"Interference is the issue: colocated prefills stretch decode gaps {stretch:.2f}x; PP would "
+            f"not remove it ({compare}); disaggregation would."
+        )
     if tps_pp > tps_rep:
         return f"PP would help: {compare}; prefill interference stretches decode gaps only {stretch:.2f}x."
-    return f"Neither: {compare}, and prefill interference stretches decode gaps only {stretch:.2f}x."
+    return (
+        f"Neither: {compare}, and prefill interference stretches decode gaps only {stretch:.2f}x."
+    )

@@ -74,18 +74,14 @@ def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = F
         default=8192,
         help="token budget per iteration",
     )
-    g.add_argument(
-        "--max-num-seqs", type=positive_int, default=256, help="sequences per iteration"
-    )
+    g.add_argument("--max-num-seqs", type=positive_int, default=256, help="sequences per iteration")
     g.add_argument(
         "--chunked-prefill",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="chunked prefill (default on)",
     )
-    g.add_argument(
-        "--chunk-tokens", type=positive_int, help="largest prefill chunk per sequence"
-    )
+    g.add_argument("--chunk-tokens", type=positive_int, help="largest prefill chunk per sequence")
 
 
 def wants_dynamics(args: argparse.Namespace) -> bool:

@@ -21,25 +21,44 @@ from .errors import UsageError
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, hardware, parallelism, dtypes and engine memory knobs."""
     g = parser.add_argument_group("deployment")
-    g.add_argument("--model", required=True, help="Hugging Face id, short alias, or a config.json path")
-    g.add_argument("--gpu", required=True, help="hardware id from data/hardware.csv (see `servingmath gpus`)")
+    g.add_argument(
+        "--model", required=True, help="Hugging Face id, short alias, or a config.json path"
+    )
+    g.add_argument(
+        "--gpu", required=True, help="hardware id from data/hardware.csv (see `servingmath gpus`)"
+    )
     g.add_argument("--hardware-csv", help="your own hardware CSV (columns of data/hardware.csv)")
     g.add_argument("--prices-csv", help="your own price list (columns of data/prices.csv)")
     g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
-    g.add_argument("--pp", type=positive_int, default=1,
-                   help="pipeline-parallel degree (default 1)")
-    g.add_argument("--replicas", type=positive_int, default=1,
-                   help="copies of the TP x PP group (default 1)")
+    g.add_argument(
+        "--pp", type=positive_int, default=1, help="pipeline-parallel degree (default 1)"
+    )
+    g.add_argument(
+        "--replicas", type=positive_int, default=1, help="copies of the TP x PP group (default 1)"
+    )
     g.add_argument("--weight-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
     g.add_argument("--kv-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
-    g.add_argument("--max-model-len", type=positive_int, default=8192,
-                   help="longest admitted sequence (tokens)")
-    g.add_argument("--block-size", type=positive_int, default=16,
-                   help="paged-KV block size (tokens)")
-    g.add_argument("--gpu-memory-utilization", type=utilization, default=0.9,
-                   help="fraction of HBM the engine may use, in (0, 1] (default 0.9)")
-    g.add_argument("--kv-allocation", choices=("paged", "static"), default="paged",
-                   help="paged blocks, or static max_model_len reservation per sequence")
+    g.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        default=8192,
+        help="longest admitted sequence (tokens)",
+    )
+    g.add_argument(
+        "--block-size", type=positive_int, default=16, help="paged-KV block size (tokens)"
+    )
+    g.add_argument(
+        "--gpu-memory-utilization",
+        type=utilization,
+        default=0.9,
+        help="fraction of HBM the engine may use, in (0, 1] (default 0.9)",
+    )
+    g.add_argument(
+        "--kv-allocation",
+        choices=("paged", "static"),
+        default="paged",
+        help="paged blocks, or static max_model_len reservation per sequence",
+    )
 
 
 def positive(name: str, value: float) -> None:
@@ -76,7 +95,10 @@ def resolve_model_and_gpu(args: argparse.Namespace) -> tuple[ModelSpec, Hardware
 
 
 def resolve_deployment(
-    args: argparse.Namespace, *, max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None
+    args: argparse.Namespace,
+    *,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
 ) -> tuple[ModelSpec, HardwareSpec, Deployment]:
     """Specs for the deployment the arguments describe; bad combinations raise ``UsageError``."""
     model, hardware = resolve_model_and_gpu(args)

@@ -23,10 +23,17 @@ INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
 def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("calibration")
     g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
-    g.add_argument("--prior", action="store_true",
-                   help="use the spec-sheet default efficiencies instead of a posterior")
-    g.add_argument("--draws", type=positive_int, default=200,
-                   help="posterior draws for intervals (default 200)")
+    g.add_argument(
+        "--prior",
+        action="store_true",
+        help="use the spec-sheet default efficiencies instead of a posterior",
+    )
+    g.add_argument(
+        "--draws",
+        type=positive_int,
+        default=200,
+        help="posterior draws for intervals (default 200)",
+    )
     g.add_argument("--seed", type=nonnegative_int, default=0, help="seed for posterior draws")
 
 

@@ -29,7 +29,9 @@ def test_iteration_is_forward_step():
         "decode_seqs": 30.0,
         "decode_context": 900.0,
     }
-    assert float(iteration_s(MODEL, GPU, d, EFF, **kw)) == float(forward_step(MODEL, GPU, d, EFF, **kw).total_s)
+    assert float(iteration_s(MODEL, GPU, d, EFF, **kw)) == float(
+        forward_step(MODEL, GPU, d, EFF, **kw).total_s
+    )
     assert np.isfinite(float(iteration_s(MODEL, GPU, d, EFF)))  # empty iteration: overhead, no NaN
 
 
@@ -50,8 +52,14 @@ def test_seat_capacity_is_the_tightest_limit():
 
 def test_lower_max_model_len_raises_static_concurrency():
     seats = [
-        float(seat_capacity(MODEL, GPU, Deployment.create(
-            tp=1, kv_allocation="static", max_model_len=L, max_num_seqs=1e6), 500.0))
+        float(
+            seat_capacity(
+                MODEL,
+                GPU,
+                Deployment.create(tp=1, kv_allocation="static", max_model_len=L, max_num_seqs=1e6),
+                500.0,
+            )
+        )
         for L in (32768.0, 8192.0, 2048.0)
     ]
     assert seats[0] < seats[1] < seats[2]
@@ -73,30 +81,54 @@ def test_bigger_budget_raises_throughput(budget, factor):
 def test_bigger_budget_worsens_tpot_tail_at_the_same_load():
     # seed behaviour: raising the budget raises capacity but lets bigger prefill chunks ride with
     # the decodes, so p95 TPOT gets worse at a fixed arrival rate
-    w = Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=3000.0, prompt_tokens_cv=1.0,
-                 output_tokens_mean=200.0, output_tokens_cv=0.5)
-    small, big = (serving_metrics(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, w)
-                  for b in (512.0, 16384.0))
+    w = Workload(
+        arrival_rate_per_s=4.0,
+        prompt_tokens_mean=3000.0,
+        prompt_tokens_cv=1.0,
+        output_tokens_mean=200.0,
+        output_tokens_cv=0.5,
+    )
+    small, big = (
+        serving_metrics(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, w)
+        for b in (512.0, 16384.0)
+    )
     assert bool(small.stable) and bool(big.stable)
     assert float(big.tpot_s.p95) > float(small.tpot_s.p95)
-    cap_small, cap_big = (float(saturated_output_tokens_per_s(
-        MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, 3000.0, 200.0)) for b in (512.0, 16384.0))
+    cap_small, cap_big = (
+        float(
+            saturated_output_tokens_per_s(
+                MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, 3000.0, 200.0
+            )
+        )
+        for b in (512.0, 16384.0)
+    )
     assert cap_big > cap_small
 
 
 def test_more_flops_same_bandwidth_barely_helps_decode():
     w = Workload(arrival_rate_per_s=0.5, prompt_tokens_mean=4000.0, output_tokens_mean=500.0)
     d = Deployment.create(tp=1)
-    fast = type(GPU)(name="h100-2x-flops", hbm_bytes=GPU.hbm_bytes, hbm_bytes_per_s=GPU.hbm_bytes_per_s,
-                     dense_flops_per_s=2.0 * GPU.dense_flops_per_s, link_bytes_per_s=GPU.link_bytes_per_s,
-                     gpus_per_node=GPU.gpus_per_node, internode_bytes_per_s=GPU.internode_bytes_per_s,
-                     price_per_gpu_hour=GPU.price_per_gpu_hour)
+    fast = type(GPU)(
+        name="h100-2x-flops",
+        hbm_bytes=GPU.hbm_bytes,
+        hbm_bytes_per_s=GPU.hbm_bytes_per_s,
+        dense_flops_per_s=2.0 * GPU.dense_flops_per_s,
+        link_bytes_per_s=GPU.link_bytes_per_s,
+        gpus_per_node=GPU.gpus_per_node,
+        internode_bytes_per_s=GPU.internode_bytes_per_s,
+        price_per_gpu_hour=GPU.price_per_gpu_hour,
+    )
     base, more = serving_metrics(MODEL, GPU, d, EFF, w), serving_metrics(MODEL, fast, d, EFF, w)
     assert float(more.tpot_s.mean) > 0.95 * float(base.tpot_s.mean)
-    assert float(more.ttft_s.mean) < 0.75 * float(base.ttft_s.mean)  # a 4000-token prefill is compute-bound
+    assert float(more.ttft_s.mean) < 0.75 * float(
+        base.ttft_s.mean
+    )  # a 4000-token prefill is compute-bound
 
 
 def test_saturated_throughput_gradient_finite():
-    g = jax.grad(lambda b: saturated_output_tokens_per_s(
-        MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, 1000.0, 200.0, 1e-2))(512.0)
+    g = jax.grad(
+        lambda b: saturated_output_tokens_per_s(
+            MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, 1000.0, 200.0, 1e-2
+        )
+    )(512.0)
     assert np.isfinite(float(g)) and float(g) > 0

@@ -41,7 +41,9 @@ def test_kv_bytes_match_catalog_column_for_every_model():
     assert len(rows) > 30
     for row in rows:
         model = pm.load_model(row["id"])
-        assert float(pm.kv_bytes_per_token(model, BF16)) == float(row["kv_bytes_per_token_bf16"]), row["id"]
+        assert float(pm.kv_bytes_per_token(model, BF16)) == float(row["kv_bytes_per_token_bf16"]), (
+            row["id"]
+        )
 
 
 def test_sliding_window_caps_live_tokens():
@@ -51,7 +53,9 @@ def test_sliding_window_caps_live_tokens():
     assert float(pm.kv_bytes_per_sequence(mistral, BF16, 16384.0)) == 4096 * per_token
     gemma = pm.load_model("google/gemma-2-9b-it")  # 21 global + 21 local (4096) layers
     per_layer = 2 * 8 * 256 * 2
-    assert float(pm.kv_bytes_per_sequence(gemma, BF16, 8192.0)) == per_layer * (21 * 8192 + 21 * 4096)
+    assert float(pm.kv_bytes_per_sequence(gemma, BF16, 8192.0)) == per_layer * (
+        21 * 8192 + 21 * 4096
+    )
 
 
 def test_fp8_kv_exactly_doubles_capacity(h100):
@@ -81,7 +85,9 @@ def test_weight_bytes_match_published_parameter_counts(model_id, total_b, active
 def test_weights_split_across_tp_and_pp():
     model = pm.load_model("meta-llama/Llama-3.1-70B")
     dep = pm.Deployment.create(tp=4, pp=2, weight_dtype="fp8")
-    assert float(pm.weight_bytes_per_gpu(model, dep)) == pytest.approx(float(model.total_params) / 8)
+    assert float(pm.weight_bytes_per_gpu(model, dep)) == pytest.approx(
+        float(model.total_params) / 8
+    )
 
 
 def test_kv_heads_replicate_beyond_tp_equal_heads(h100):
@@ -127,7 +133,9 @@ def test_more_hbm_never_lowers_capacity(scale):
     model = pm.load_model("meta-llama/Llama-3.1-8B")
     dep = pm.Deployment.create()
     bigger = eqx.tree_at(lambda h: h.hbm_bytes, hw, hw.hbm_bytes * scale)
-    assert float(pm.kv_capacity_tokens(model, bigger, dep)) >= float(pm.kv_capacity_tokens(model, hw, dep))
+    assert float(pm.kv_capacity_tokens(model, bigger, dep)) >= float(
+        pm.kv_capacity_tokens(model, hw, dep)
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -136,7 +144,9 @@ def test_more_tp_never_raises_per_gpu_weights(log2_tp, log2_more):
     model = pm.load_model("meta-llama/Llama-3.1-405B")
     small = pm.Deployment.create(tp=2**log2_tp)
     large = pm.Deployment.create(tp=2 ** (log2_tp + log2_more))
-    assert float(pm.weight_bytes_per_gpu(model, large)) <= float(pm.weight_bytes_per_gpu(model, small))
+    assert float(pm.weight_bytes_per_gpu(model, large)) <= float(
+        pm.weight_bytes_per_gpu(model, small)
+    )
 
 
 def test_capacity_gradient_matches_finite_difference(h100):

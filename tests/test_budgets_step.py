@@ -32,7 +32,9 @@ EXACT = pm.Efficiency(
 def _elementwise_bytes(model, tokens):
     """Bytes one layer's norms (2 x 2d), residual adds (2 x 3d), rope (2 (H + H_kv) D) and gated
     activation (3 x FFN width) read and write per token, bf16 (the per-operator step's kernels)."""
-    d, h, kv, hd = (float(getattr(model, f)) for f in ("hidden_size", "num_heads", "num_kv_heads", "head_dim"))
+    d, h, kv, hd = (
+        float(getattr(model, f)) for f in ("hidden_size", "num_heads", "num_kv_heads", "head_dim")
+    )
     ffn = float(model.dense_mlp_params) / d
     per_token = (2 * 2 * d + 2 * 3 * d + 2 * (h + kv) * hd + ffn) * 2.0
     return float(model.num_layers) * tokens * per_token + tokens * 2 * d * 2.0
@@ -126,7 +128,9 @@ def test_tp_beyond_a_node_uses_the_network(h100, llama8b):
     assert float(cross) > 5 * float(in_node)
 
 
-@pytest.mark.parametrize("p, m, bubble", [(1, 1, 0.0), (4, 4, 3 / 7), (4, 16, 3 / 19), (8, 1, 7 / 8)])
+@pytest.mark.parametrize(
+    "p, m, bubble", [(1, 1, 0.0), (4, 4, 3 / 7), (4, 16, 3 / 19), (8, 1, 7 / 8)]
+)
 def test_pp_bubble_gpipe(p, m, bubble):
     assert float(pm.pp_bubble_fraction(float(p), float(m))) == pytest.approx(bubble)
 
@@ -159,14 +163,18 @@ def test_more_bandwidth_never_slows_decode(scale, batch, context):
     dep, eff = pm.Deployment.create(), pm.Efficiency()
     faster = eqx.tree_at(lambda h: h.hbm_bytes_per_s, hw, hw.hbm_bytes_per_s * scale)
     base = pm.decode_step(model, hw, dep, eff, batch, context).total_s
-    assert float(pm.decode_step(model, faster, dep, eff, batch, context).total_s) <= float(base) * (1 + 1e-12)
+    assert float(pm.decode_step(model, faster, dep, eff, batch, context).total_s) <= float(base) * (
+        1 + 1e-12
+    )
 
 
 def test_step_gradients_match_finite_differences(h100, llama8b):
     dep = pm.Deployment.create(tp=2)
 
     def decode(bw_frac, flops_frac, overhead, batch):
-        eff = pm.Efficiency(compute_fraction_max=flops_frac, bandwidth_fraction=bw_frac, step_overhead_s=overhead)
+        eff = pm.Efficiency(
+            compute_fraction_max=flops_frac, bandwidth_fraction=bw_frac, step_overhead_s=overhead
+        )
         return pm.decode_step(llama8b, h100, dep, eff, batch, 2048.0).total_s
 
     def prefill(bw_frac, flops_frac, length):
@@ -184,9 +192,23 @@ def test_vmap_over_configurations_equals_loop(h100, llama8b):
     deps = jax.vmap(lambda t, k: pm.Deployment(tp=t, kv_bytes_per_elem=k))(tps, kv_bytes)
     sheet = jax.vmap(lambda d: pm.budget_sheet(llama8b, h100, d, eff, 2000.0, 200.0))(deps)
     for i in range(4):
-        one = pm.budget_sheet(llama8b, h100, pm.Deployment(tp=tps[i], kv_bytes_per_elem=kv_bytes[i]), eff, 2000.0, 200.0)
-        for field in ("kv_capacity_tokens", "prefill_s", "decode_tokens_per_s_max", "binding_budget"):
-            assert float(getattr(sheet, field)[i]) == pytest.approx(float(getattr(one, field)), rel=1e-12)
+        one = pm.budget_sheet(
+            llama8b,
+            h100,
+            pm.Deployment(tp=tps[i], kv_bytes_per_elem=kv_bytes[i]),
+            eff,
+            2000.0,
+            200.0,
+        )
+        for field in (
+            "kv_capacity_tokens",
+            "prefill_s",
+            "decode_tokens_per_s_max",
+            "binding_budget",
+        ):
+            assert float(getattr(sheet, field)[i]) == pytest.approx(
+                float(getattr(one, field)), rel=1e-12
+            )
 
 
 def test_elasticities_name_the_bottleneck(h100):
@@ -212,6 +234,14 @@ def test_long_prefill_binding_is_compute(h100, llama8b):
 def test_empty_iteration_costs_only_overhead(h100, llama8b):
     step = pm.forward_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency())
     assert float(step.compute_s) == 0.0
-    assert float(step.total_s) == pytest.approx(float(pm.Efficiency().step_overhead_s) + float(step.memory_s))
-    grad = jax.grad(lambda n: pm.forward_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency(), decode_seqs=n).total_s)(0.0)
+    assert float(step.total_s) == pytest.approx(
+        float(pm.Efficiency().step_overhead_s) + float(step.memory_s)
+    )
+    grad = jax.grad(
+        lambda n: (
+            pm.forward_step(
+                llama8b, h100, pm.Deployment.create(), pm.Efficiency(), decode_seqs=n
+            ).total_s
+        )
+    )(0.0)
     assert np.isfinite(float(grad))

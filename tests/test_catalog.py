@@ -28,17 +28,25 @@ def test_alias_and_id_and_config_path_agree():
     by_alias = pm.load_model("llama-3.1-70b")
     by_path = pm.load_model(str(pm.data_dir() / "models" / "meta-llama--Llama-3.1-70B.json"))
     for field in ("num_layers", "total_params", "num_kv_heads"):
-        assert float(getattr(by_id, field)) == float(getattr(by_alias, field)) == float(getattr(by_path, field))
+        assert (
+            float(getattr(by_id, field))
+            == float(getattr(by_alias, field))
+            == float(getattr(by_path, field))
+        )
 
 
-@pytest.mark.parametrize("model_id", ["bigscience/bloom", "EleutherAI/gpt-j-6b", "tiiuae/falcon-180B", "Qwen/Qwen-72B"])
+@pytest.mark.parametrize(
+    "model_id", ["bigscience/bloom", "EleutherAI/gpt-j-6b", "tiiuae/falcon-180B", "Qwen/Qwen-72B"]
+)
 def test_models_without_config_load_from_dimension_row(model_id):
     model = pm.load_model(model_id)
     assert float(model.total_params) > 5e9
 
 
 def test_bloom_size_from_dimensions():
-    assert float(pm.load_model("bigscience/bloom").total_params) / 1e9 == pytest.approx(176.2, rel=0.01)
+    assert float(pm.load_model("bigscience/bloom").total_params) / 1e9 == pytest.approx(
+        176.2, rel=0.01
+    )
 
 
 def test_unknown_names_list_close_matches():
@@ -51,7 +59,9 @@ def test_unknown_names_list_close_matches():
 def test_user_hardware_csv_same_code_path(tmp_path):
     with open(pm.data_dir() / "hardware.csv") as fh:
         rows = list(csv.DictReader(fh))
-    row = dict(next(r for r in rows if r["id"] == "h100-sxm"), id="my-gpu", hbm_bytes=str(96 * 2**30))
+    row = dict(
+        next(r for r in rows if r["id"] == "h100-sxm"), id="my-gpu", hbm_bytes=str(96 * 2**30)
+    )
     path = tmp_path / "hw.csv"
     with open(path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(row))

@@ -16,21 +16,51 @@ def run(capsys, *argv):
 
 def test_explain_json_keys_and_values(capsys):
     code, out, _ = run(
-        capsys, "explain", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100-sxm", "--tp", "4",
-        "--kv-dtype", "fp8", "--input-len", "2000", "--output-len", "200", "--json",
+        capsys,
+        "explain",
+        "--model",
+        "meta-llama/Llama-3.1-70B",
+        "--gpu",
+        "h100-sxm",
+        "--tp",
+        "4",
+        "--kv-dtype",
+        "fp8",
+        "--input-len",
+        "2000",
+        "--output-len",
+        "200",
+        "--json",
     )
     assert code == 0
     report = json.loads(out)
     for key in (
-        "kv_bytes_per_token", "weight_bytes_per_gpu", "kv_capacity_tokens", "max_concurrent_requests",
-        "prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max",
-        "binding_budget", "elasticities",
+        "kv_bytes_per_token",
+        "weight_bytes_per_gpu",
+        "kv_capacity_tokens",
+        "max_concurrent_requests",
+        "prefill_s",
+        "decode_step_s_batch1",
+        "decode_step_s_max_batch",
+        "decode_tokens_per_s_max",
+        "binding_budget",
+        "elasticities",
     ):
         assert key in report
     assert report["kv_bytes_per_token"] == 327680 / 2  # fp8 KV
     assert report["weight_bytes_per_gpu"] == pytest.approx(70553706496 * 2 / 4)
-    assert report["binding_budget"] in ("memory_capacity", "compute", "memory_bandwidth", "communication")
-    assert set(report["elasticities"]) == {"peak_flops_per_s", "hbm_bytes_per_s", "hbm_bytes", "link_bytes_per_s"}
+    assert report["binding_budget"] in (
+        "memory_capacity",
+        "compute",
+        "memory_bandwidth",
+        "communication",
+    )
+    assert set(report["elasticities"]) == {
+        "peak_flops_per_s",
+        "hbm_bytes_per_s",
+        "hbm_bytes",
+        "link_bytes_per_s",
+    }
     assert report["decode_step_s_max_batch"] >= report["decode_step_s_batch1"]
 
 
@@ -43,15 +73,33 @@ def test_explain_human_output(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--model", "llama-3.1-8b", "--gpu", "h100"], "unknown GPU 'h100'; close matches: .*h100-sxm"),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100"],
+            "unknown GPU 'h100'; close matches: .*h100-sxm",
+        ),
         (["--model", "llama-9", "--gpu", "h100-sxm"], "unknown model 'llama-9'"),
-        (["--model", "meta-llama/Llama-3.1-405B", "--gpu", "h100-sxm", "--tp", "2"], "does not fit.*smallest that fits is --tp 4 --pp 3"),
+        (
+            ["--model", "meta-llama/Llama-3.1-405B", "--gpu", "h100-sxm", "--tp", "2"],
+            "does not fit.*smallest that fits is --tp 4 --pp 3",
+        ),
         # 405.9e9 params x 2 B = 756 GiB; 72 GiB usable per H100 (0.9 x 80) less ~1.5 GiB workspace
         # -> at least 11 GPUs; the smallest legal TP x PP product >= 11 is 12 = TP 4 x PP 3
-        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "0"], "--input-len must be a positive number"),
-        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--output-len", "-5"], "--output-len must be a positive number"),
-        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "3"], "--tp 3 does not divide .* 32 attention heads; use one of 1, 2, 4, 8"),
-        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "9000"], "exceeds --max-model-len 8192"),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "0"],
+            "--input-len must be a positive number",
+        ),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--output-len", "-5"],
+            "--output-len must be a positive number",
+        ),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "3"],
+            "--tp 3 does not divide .* 32 attention heads; use one of 1, 2, 4, 8",
+        ),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "9000"],
+            "exceeds --max-model-len 8192",
+        ),
     ],
 )
 def test_explain_bad_input_one_line_exit_2(capsys, argv, message):
@@ -72,12 +120,16 @@ def test_malformed_config_and_hardware_row(capsys, tmp_path):
     assert code == 2 and "not valid JSON" in err
     hw = tmp_path / "hw.csv"
     hw.write_text("id,hbm_bytes,hbm_bytes_per_s,dense_bf16_flops_per_s\nmine,lots,1e12,1e14\n")
-    code, _, err = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "mine", "--hardware-csv", str(hw))
+    code, _, err = run(
+        capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "mine", "--hardware-csv", str(hw)
+    )
     assert code == 2 and "'hbm_bytes' = 'lots' is not a number" in err
     # a row whose bf16 rate is blank (no datasheet value found) cannot be used for compute
     blank = tmp_path / "blank.csv"
     blank.write_text("id,hbm_bytes,hbm_bytes_per_s,dense_bf16_flops_per_s\nmine,8.6e10,3.35e12,\n")
-    code, _, err = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "mine", "--hardware-csv", str(blank))
+    code, _, err = run(
+        capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "mine", "--hardware-csv", str(blank)
+    )
     assert code == 2 and re.search("mine.*dense_bf16_flops_per_s' is empty", err)
 
 
@@ -88,28 +140,49 @@ def test_subprocess_entry_point_exit_status(tmp_path):
 
     proc = subprocess.run(
         [sys.executable, "-m", "servingmath", "explain", "--model", "x", "--gpu", "h100-sxm"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "unknown model 'x'" in proc.stderr
 
 
 def test_explain_carries_posterior_intervals(capsys):
-    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--draws", "50")
+    code, out, _ = run(
+        capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--draws", "50"
+    )
     assert code == 0
     report = json.loads(out)
     assert report["efficiency_source"].startswith("posterior")
-    for key in ("prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max"):
+    for key in (
+        "prefill_s",
+        "decode_step_s_batch1",
+        "decode_step_s_max_batch",
+        "decode_tokens_per_s_max",
+    ):
         band = report["intervals"][key]
         assert 0 < band["p05"] < band["p50"] < band["p95"]
         assert band["p05"] <= report[key] <= band["p95"]
 
 
 def test_explain_prior_and_bad_posterior(capsys, tmp_path):
-    code, out, _ = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--prior")
+    code, out, _ = run(
+        capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", "--prior"
+    )
     assert code == 0 and "intervals" not in json.loads(out)
     missing = tmp_path / "nope.nc"
-    code, _, err = run(capsys, "explain", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--posterior", str(missing))
+    code, _, err = run(
+        capsys,
+        "explain",
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100-sxm",
+        "--posterior",
+        str(missing),
+    )
     assert code == 2 and "cannot use posterior" in err and len(err.strip().splitlines()) == 1
 
 
@@ -136,8 +209,12 @@ def test_disagg_pools_on_other_gpus_run_at_those_gpus_efficiencies(monkeypatch):
     monkeypatch.setattr(_disagg_cli, "resolve_efficiency", fake_resolve)
     monkeypatch.setattr(_disagg_cli.ft, "disaggregation", fake_disaggregation)
     args = argparse.Namespace(
-        disagg="1:1", prefill_gpu="a100-sxm-80gb", decode_gpu=None, transfer_bw=None,
-        weight_dtype="bf16", hardware_csv=None,
+        disagg="1:1",
+        prefill_gpu="a100-sxm-80gb",
+        decode_gpu=None,
+        transfer_bw=None,
+        weight_dtype="bf16",
+        hardware_csv=None,
     )
     model = pm.load_model("meta-llama/Llama-3.1-8B")
     with pytest.raises(StopIteration):

@@ -29,7 +29,7 @@ BINARY = bytes(range(128, 256)) * 4
 
 def _one_line_exit_2(capsys, argv, fragment):
     code = main(argv)
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert fragment in err, err
@@ -50,7 +50,11 @@ def no_work(monkeypatch):
 def _subprocess(args, **kwargs):
     return subprocess.run(
         [sys.executable, "-m", "servingmath", *args],
-        capture_output=True, text=True, timeout=120, check=False, **kwargs,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        **kwargs,
     )
 
 
@@ -78,7 +82,11 @@ def test_output_into_a_closed_pipe_ends_quietly():
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "servingmath", "models"],
-            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
         )
     finally:
         os.close(write_end)
@@ -89,7 +97,11 @@ def test_output_into_a_reader_that_stops_early_ends_quietly():
     reader = f"{sys.executable} -c 'import sys; sys.stdin.readline()'"
     proc = subprocess.run(
         f"{sys.executable} -m servingmath gpus | {reader}; exit ${{PIPESTATUS[0]}}",
-        shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=120,
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
     )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -126,8 +138,11 @@ def test_binary_file_names_the_file(tmp_path, capsys, argv, name, fragment):
 
 @pytest.mark.parametrize(
     "price, fragment",
-    [("-5", "'-5' must be a positive"), ("0", "'0' must be a positive"),
-     ("cheap", "'cheap' is not a number")],
+    [
+        ("-5", "'-5' must be a positive"),
+        ("0", "'0' must be a positive"),
+        ("cheap", "'cheap' is not a number"),
+    ],
 )
 def test_bad_price_is_refused(tmp_path, capsys, price, fragment):
     prices = tmp_path / "p.csv"
@@ -160,8 +175,10 @@ def test_bad_price_is_refused(tmp_path, capsys, price, fragment):
         ([*EXPLAIN, "--input-cv", "inf"], "--input-cv must be a number >= 0"),
         ([*EXPLAIN, "--host-kv-bw", "nan"], "--host-kv-bw must be a positive number"),
         ([*EXPLAIN, "--prefix-reuse", "nan", "--prefix-len", "10"], "must be a finite number"),
-        ([*EXPLAIN, "--spec-draft", "meta-llama/Llama-3.2-1B-Instruct", "--spec-k", "1000"],
-         "--spec-k must be a positive integer <= 16"),
+        (
+            [*EXPLAIN, "--spec-draft", "meta-llama/Llama-3.2-1B-Instruct", "--spec-k", "1000"],
+            "--spec-k must be a positive integer <= 16",
+        ),
         ([*EXPLAIN, "--spec-draft", "mtp"], "--spec-draft mtp needs multi-token-prediction"),
         ([*SIMULATE, "--rate", "nan"], "--rate must be a positive number, got 'nan'"),
         ([*SIMULATE, "--rate", "1", "--seed", "-1"], "--seed must be a number >= 0"),
@@ -206,8 +223,13 @@ def test_non_finite_or_negative_hardware_cell_is_refused(tmp_path, capsys, row, 
 
 @pytest.mark.parametrize(
     "key, value",
-    [("num_key_value_heads", 0), ("hidden_size", -4096), ("num_hidden_layers", 0),
-     ("vocab_size", float("nan")), ("num_attention_heads", "32")],
+    [
+        ("num_key_value_heads", 0),
+        ("hidden_size", -4096),
+        ("num_hidden_layers", 0),
+        ("vocab_size", float("nan")),
+        ("num_attention_heads", "32"),
+    ],
 )
 def test_config_with_impossible_dimension_is_refused(tmp_path, capsys, key, value):
     config = json.loads((pm.data_dir() / "models" / "meta-llama--Llama-3.1-8B.json").read_text())
@@ -220,13 +242,21 @@ def test_config_with_impossible_dimension_is_refused(tmp_path, capsys, key, valu
 @pytest.mark.parametrize(
     "name, text, fragment",
     [
-        ("t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,inf,10\n",
-         "t.csv:2: column ContextTokens: 'inf' is not a non-negative token count"),
-        ("t.csv", "num_prefill_tokens,num_decode_tokens\n10,nan\n",
-         "t.csv:2: column num_decode_tokens: 'nan'"),
-        ("t.jsonl",
-         '{"timestamp": 0, "input_length": Infinity, "output_length": 1, "hash_ids": []}\n',
-         "t.jsonl:1: key input_length: inf is not a non-negative, finite number"),
+        (
+            "t.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,inf,10\n",
+            "t.csv:2: column ContextTokens: 'inf' is not a non-negative token count",
+        ),
+        (
+            "t.csv",
+            "num_prefill_tokens,num_decode_tokens\n10,nan\n",
+            "t.csv:2: column num_decode_tokens: 'nan'",
+        ),
+        (
+            "t.jsonl",
+            '{"timestamp": 0, "input_length": Infinity, "output_length": 1, "hash_ids": []}\n',
+            "t.jsonl:1: key input_length: inf is not a non-negative, finite number",
+        ),
     ],
 )
 def test_non_finite_trace_lengths_are_refused(tmp_path, capsys, name, text, fragment):
@@ -266,8 +296,10 @@ def test_fit_names_its_own_prior_flag(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "capacity, fragment",
-    [(0.0, "class 0 (prompt 1024, output 256 tokens) meets the SLO on no type"),
-     (3.0, "within the --max-gpus limits (h100-sxm=1)")],
+    [
+        (0.0, "class 0 (prompt 1024, output 256 tokens) meets the SLO on no type"),
+        (3.0, "within the --max-gpus limits (h100-sxm=1)"),
+    ],
 )
 def test_infeasible_fleet_exits_2_with_the_reason(monkeypatch, capsys, capacity, fragment):
     """The fleet solvers are stubbed with an infeasible answer (no compile)."""

@@ -279,7 +279,9 @@ def test_split_serving_speculative_decode_pool_emits_e_tokens_per_iteration():
     spec, plain = _split(1e-6, cost), _split(1e-6)
     ctx = 2000.0 + 255.0 / 2.0
     dep = Deployment.create(replicas=4)
-    one = float(decode_iteration_s(LLAMA8B, H100, dep, EFF, cost, decode_seqs=1.0, decode_context=ctx))
+    one = float(
+        decode_iteration_s(LLAMA8B, H100, dep, EFF, cost, decode_seqs=1.0, decode_context=ctx)
+    )
     assert float(spec.tpot_s[0]) == pytest.approx(one / e_step, rel=1e-4)
     assert float(spec.tpot_s[0]) < 0.6 * float(plain.tpot_s[0])
     assert bool(spec.stable) and bool(plain.stable)

@@ -242,7 +242,7 @@ def test_reviewed_values_are_gone_or_right():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_every_emitted_flag_and_value_is_in_the_tables(name):
-    model, config, out = _all(name)
+    _, config, out = _all(name)
     for engine in ENGINES:
         cmds = commands(engine, out)
         pools = config.get("disaggregation")
@@ -314,7 +314,7 @@ def test_dtypes_map_per_engine_version():
 
 
 def test_memory_fractions_convert_the_share_of_hbm():
-    model, config, out = _all("dense-memory")
+    _, config, out = _all("dense-memory")
     h, w, a = MEMORY["hbm_bytes"], MEMORY["weight_bytes"], MEMORY["workspace_bytes"]
     util = config["gpu_memory_utilization"]
     v, s, t = (parse(e, out[e])["flags"] for e in ENGINES)
@@ -380,7 +380,7 @@ def test_speculation():
 
 
 def test_pool_split_launches_complete_producer_and_consumer_engines():
-    _, config, out = _all("disaggregated")
+    _, _, out = _all("disaggregated")
     vp, vd = parse("vllm", out["vllm_prefill"]), parse("vllm", out["vllm_decode"])
     assert vp["flags"]["--kv-transfer-config"] == {
         "kv_connector": "NixlConnector",
@@ -421,10 +421,15 @@ def test_pool_split_launches_complete_producer_and_consumer_engines():
         ("sglang", "python -m sglang.launch_server --model-path m --kv-cache-dtype int8"),
         ("sglang", "python -m sglang.launch_server --model-path m --tp 4"),
         ("vllm", "vllm serve m --kv-cache-dtype int8"),
-        ("vllm", "vllm serve m --kv-transfer-config '{\"kv_connector\":\"P2pNcclConnector\"}'"),
+        ("vllm", 'vllm serve m --kv-transfer-config \'{"kv_connector":"P2pNcclConnector"}\''),
         ("vllm", "vllm serve m --gpu-memory-utilization 1.2"),
-        ("trtllm", "echo '{\"kv_cache_config\": {\"dtype\": \"int8\"}}' > o.yaml && "
-         "trtllm-serve m --extra_llm_api_options o.yaml"),
+        (
+            "trtllm",
+            (
+                'echo \'{"kv_cache_config": {"dtype": "int8"}}\' > o.yaml && '
+                "trtllm-serve m --extra_llm_api_options o.yaml"
+            ),
+        ),
         ("trtllm", "trtllm-serve m --kv_cache_dtype fp8"),
     ],
 )
@@ -455,8 +460,11 @@ def test_a_recommendation_passes_its_memory_to_every_engine(split):
     config = np.zeros(len(problem.grid.sizes()), dtype=np.int32)
     described = describe(problem, ("h100-sxm",), config, 2)
     if split:
-        described["disaggregation"] = {**POOLS, "prefill": {**POOLS["prefill"], "gpu": "h100-sxm"},
-                                       "decode": {**POOLS["decode"], "gpu": "h100-sxm"}}
+        described["disaggregation"] = {
+            **POOLS,
+            "prefill": {**POOLS["prefill"], "gpu": "h100-sxm"},
+            "decode": {**POOLS["decode"], "gpu": "h100-sxm"},
+        }
     weights = one_hot_weights(jnp.asarray(config), problem.grid)
     dep = deployment_from_weights(weights, grid_tables(problem.grid), 2.0)
     memory = _engine_memory(problem, ("h100-sxm",), described, dep)

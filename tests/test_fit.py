@@ -168,9 +168,7 @@ def test_efficiency_draws_shapes_and_unseen_gpu_fallback():
         p, "h100-sxm", 200, seed=3, source="splitwise", weight_dtype="fp8"
     )
     np.testing.assert_array_equal(fp8.compute_fraction_max, e.compute_fraction_max)
-    np.testing.assert_array_equal(
-        fp8.low_precision_compute_ratio, e.low_precision_compute_ratio
-    )
+    np.testing.assert_array_equal(fp8.low_precision_compute_ratio, e.low_precision_compute_ratio)
     # vmap-able over the draw axis by construction
     assert jax.tree.leaves(e)[0].shape == (200,)
 

@@ -53,7 +53,8 @@ def test_small_requests_go_to_the_cheap_gpu_and_limits_bind():
 
 
 def test_impossible_availability_is_infeasible():
-    fp = FleetProblem(np.array([50.0]), np.array([[1.0]]), np.array([[2.0]]), np.array([[1.0]]),
-                      np.array([10.0]))
+    fp = FleetProblem(
+        np.array([50.0]), np.array([[1.0]]), np.array([[2.0]]), np.array([[1.0]]), np.array([10.0])
+    )
     assert not np.isfinite(fleet_milp(fp).cost_per_hour)
     assert not np.isfinite(fleet_gradient(fp, num_starts=2).cost_per_hour)

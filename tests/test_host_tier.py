@@ -26,7 +26,9 @@ def test_pays_for_short_contexts_on_a_fast_link():
     assert float(r.host_sequences_used) >= 1.0 and float(r.gain_fraction) > 0.2
     # anchor: one sequence's shard is 2500 tokens * 327,680 B / 2 (TP2) at 64 GB/s
     per_seq = 2500 * 327680 / 2 / 64e9
-    assert float(r.host_transfer_s_per_step) == pytest.approx(float(r.host_sequences_used) * per_seq)
+    assert float(r.host_transfer_s_per_step) == pytest.approx(
+        float(r.host_sequences_used) * per_seq
+    )
 
 
 def test_does_not_pay_for_long_contexts_on_a_slow_link():

@@ -26,7 +26,9 @@ def test_a_model_that_fits_one_gpu_runs_as_replicas():
 def test_a_model_that_fits_one_node_uses_tp_not_pp():
     best = _best("meta-llama/Llama-3.1-70B", 8)
     assert best.tp > 1 and best.pp == 1 and not best.spans_nodes
-    options = parallelism_options(load_model("meta-llama/Llama-3.1-70B"), H100, BASE, EFF, 8, LEN_IN, LEN_OUT)
+    options = parallelism_options(
+        load_model("meta-llama/Llama-3.1-70B"), H100, BASE, EFF, 8, LEN_IN, LEN_OUT
+    )
     tp8 = next(o for o in options if (o.tp, o.pp) == (8, 1))
     pp8 = next(o for o in options if (o.tp, o.pp) == (1, 8))
     assert tp8.tokens_per_s > 3.0 * pp8.tokens_per_s and tp8.tpot_s_batch1 < pp8.tpot_s_batch1
@@ -35,7 +37,9 @@ def test_a_model_that_fits_one_node_uses_tp_not_pp():
 def test_a_model_that_spans_nodes_uses_pp_across_and_tp_within():
     best = _best("meta-llama/Llama-3.1-405B", 16)  # 810 GB of bf16 weights > 8 x 80 GB
     assert best.spans_nodes and best.tp == int(H100.gpus_per_node) and best.pp == 2
-    options = parallelism_options(load_model("meta-llama/Llama-3.1-405B"), H100, BASE, EFF, 16, LEN_IN, LEN_OUT)
+    options = parallelism_options(
+        load_model("meta-llama/Llama-3.1-405B"), H100, BASE, EFF, 16, LEN_IN, LEN_OUT
+    )
     assert min(o.tp * o.pp for o in options) == 16  # nothing smaller holds it
     tp16 = next(o for o in options if o.tp == 16)
     assert best.tokens_per_s > 1.5 * tp16.tokens_per_s  # cross-node TP all-reduces over 50 GB/s

@@ -19,7 +19,10 @@ def _tiny_csv(tmp_path):
 
 def test_validate_plot_writes_three_pngs(tmp_path, capsys):
     out = tmp_path / "plots"
-    assert main(["validate", "--data", str(_tiny_csv(tmp_path)), "--draws", "30", "--plot", str(out)]) == 0
+    assert (
+        main(["validate", "--data", str(_tiny_csv(tmp_path)), "--draws", "30", "--plot", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     for name in NAMES:
         data = (out / name).read_bytes()

@@ -385,10 +385,23 @@ def test_mlperf_row_without_dtype_or_tp_reads_as_the_fp8_throughput_recipe(gpu, 
 
     r = pd.Series(
         row(
-            source="mlperf-inference-v4.1", scenario="saturated", metric="output_throughput",
-            stat="", model="meta-llama/Llama-2-70b-hf", gpu=gpu, num_gpus=gpus, tp=np.nan,
-            pp=np.nan, weight_dtype="", kv_dtype="", input_len=np.nan, output_len=290.0,
-            request_rate=np.inf, engine="trtllm", value=24000.0, unit="tokens/s",
+            source="mlperf-inference-v4.1",
+            scenario="saturated",
+            metric="output_throughput",
+            stat="",
+            model="meta-llama/Llama-2-70b-hf",
+            gpu=gpu,
+            num_gpus=gpus,
+            tp=np.nan,
+            pp=np.nan,
+            weight_dtype="",
+            kv_dtype="",
+            input_len=np.nan,
+            output_len=290.0,
+            request_rate=np.inf,
+            engine="trtllm",
+            value=24000.0,
+            unit="tokens/s",
         )
     )
     (_, _, dep), _ = _e2e_features(r)

@@ -9,7 +9,7 @@ plus the seed-to-seed spread of the simulator's own percentile at that size, mea
 0-5 on these points (half-range around the median): TPOT p50/p95 within +-11 % at utilisation
 0.7 and 0.9, TTFT p95 within +-22 % at 0.7; at 0.9 the simulated TTFT p95 spans 0.27-0.93 s
 (chunked) and 0.10-1.05 s (unchunked) across seeds, so there only its order of magnitude is
-checkable at this size.  """
+checkable at this size."""
 
 import jax
 import numpy as np
@@ -45,7 +45,11 @@ def _rate_at(util, model=MODEL, gpu=GPU, dep=DEP, cv=1.0, chunked=True):
     lo, hi = 1e-3, 1e3
     for _ in range(40):
         mid = (lo * hi) ** 0.5
-        u = float(serving_metrics(model, gpu, dep, EFF, _workload(mid, cv), chunked_prefill=chunked).utilization)
+        u = float(
+            serving_metrics(
+                model, gpu, dep, EFF, _workload(mid, cv), chunked_prefill=chunked
+            ).utilization
+        )
         lo, hi = (mid, hi) if u < util else (lo, mid)
     return lo
 
@@ -97,7 +101,13 @@ def test_slot_utilisation_reaches_one_where_the_slots_saturate():
     cf = serving_metrics(MODEL, GPU, DEP, EFF, _workload(over, 1.0), chunked_prefill=False)
     assert float(cf.utilization) > 1.0
     r = simulate(
-        MODEL, GPU, DEP, EFF, _workload(over, 1.0), num_requests=REQUESTS, seed=SEED,
+        MODEL,
+        GPU,
+        DEP,
+        EFF,
+        _workload(over, 1.0),
+        num_requests=REQUESTS,
+        seed=SEED,
         chunked_prefill=False,
     )
     assert np.nanmean(r.ttft_s[-300:]) / np.nanmean(r.ttft_s[200:500]) > 10.0

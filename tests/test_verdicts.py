@@ -25,7 +25,10 @@ def test_kv_bound_at_full_load_quotes_the_memory_budget():
     v = verdicts(LLAMA8B, H100, dep, EFF, prompt_tokens=3000.0, output_tokens=200.0)
     assert set(v) == KEYS
     seats = float(max_concurrent_requests(LLAMA8B, H100, dep, 3200.0))
-    assert v["kv_or_queue"].startswith("KV-bound") and f"holds {seats:.0f} sequences" in v["kv_or_queue"]
+    assert (
+        v["kv_or_queue"].startswith("KV-bound")
+        and f"holds {seats:.0f} sequences" in v["kv_or_queue"]
+    )
     assert v["prefix_reuse"].startswith("No prefix reuse")
 
 
@@ -35,8 +38,15 @@ def test_short_sequences_are_not_kv_bound():
 
 
 def test_overload_by_prefill_is_queue_bound():
-    v = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=8000.0, output_tokens=50.0,
-                 arrival_rate_per_s=50.0)
+    v = verdicts(
+        LLAMA8B,
+        H100,
+        Deployment.create(),
+        EFF,
+        prompt_tokens=8000.0,
+        output_tokens=50.0,
+        arrival_rate_per_s=50.0,
+    )
     assert v["kv_or_queue"].startswith("queue-bound")
 
 
@@ -66,13 +76,23 @@ def test_prefix_reuse_real_with_a_shared_system_prompt_and_not_without():
 
 
 def test_interference_named_for_long_prompts_and_pp_for_a_kv_starved_replica():
-    long = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=8000.0,
-                    output_tokens=256.0, arrival_rate_per_s=1.7)
+    long = verdicts(
+        LLAMA8B,
+        H100,
+        Deployment.create(),
+        EFF,
+        prompt_tokens=8000.0,
+        output_tokens=256.0,
+        arrival_rate_per_s=1.7,
+    )
     assert long["pp_or_interference"].startswith("Interference is the issue")
-    starved = verdicts(LLAMA70B, H100, Deployment.create(tp=2), EFF, prompt_tokens=2000.0,
-                       output_tokens=500.0)
+    starved = verdicts(
+        LLAMA70B, H100, Deployment.create(tp=2), EFF, prompt_tokens=2000.0, output_tokens=500.0
+    )
     assert starved["pp_or_interference"].startswith("PP would help")  # 12 seats -> ~200 with PP=2
-    roomy = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=3000.0, output_tokens=200.0)
+    roomy = verdicts(
+        LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=3000.0, output_tokens=200.0
+    )
     assert roomy["pp_or_interference"].startswith("Neither")
 
 
@@ -93,17 +113,23 @@ def _args(*argv):
     return parser.parse_args(list(argv))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--spec-draft", "mtp", "--spec-acceptance", "1.5"), "--spec-acceptance must be in [0, 1]"),
-    (("--spec-draft", "mtp", "--spec-k", "0"), "--spec-k must be a positive integer"),
-    (("--prefix-reuse", "0.5", "--prefix-len", "5000"), "longer than the 3000-token prompt"),
-    (("--prefix-reuse", "1.5", "--prefix-len", "500"), "--prefix-reuse must be in [0, 1]"),
-    (("--prefix-reuse", "0.5"), "go together"),
-    (("--disagg", "0:4"), "each pool needs at least one GPU"),
-    (("--disagg", "4-4"), "is not PREFILL_GPUS:DECODE_GPUS"),
-    (("--disagg", "4:4", "--transfer-bw", "-1"), "--transfer-bw must be a positive"),
-    (("--host-kv-bytes", "-5"), "--host-kv-bytes must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ("--spec-draft", "mtp", "--spec-acceptance", "1.5"),
+            "--spec-acceptance must be in [0, 1]",
+        ),
+        (("--spec-draft", "mtp", "--spec-k", "0"), "--spec-k must be a positive integer"),
+        (("--prefix-reuse", "0.5", "--prefix-len", "5000"), "longer than the 3000-token prompt"),
+        (("--prefix-reuse", "1.5", "--prefix-len", "500"), "--prefix-reuse must be in [0, 1]"),
+        (("--prefix-reuse", "0.5"), "go together"),
+        (("--disagg", "0:4"), "each pool needs at least one GPU"),
+        (("--disagg", "4-4"), "is not PREFILL_GPUS:DECODE_GPUS"),
+        (("--disagg", "4:4", "--transfer-bw", "-1"), "--transfer-bw must be a positive"),
+        (("--host-kv-bytes", "-5"), "--host-kv-bytes must be >= 0"),
+    ],
+)
 def test_bad_feature_input_is_one_usage_error(argv, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         validate_feature_arguments(_args(*argv), 3000.0)
@@ -119,11 +145,31 @@ def _explain(argv):
 
 
 def test_explain_json_reports_the_feature_numbers_and_verdicts(capsys):
-    rc = _explain([
-        "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--input-len", "3000",
-        "--output-len", "200", "--prefix-reuse", "0.9", "--prefix-len", "2000", "--spec-draft", "mtp",
-        "--spec-acceptance", "0.8", "--spec-k", "3", "--disagg", "4:4", "--json",
-    ])
+    rc = _explain(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-8B",
+            "--gpu",
+            "h100-sxm",
+            "--input-len",
+            "3000",
+            "--output-len",
+            "200",
+            "--prefix-reuse",
+            "0.9",
+            "--prefix-len",
+            "2000",
+            "--spec-draft",
+            "mtp",
+            "--spec-acceptance",
+            "0.8",
+            "--spec-k",
+            "3",
+            "--disagg",
+            "4:4",
+            "--json",
+        ]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert report["effective_prefill_tokens"] == pytest.approx(3000 - 0.9 * 2000)
@@ -136,6 +182,14 @@ def test_explain_json_reports_the_feature_numbers_and_verdicts(capsys):
 
 def test_explain_rejects_a_draft_larger_than_the_target():
     with pytest.raises(UsageError) as info:
-        _explain(["--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm",
-                  "--spec-draft", "meta-llama/Llama-3.1-70B"])
+        _explain(
+            [
+                "--model",
+                "meta-llama/Llama-3.1-8B",
+                "--gpu",
+                "h100-sxm",
+                "--spec-draft",
+                "meta-llama/Llama-3.1-70B",
+            ]
+        )
     assert "not smaller than" in str(info.value) and "\n" not in str(info.value)

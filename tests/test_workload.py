@@ -42,8 +42,13 @@ def test_deterministic_arrivals_when_cv_zero():
 
 # request counts from ../shared/data/README.md ("traces/" table)
 @pytest.mark.parametrize(
-    "name, rows, timed", [("azure-code", 8819, True), ("azure-conv", 19366, True),
-                          ("sharegpt", 30731, False), ("arxiv", 28257, False)]
+    "name, rows, timed",
+    [
+        ("azure-code", 8819, True),
+        ("azure-conv", 19366, True),
+        ("sharegpt", 30731, False),
+        ("arxiv", 28257, False),
+    ],
 )
 def test_presets_load_every_row(name, rows, timed):
     trace = load_trace(name)
@@ -83,12 +88,22 @@ def test_user_csv_same_columns(tmp_path):
     "text, match",
     [
         ("a,b\n1,2\n", r"mine\.csv:1: missing columns"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.5,10,x\n",
-         r"mine\.csv:2: column GeneratedTokens: cannot read 'x'"),
-        (("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,10,2\n"
-          "2023-11-16 18:00:00,10,2\n"), r"mine\.csv:3: column TIMESTAMP: timestamps go backwards"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.5,10,x\n",
+            r"mine\.csv:2: column GeneratedTokens: cannot read 'x'",
+        ),
+        (
+            (
+                "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,10,2\n"
+                "2023-11-16 18:00:00,10,2\n"
+            ),
+            r"mine\.csv:3: column TIMESTAMP: timestamps go backwards",
+        ),
         ("num_prefill_tokens,num_decode_tokens\n-4,2\n", r"mine\.csv:2: column num_prefill_tokens"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", r"mine\.csv:2: column TIMESTAMP"),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n",
+            r"mine\.csv:2: column TIMESTAMP",
+        ),
     ],
 )
 def test_malformed_trace_names_file_line_and_column(tmp_path, text, match):

@@ -54,7 +54,12 @@ def check_arguments(args: argparse.Namespace) -> None:
         require_mtp(args.model)
 
 
-INTERVAL_KEYS = ("prefill_s", "decode_step_s_batch1", "decode_step_s_max_batch", "decode_tokens_per_s_max")
+INTERVAL_KEYS = (
+    "prefill_s",
+    "decode_step_s_batch1",
+    "decode_step_s_max_batch",
+    "decode_tokens_per_s_max",
+)
 """Sheet values reported with a posterior interval."""
 
 
@@ -132,7 +137,10 @@ def _render(report: dict) -> str:
         ("decode batch at max", f"{report['max_decode_batch']:,}"),
         ("prefill, one prompt", _with_interval(report, "prefill_s", human_seconds)),
         ("decode step, batch 1", _with_interval(report, "decode_step_s_batch1", human_seconds)),
-        ("decode step, max batch", _with_interval(report, "decode_step_s_max_batch", human_seconds)),
+        (
+            "decode step, max batch",
+            _with_interval(report, "decode_step_s_max_batch", human_seconds),
+        ),
         ("decode tokens/s at max", _with_interval(report, "decode_tokens_per_s_max", rate)),
         ("binding budget", report["binding_budget"]),
     ]
@@ -172,5 +180,9 @@ def run(args: argparse.Namespace) -> int:
     features = feature_report(args, model, hardware, deployment, efficiency)
     report.update(features)
     report.update(dynamics_section(args, model, hardware, deployment, efficiency))
-    print(json.dumps(report, indent=2) if args.json else _render(report) + "\n" + render_features(features) + render_dynamics(report))
+    print(
+        json.dumps(report, indent=2)
+        if args.json
+        else _render(report) + "\n" + render_features(features) + render_dynamics(report)
+    )
     return 0

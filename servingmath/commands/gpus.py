@@ -28,13 +28,15 @@ def run(args: argparse.Namespace) -> int:
                 rows.append({"id": gid, "error": str(exc)})
                 continue
             price = float(hw.price_per_gpu_hour)
-            rows.append({
-                "id": gid,
-                "hbm_bytes": float(hw.hbm_bytes),
-                "hbm_bytes_per_s": float(hw.hbm_bytes_per_s),
-                "dense_bf16_flops_per_s": float(hw.dense_flops_per_s[0]),
-                "price_per_gpu_hour": None if math.isnan(price) else price,
-            })
+            rows.append(
+                {
+                    "id": gid,
+                    "hbm_bytes": float(hw.hbm_bytes),
+                    "hbm_bytes_per_s": float(hw.hbm_bytes_per_s),
+                    "dense_bf16_flops_per_s": float(hw.dense_flops_per_s[0]),
+                    "price_per_gpu_hour": None if math.isnan(price) else price,
+                }
+            )
     except pm.CatalogError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -46,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['id']:<16}  (incomplete row: {r['error']})")
             continue
         price = "-" if r["price_per_gpu_hour"] is None else f"{r['price_per_gpu_hour']:.2f}"
-        print(f"{r['id']:<16}{r['hbm_bytes'] / pm.GiB:>9.0f}{r['hbm_bytes_per_s'] / 1e12:>7.2f}"
-              f"{r['dense_bf16_flops_per_s'] / 1e12:>14.0f}{price:>9}")
+        print(
+            f"{r['id']:<16}{r['hbm_bytes'] / pm.GiB:>9.0f}{r['hbm_bytes_per_s'] / 1e12:>7.2f}"
+            f"{r['dense_bf16_flops_per_s'] / 1e12:>14.0f}{price:>9}"
+        )
     return 0

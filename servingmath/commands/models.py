@@ -22,12 +22,14 @@ def run(args: argparse.Namespace) -> int:
         except pm.CatalogError as exc:
             rows.append({"id": mid, "error": str(exc)})
             continue
-        rows.append({
-            "id": mid,
-            "total_params": float(m.total_params),
-            "active_params": float(m.active_params),
-            "kv_bytes_per_token_bf16": float(pm.kv_bytes_per_token(m, 2.0)),
-        })
+        rows.append(
+            {
+                "id": mid,
+                "total_params": float(m.total_params),
+                "active_params": float(m.active_params),
+                "kv_bytes_per_token_bf16": float(pm.kv_bytes_per_token(m, 2.0)),
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -36,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         if "error" in r:
             print(f"{r['id']:<48}  (no dimensions: {r['error']})")
             continue
-        print(f"{r['id']:<48}{r['total_params'] / 1e9:>10.1f}{r['active_params'] / 1e9:>10.1f}"
-              f"{r['kv_bytes_per_token_bf16'] / 1024:>12.1f}")
+        print(
+            f"{r['id']:<48}{r['total_params'] / 1e9:>10.1f}{r['active_params'] / 1e9:>10.1f}"
+            f"{r['kv_bytes_per_token_bf16'] / 1024:>12.1f}"
+        )
     return 0
