@@ -28,14 +28,14 @@ def gpu_group_draws(
 ) -> np.ndarray:
     """GPU x group bias draws eta_gk on log time, (draws, gpus, keys): fitted pairs keep theirs,
     an unseen GPU or kernel group draws N(0, tau_gpu) (its own bias, unknown); a fitted GPU's
-    whole-model groups, anchor groups, serving groups and older posterior files without the term
+    whole-model and serving groups, anchor groups and older posterior files without the term
     get 0.
 
-    An unseen GPU's whole-model groups (prefill, decode step, static batch) also draw
-    N(0, tau_gpu): their (source, scenario) offsets were learned on the GPUs each source measured
-    (most sources measured one), so how the same engine fares on another GPU is a GPU x scenario
-    bias the fit cannot see, of the size the kernel groups' GPU biases show.  Fitted GPUs keep 0
-    (their rows pinned the offsets), so in-sample intervals are unchanged."""
+    An unseen GPU's whole-model groups (prefill, decode step, static batch) and end-to-end groups
+    (serving, saturated) also draw N(0, tau_gpu): their (source, engine) offsets were learned on
+    the GPUs each source measured, so how the same engine fares on another GPU is a GPU x
+    scenario bias the fit cannot see, of the size the kernel groups' GPU biases show.  Fitted
+    GPUs keep 0 (their rows pinned the offsets), so in-sample intervals are unchanged."""
     out = np.zeros((len(idx), len(gpus), len(keys)))
     post = posterior.idata.posterior
     if "gpu_group" not in post:
@@ -46,8 +46,6 @@ def gpu_group_draws(
     fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
     tau_k, zero = posterior.flat("tau_gpu_kernel")[idx], np.zeros(len(idx))
     for j, k in enumerate(keys):
-        if k.startswith("serving:"):
-            continue
         kernel = kernel_groups([k])[0]
         whole_model = not k.startswith(("op:", "collective:"))
         for i, g in enumerate(gpus):

@@ -340,8 +340,8 @@ def test_vllm_graph_and_eager_all_reduce_get_their_own_latency_cells():
 
 def test_gpu_group_draws_keep_fitted_pairs_and_widen_unseen_ones():
     """A fitted (GPU, group) pair returns its own draws; an unseen GPU or group draws
-    N(0, tau_gpu) (kernel groups; whole-model groups of an unseen GPU only); serving and anchor
-    groups and a fitted GPU's whole-model groups get no GPU x group term."""
+    N(0, tau_gpu) (kernel groups; whole-model and serving groups of an unseen GPU only); anchor
+    groups and a fitted GPU's whole-model and serving groups get no GPU x group term."""
     import arviz as az
 
     from fitting._posterior import Posterior
@@ -365,7 +365,8 @@ def test_gpu_group_draws_keep_fitted_pairs_and_widen_unseen_ones():
     assert out.shape == (n, 2, 5)
     np.testing.assert_allclose(out[:, 0, 0], -0.2)  # fitted pair: its own draws
     np.testing.assert_allclose(out[:, 0, 1], -0.2)
-    assert np.all(out[:, :, 2] == 0.0)  # serving: none
+    assert np.all(out[:, 0, 2] == 0.0)  # seen GPU, serving: its offsets pinned it
+    assert abs(out[:, 1, 2].std() - 0.5) < 0.03  # unseen GPU, serving: tau_gpu
     assert abs(out[:, 1, 0].std() - 0.5) < 0.03  # unseen GPU, kernel group: tau_gpu_kernel
     assert abs(out[:, 1, 1].std() - 0.5) < 0.03  # unseen GPU, whole-model group: tau_gpu too
     assert abs(out[:, 0, 3].std() - 0.5) < 0.03  # seen GPU, unseen kernel group
