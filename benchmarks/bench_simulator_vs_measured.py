@@ -1,0 +1,304 @@
+"""The simulator and the closed-form closed loop against measured closed-loop serving runs.
+
+Issue 17 (item 8): the discrete-event simulator uses the same step model as the closed form the
+calibration fits, so it is checked against real serving rows too.  Runs are the closed-loop
+measurements of ``data/measurements/aic_serving_h100.csv`` (aiperf, fixed lengths) and
+``inferencemax_nvidia.csv.gz`` (``benchmark_serving.py``, lengths uniform in [0.8 L, L]): one run
+= one measured configuration with a mean TTFT and a mean TPOT row.  Each run is built exactly as
+the fitting path builds its rows (``fitting._rows._e2e_features``: data-parallel replicas, the
+benchmark's length law, requests per client, ``max_num_seqs`` = concurrency, the default token
+budget and dtypes), at the posterior-median efficiencies of the bundled posterior for its GPU
+(as ``fitting._serving_stage.add_serving_stage`` takes them: the per-field median of 64 draws,
+``time_scale`` 1) and without any end-to-end (cut-stage) offset, then predicted twice:
+
+* closed form: ``perfmodel._closed_loop.closed_loop_metrics`` (what ``fitting._predict``'s
+  closed-loop block evaluates);
+* simulator: ``perfmodel.simulator.simulate`` in closed loop at the run's concurrency (as
+  ``servingmath simulate --concurrency N``), requests_per_client x N requests (capped at
+  ``--max-requests``), seeded; its means are over every served request, as the benchmarks
+  average over all their prompts (the first wave included).
+
+Prints one row per run and a summary per source and pooled: median predicted / measured and
+median APE of mean TTFT and mean TPOT for each predictor, and the median simulator / closed-form
+ratio (their agreement).
+
+    PYTHONPATH=. python benchmarks/bench_simulator_vs_measured.py [--runs 40] [--seed 0]
+        [--max-requests 2000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections import Counter
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np
+import pandas as pd
+
+import fitting
+import perfmodel
+from fitting._posterior import draw_indices, parameter_draws
+from fitting._rows import (  # the fitting path's own row -> specs, workload
+    EFFICIENCY_FIELDS,
+    KERNEL_FIELDS,
+    _e2e_features,
+    _skip_reason,
+    notes_dict,
+)
+from fitting._serving_stage import PARAM_DRAWS
+from perfmodel import Efficiency, Workload
+from perfmodel._closed_loop import closed_loop_metrics
+from perfmodel.simulator import simulate
+
+FILES = (
+    "data/measurements/aic_serving_h100.csv",
+    "data/measurements/inferencemax_nvidia.csv.gz",
+)
+RUN_KEYS = (
+    "source",
+    "engine",
+    "gpu",
+    "model",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "weight_dtype",
+    "kv_dtype",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "run_notes",
+)
+PER_METRIC_NOTES = ("upstream_field", "std_across_requests_s")
+"""``notes`` keys that differ between the TTFT and the TPOT row of one run (dropped to pair them)."""
+STRATA = ("source", "engine", "gpu")
+UNKNOWN = "GPU or model missing from the catalog (rows)"
+SPECULATIVE = "speculative decoding (spec_decoding=mtp...): several tokens per step"
+
+
+def _run_notes(notes: str) -> str:
+    parts = [p.strip() for p in str(notes).split(";")]
+    return "; ".join(p for p in parts if p.split("=")[0].strip() not in PER_METRIC_NOTES)
+
+
+def measured_runs(skipped: Counter) -> pd.DataFrame:
+    """One row per closed-loop run: its TTFT row's columns plus ``ttft`` / ``tpot`` (measured
+    means, s).  Rows and runs the model cannot cover are counted in ``skipped`` by reason."""
+    result = fitting.load_measurements(list(FILES))
+    for reason in (UNKNOWN, SPECULATIVE):  # listed even when no run needs them
+        skipped[reason] += 0
+    for s in result.skipped:
+        skipped[UNKNOWN] += 1
+    t = result.table
+    t = t[(t["scenario"] == "serving") & (t["stat"] == "mean") & t["metric"].isin(["ttft", "tpot"])]
+    t = t.assign(run_notes=t["notes"].map(_run_notes))
+    runs = []
+    for _, g in t.groupby(list(RUN_KEYS), dropna=False, sort=True):
+        by_metric = {m: g[g["metric"] == m] for m in ("ttft", "tpot")}
+        if any(len(v) != 1 for v in by_metric.values()):
+            skipped["run without exactly one mean TTFT and one mean TPOT row"] += 1
+            continue
+        row = by_metric["ttft"].iloc[0]
+        reason = _skip_reason(row, True) or _skip_reason(by_metric["tpot"].iloc[0], True)
+        spec = notes_dict(row["notes"]).get("spec_decoding", "none")
+        if reason is None and spec not in ("", "none"):
+            reason = SPECULATIVE
+        if reason is None and not float(row["concurrency"]) > 0:
+            reason = "no concurrency recorded (not a closed loop)"
+        if reason is None:
+            try:
+                _e2e_features(row)
+            except (perfmodel.CatalogError, KeyError, ValueError, TypeError) as exc:
+                reason = f"not covered by a budget ({type(exc).__name__}: {str(exc).split(';')[0]})"
+        if reason is not None:
+            skipped[reason] += 1
+            continue
+        runs.append(
+            row.to_dict()
+            | {"ttft": float(row["value"]), "tpot": float(by_metric["tpot"].iloc[0]["value"])}
+        )
+    return pd.DataFrame(runs)
+
+
+def stratified_order(runs: pd.DataFrame, seed: int) -> list[list[int]]:
+    """Per (source, engine, gpu) stratum, its runs' positions in a seeded random order."""
+    rng = np.random.default_rng(seed)
+    queues = []
+    for _, g in runs.groupby(list(STRATA), sort=True):
+        idx = g.index.to_numpy()
+        queues.append(list(idx[rng.permutation(len(idx))]))
+    return queues
+
+
+def median_efficiencies(gpus: list[str]) -> dict[str, Efficiency]:
+    """Posterior-median ``Efficiency`` per GPU, as the cut stage takes it (seed 0, 64 draws;
+    population draws for a GPU the NUTS stage never saw; ``time_scale`` 1: no offset)."""
+    post = fitting.load_posterior()
+    names = tuple(post.gpus) + tuple(sorted(set(gpus) - set(post.gpus)))
+    rng = np.random.default_rng(0)
+    idx = draw_indices(post, PARAM_DRAWS, rng)
+    draws = parameter_draws(post, names, idx, rng)
+    out = {}
+    for g in gpus:
+        j = names.index(g)
+        fields = {f: float(np.median(draws[f][:, j])) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+        out[g] = Efficiency(**fields, time_scale=1.0)
+    return out
+
+
+@jax.jit
+def _closed_form(model, hardware, deployment, efficiency, workload):
+    r = closed_loop_metrics(model, hardware, deployment, efficiency, workload)
+    return r.ttft_s[0], r.tpot_s[0]  # column 0: the mean
+
+
+def predict(run: dict, eff: Efficiency, max_requests: int, seed: int) -> dict:
+    """Closed-form and simulated mean TTFT / TPOT of one run (s), and the time each took."""
+    (model, hardware, deployment), f = _e2e_features(pd.Series(run))
+    workload = Workload(
+        arrival_rate_per_s=1.0,
+        concurrency=f["conc"],
+        interarrival_cv=1.0,
+        prompt_tokens_mean=f["inp"],
+        prompt_tokens_cv=f["inp_cv"],
+        output_tokens_mean=f["out"],
+        output_tokens_cv=f["out_cv"],
+        requests_per_client=f["rounds"],
+    )
+    t0 = time.perf_counter()
+    cf_ttft, cf_tpot = (float(x) for x in _closed_form(model, hardware, deployment, eff, workload))
+    t1 = time.perf_counter()
+    conc = round(f["conc"])
+    n = int(min(max(f["rounds"] * conc, conc), max(max_requests, conc)))
+    r = simulate(
+        model, hardware, deployment, eff, workload, num_requests=n, seed=seed, concurrency=conc
+    )
+    t2 = time.perf_counter()
+    served = ~r.rejected if r.rejected is not None else np.ones(len(r.arrival_s), bool)
+    if np.isinf(r.finish_s).any() or not served.any():
+        raise ValueError("the simulator could not serve every request (KV cache or length)")
+    return {
+        "cf_ttft": cf_ttft,
+        "cf_tpot": cf_tpot,
+        "sim_ttft": float(np.nanmean(r.ttft_s[served])),
+        "sim_tpot": float(np.nanmean(r.tpot_s[served])),
+        "requests": n,
+        "replicas": int(r.replicas),
+        "cf_s": t1 - t0,
+        "sim_s": t2 - t1,
+    }
+
+
+def _ms(x: float) -> str:
+    return f"{1e3 * x:,.1f}" if math.isfinite(x) else "inf"
+
+
+def _row(run: dict, p: dict) -> str:
+    L = f"{int(run['input_len'])}/{int(run['output_len'])}"
+    return (
+        f"| {run['source']} | {run['engine']} | {run['gpu']} | {run['model'].split('/')[-1]} "
+        f"| {int(run['tp'])} | {int(run['concurrency'])} | {L} "
+        f"| {_ms(run['ttft'])} / {_ms(p['cf_ttft'])} / {_ms(p['sim_ttft'])} "
+        f"| {_ms(run['tpot'])} / {_ms(p['cf_tpot'])} / {_ms(p['sim_tpot'])} "
+        f"| {p['requests']:,} | {p['cf_s']:.1f} / {p['sim_s']:.1f} |"
+    )
+
+
+RUN_HEADER = (
+    "| source | engine | gpu | model | TP | N | in/out "
+    "| mean TTFT ms: measured / closed form / simulator "
+    "| mean TPOT ms: measured / closed form / simulator | sim. requests | s: closed / sim. |\n"
+    "| --- | --- | --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: |"
+)
+
+
+def _med(x) -> float:
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if x.size else float("nan")
+
+
+def _spread(x) -> str:
+    """Median (10-90 %) of finite values."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return "n/a"
+    lo, mid, hi = np.quantile(x, [0.1, 0.5, 0.9])
+    return f"{mid:.2f} ({lo:.2f}-{hi:.2f})"
+
+
+def summary(done: pd.DataFrame) -> str:
+    lines = [
+        "| source | runs | predictor | TTFT pred / meas | TTFT APE | TPOT pred / meas | TPOT APE |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    groups = [(s, g) for s, g in done.groupby("source", sort=True)] + [("**pooled**", done)]
+    for name, g in groups:
+        for label, p in (("closed form", "cf"), ("simulator", "sim")):
+            rt, rp = g[f"{p}_ttft"] / g["ttft"], g[f"{p}_tpot"] / g["tpot"]
+            lines.append(
+                f"| {name} | {len(g)} | {label} | {_med(rt):.2f} | {100 * _med(abs(rt - 1)):.1f} % "
+                f"| {_med(rp):.2f} | {100 * _med(abs(rp - 1)):.1f} % |"
+            )
+        at, ap = g["sim_ttft"] / g["cf_ttft"], g["sim_tpot"] / g["cf_tpot"]
+        lines.append(
+            f"| {name} | {len(g)} | simulator / closed form | {_spread(at)} | | {_spread(ap)} | |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=40, help="runs to score (default 40)")
+    ap.add_argument("--seed", type=int, default=0, help="sample and simulator seed")
+    ap.add_argument(
+        "--max-requests",
+        type=int,
+        default=2000,
+        help="cap on simulated requests per run (default 2000; at least the concurrency)",
+    )
+    ap.add_argument("--quick", action="store_true", help="4 runs, at most 200 requests each")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.max_requests = 4, 200
+    start = time.perf_counter()
+    skipped: Counter = Counter()
+    runs = measured_runs(skipped)
+    print(f"{len(runs):,} measured closed-loop runs covered; not covered, by reason:")
+    for reason, n in skipped.most_common():
+        print(f"  {n:5d}  {reason}")
+    queues = stratified_order(runs, args.seed)
+    effs = median_efficiencies(sorted(runs["gpu"].unique()))
+    print(f"\n{RUN_HEADER}", flush=True)
+    done, failed = [], Counter()
+    while len(done) < args.runs and any(queues):
+        for q in queues:
+            if len(done) >= args.runs or not q:
+                continue
+            run = runs.loc[q.pop(0)].to_dict()
+            try:
+                p = predict(run, effs[run["gpu"]], args.max_requests, args.seed)
+            except (ValueError, FloatingPointError) as exc:
+                failed[str(exc)] += 1
+                continue
+            done.append(run | p)
+            print(_row(run, p), flush=True)
+    for reason, n in failed.most_common():
+        print(f"(skipped at run time, {n}: {reason})")
+    table = pd.DataFrame(done)
+    print(f"\n{summary(table)}")
+    print(
+        f"\n{len(table)} runs, {time.perf_counter() - start:.0f} s "
+        f"(closed form {table['cf_s'].sum():.0f} s, simulator {table['sim_s'].sum():.0f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
