@@ -38,3 +38,19 @@ def test_refit_quick_runs_the_bundled_pipeline_and_prints_its_table():
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     assert rows[0].startswith("| parameter") and len(rows) == 1 + 9
     assert "same GPUs and cells as the bundled file: yes" in out.stdout
+
+
+def test_simulator_vs_measured_quick_scores_both_predictors():
+    """``benchmarks/bench_simulator_vs_measured.py`` in its smoke mode: 4 measured closed-loop
+    runs through the closed form and the simulator (same step, same efficiencies), and the
+    summary's pooled rows (TPOT, which both predict within a few tens of per cent, as a check)."""
+    out = _quick("bench_simulator_vs_measured.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    runs = [r for r in lines if r.startswith(("| aiconfigurator", "| inferencemax"))]
+    assert len([r for r in runs if r.count("|") == 12]) == 4  # one row per run
+    pooled = {r.split("|")[3].strip(): r.split("|") for r in lines if r.startswith("| **pooled")}
+    assert set(pooled) == {"closed form", "simulator", "simulator / closed form"}
+    for label in ("closed form", "simulator"):
+        assert 0.5 <= float(pooled[label][6]) <= 2.0  # median TPOT predicted / measured
+    assert 0.7 <= float(pooled["simulator / closed form"][6].split()[0]) <= 1.3
