@@ -40,6 +40,20 @@ def test_refit_quick_runs_the_bundled_pipeline_and_prints_its_table():
     assert "same GPUs and cells as the bundled file: yes" in out.stdout
 
 
+def test_new_gpu_e2e_quick_scores_the_spec_sheet_and_an_update():
+    """``benchmarks/bench_new_gpu_e2e.py`` in its smoke mode: one GPU treated as new, its
+    spec-sheet prediction (k = 0) and an update on 3 of its own runs scored on the same rows."""
+    out = _quick("bench_new_gpu_e2e.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|") for line in out.stdout.splitlines() if line.startswith("| h100-sxm")]
+    assert [int(r[2]) for r in rows] == [0, 3]
+    assert all(int(r[3]) == 200 for r in rows)  # both score the same held-back rows
+    for r in rows:
+        ape, cov50, cov90 = (float(cell.split()[0]) for cell in r[4:7])
+        assert 0 < ape < 100 and 0 <= cov50 <= cov90 <= 100
+    assert "target after 10 runs" in out.stdout
+
+
 def test_simulator_vs_measured_quick_scores_both_predictors():
     """``benchmarks/bench_simulator_vs_measured.py`` in its smoke mode: 4 measured closed-loop
     runs through the closed form and the simulator (same step, same efficiencies), and the
