@@ -10,6 +10,7 @@ TP degree and ``notes``, and it gets a GPU index, a noise group and (where ident
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -181,11 +182,18 @@ def _lengths(row: pd.Series) -> tuple[float, float, float, float]:
 
 
 def _requests_per_client(row: pd.Series) -> float:
-    found = notes_dict(row.get("notes")).get("num_prompts", "")
-    try:
-        return float(found.split("x")[0])
-    except ValueError:
+    """Requests each closed-loop client sends: the notes' ``num_prompts`` is either a multiple
+    of the concurrency (InferenceMAX: "10x concurrency") or the run's total (``vllm bench serve``
+    JSON: 500), which the clients share; unrecorded: ``DEFAULT_REQUESTS_PER_CLIENT``."""
+    found = notes_dict(row.get("notes")).get("num_prompts", "").strip()
+    number = re.match(r"[0-9.]+", found)
+    if number is None:
         return DEFAULT_REQUESTS_PER_CLIENT
+    value = float(number.group())
+    if found[number.end() :].lstrip().startswith("x"):
+        return value
+    clients = _f(row.get("concurrency"))
+    return max(value / clients, 1.0) if clients > 0 else DEFAULT_REQUESTS_PER_CLIENT
 
 
 def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:

@@ -408,3 +408,24 @@ def test_mlperf_row_without_dtype_or_tp_reads_as_the_fp8_throughput_recipe(gpu, 
     (_, _, dep), _ = _e2e_features(r)
     assert float(dep.weight_bytes_per_param) == 1.0 and float(dep.kv_bytes_per_elem) == 1.0
     assert float(dep.tp) == tp and float(dep.replicas) == replicas
+
+
+@pytest.mark.parametrize(
+    ("notes", "concurrency", "expected"),
+    [
+        ("num_prompts=10x concurrency (DeepSeek-R1 on b200: 20x if OSL 8192 else 50x)", 64, 10.0),
+        ("num_prompts=500", 50, 10.0),  # a vllm bench serve total, shared by 50 clients
+        ("num_prompts=8", 64, 1.0),  # fewer prompts than clients: each sends at most one
+        ("burstiness=1.0", 16, 10.0),  # unrecorded: the benchmarks' default 10 x concurrency
+        ("num_prompts=all", 16, 10.0),
+    ],
+)
+def test_requests_per_client_reads_a_multiple_or_a_total(notes, concurrency, expected):
+    """InferenceMAX notes give num_prompts as a multiple of the concurrency, a vLLM result file
+    as the run's total, which the clients share."""
+    import pandas as pd
+
+    from fitting._rows import _requests_per_client
+
+    row = pd.Series({"notes": notes, "concurrency": concurrency})
+    assert _requests_per_client(row) == pytest.approx(expected)
