@@ -6,7 +6,7 @@
 
 The bundled NUTS stage (kernels, steps, static batches) is kept; the end-to-end cut stage
 (``fitting._serving_stage``) is refitted without the held-out rows, which are then predicted
-(``fitting._holdout``).  Targets (issue 17): median APE <= 20 % for serving TTFT/TPOT/E2E and
+(``fitting._holdout``).  Targets: median APE <= 20 % for serving TTFT/TPOT/E2E and
 <= 15 % for saturated, 90 % coverage in [80 %, 95 %].
 """
 

@@ -1,4 +1,4 @@
-"""A new GPU from its own end-to-end runs: k benchmark runs vs the spec sheet (issue 21).
+"""A new GPU from its own end-to-end runs: k benchmark runs vs the spec sheet.
 
     python benchmarks/bench_new_gpu_e2e.py            # h100-sxm, h200-sxm, b200 (InferenceMAX)
     python benchmarks/bench_new_gpu_e2e.py --mlperf   # and the MLPerf v4.1 GPUs

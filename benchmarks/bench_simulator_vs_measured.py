@@ -1,6 +1,6 @@
 """The simulator and the closed-form closed loop against measured closed-loop serving runs.
 
-Issue 17 (item 8): the discrete-event simulator uses the same step model as the closed form the
+The discrete-event simulator uses the same step model as the closed form the
 calibration fits, so it is checked against real serving rows too.  Runs are the closed-loop
 measurements of ``data/measurements/aic_serving_h100.csv`` (aiperf, fixed lengths) and
 ``inferencemax_nvidia.csv.gz`` (``benchmark_serving.py``, lengths uniform in [0.8 L, L]): one run

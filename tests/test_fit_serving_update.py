@@ -1,4 +1,4 @@
-"""A new GPU from the user's own end-to-end runs (issue 21): ``servingmath fit --prior`` updates the
+"""A new GPU from the user's own end-to-end runs: ``servingmath fit --prior`` updates the
 bundled posterior with serving rows through the load models, prints how much the runs narrowed the
 GPU's reference predictions, and the result validates and explains under ``--hardware-csv``.
 

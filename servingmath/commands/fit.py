@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 from .._progress import phases_for
+from .._run_options import ENGINES, add_run_fill_arguments
 from .._types import nonnegative_int, output_dir, output_file, positive_int
 from ..errors import UsageError
 
 HELP = "fit the efficiency posterior to measurements (NUTS, or SVI with --svi)"
-ENGINES = ("vllm", "sglang", "trtllm")
 """Engines ``--engine`` names (the ones the bundled posterior has pooled end-to-end cells for)."""
 
 
@@ -69,22 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --prior: start the measured GPUs from the population, even if P fitted them",
     )
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default=None,
-        help="engine of the runs whose files do not name it (end-to-end rows need one)",
-    )
-    parser.add_argument(
-        "--gpu",
-        default=None,
-        help="hardware id of rows that do not record one (vLLM/SGLang/GenAI-Perf files never do)",
-    )
-    parser.add_argument(
-        "--tp",
-        type=positive_int,
-        default=None,
-        help="tensor-parallel degree of rows that do not record one",
+    add_run_fill_arguments(
+        parser,
+        engine_help="engine of the runs whose files do not name it (end-to-end rows need one)",
     )
     parser.add_argument(
         "--model",

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from .._progress import phases_for
+from .._run_options import add_run_fill_arguments
 from .._types import nonnegative_int, output_dir, positive_int
 from ..errors import UsageError
 
@@ -38,18 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="spec rows (columns of data/hardware.csv) of GPUs the catalog lacks",
     )
-    parser.add_argument(
-        "--gpu",
-        default=None,
-        help="hardware id of rows that do not record one (vLLM/SGLang/GenAI-Perf files never do)",
-    )
-    parser.add_argument(
-        "--tp",
-        type=positive_int,
-        default=None,
-        help="tensor-parallel degree of rows that do not record one",
-    )
-    parser.add_argument("--engine", default=None, help="engine of rows that do not name one")
+    add_run_fill_arguments(parser, engine_help="engine of rows that do not name one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--plot",
