@@ -21,7 +21,7 @@ from .optimize import (
     check_output_paths,
     close_figures,
     gpu_ids,
-    grid_from_args,
+    problem_from_args,
     resolve_common,
     resolve_workload,
     write_report,
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, phases: Phases) -> int:
     import numpy as np
 
-    from optimize import classes_from_trace, fleet_gradient, fleet_milp, fleet_problem, make_problem
+    from optimize import classes_from_trace, fleet_gradient, fleet_milp, fleet_problem
     from perfmodel.dynamics import load_trace
 
     phases("loading the posterior")
@@ -131,18 +131,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         )
     else:
         classes = read_classes_default(workload)
-    problem = make_problem(
-        model,
-        gpus,
-        workload,
-        slo_ttft_p95_s=args.ttft_p95,
-        slo_tpot_p95_s=args.tpot_p95,
-        confidence=args.confidence,
-        grid=grid_from_args(args, len(gpus), args.max_replicas),
-        efficiency=efficiency,
-        hardware=hardware,
-        quality_penalty=args.quality_penalty,
-    )
+    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
     phases(f"pricing every configuration for {len(classes)} request classes (compiling first)")

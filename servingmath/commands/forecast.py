@@ -19,7 +19,7 @@ from .optimize import (
     add_report_argument,
     check_output_paths,
     close_figures,
-    grid_from_args,
+    problem_from_args,
     resolve_common,
     resolve_workload,
     write_report,
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, phases: Phases) -> int:
     import numpy as np
 
-    from optimize import make_problem, search
+    from optimize import search
     from optimize._evaluate import costs_at_min_replicas
     from optimize._forecast import DemandError, forecast_gpus, read_demand
 
@@ -98,18 +98,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     peak = max(p.requests_per_s for p in demand) or 1.0
     args.rate = peak
     workload = resolve_workload(args, rate=peak)
-    problem = make_problem(
-        model,
-        gpus,
-        workload,
-        slo_ttft_p95_s=args.ttft_p95,
-        slo_tpot_p95_s=args.tpot_p95,
-        confidence=args.confidence,
-        grid=grid_from_args(args, len(gpus), args.max_replicas),
-        efficiency=efficiency,
-        hardware=hardware,
-        quality_penalty=args.quality_penalty,
-    )
+    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     phases("searching configurations at the peak demand (compiling first)")
     found = search(problem)
     configs = {}

@@ -108,6 +108,28 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def problem_from_args(
+    args: argparse.Namespace, model, gpus, workload, efficiency, hardware, **extra
+):
+    """``optimize.make_problem`` with the SLOs, confidence, knob grid and quality penalty the
+    command line gives (``extra``: speculation and transfer settings ``optimize`` adds)."""
+    from optimize import make_problem
+
+    return make_problem(
+        model,
+        gpus,
+        workload,
+        slo_ttft_p95_s=args.ttft_p95,
+        slo_tpot_p95_s=args.tpot_p95,
+        confidence=args.confidence,
+        grid=grid_from_args(args, len(gpus), args.max_replicas),
+        efficiency=efficiency,
+        hardware=hardware,
+        quality_penalty=args.quality_penalty,
+        **extra,
+    )
+
+
 def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
     """The knob grid with the dtypes the user allows."""
     from optimize import Grid
@@ -349,7 +371,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    from optimize import make_problem
     from optimize._recommend import recommend
 
     phases("loading the posterior")
@@ -357,17 +378,13 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     workload = resolve_workload(args)
     draft = _spec_draft(args, model)
     try:
-        problem = make_problem(
+        problem = problem_from_args(
+            args,
             model,
             gpus,
             workload,
-            slo_ttft_p95_s=args.ttft_p95,
-            slo_tpot_p95_s=args.tpot_p95,
-            confidence=args.confidence,
-            grid=grid_from_args(args, len(gpus), args.max_replicas),
-            efficiency=efficiency,
-            quality_penalty=args.quality_penalty,
-            hardware=hardware,
+            efficiency,
+            hardware,
             spec_draft=draft,
             spec_acceptance=args.spec_acceptance,
             transfer_bytes_per_s=args.transfer_bw,
