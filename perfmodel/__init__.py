@@ -55,6 +55,7 @@ from ._sheet import (
     BINDING_BUDGETS as BINDING_BUDGETS,
     HARDWARE_BUDGETS as HARDWARE_BUDGETS,
     BudgetSheet as BudgetSheet,
+    binding_budget as binding_budget,
     budget_sheet as budget_sheet,
     decode_elasticities as decode_elasticities,
     decode_tokens_per_s_max as decode_tokens_per_s_max,

@@ -124,6 +124,17 @@ def _iterations(
     return tau, with_s, without_s, f, d, p, chunks
 
 
+def loop_seats(
+    model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, workload: Workload
+) -> tuple[Array, Array]:
+    """(KV seats, seats) of one replica's closed loop: ``max_concurrent_requests`` at a whole
+    request's tokens P + O, and that capped by ``max_num_seqs`` (the n = min(N, seats) above)."""
+    prompt = jnp.maximum(workload.prompt_tokens_mean, 1.0)
+    output = jnp.maximum(workload.output_tokens_mean, 1.0)
+    kv = max_concurrent_requests(model, hardware, deployment, prompt + output)
+    return kv, jnp.minimum(kv, deployment.max_num_seqs)
+
+
 def closed_loop_state(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -139,10 +150,7 @@ def closed_loop_state(
     prompt = jnp.maximum(workload.prompt_tokens_mean, 1.0)
     output = jnp.maximum(workload.output_tokens_mean, 1.0)
     ctx = prompt + output / 2.0
-    seats = jnp.minimum(
-        max_concurrent_requests(model, hardware, deployment, prompt + output),
-        deployment.max_num_seqs,
-    )
+    _, seats = loop_seats(model, hardware, deployment, workload)
     n = jnp.clip(jnp.minimum(clients, seats), EPS_TOKENS, None)
     waiting = jnp.maximum(clients - n, 0.0)
     decodes = jnp.maximum(output - 1.0, 0.0) / jnp.maximum(tokens_per_decode, 1.0)

@@ -18,6 +18,8 @@ for an iteration-level engine (Orca; vLLM; Sarathi-Serve chunked prefill):
 Utilisation = max(prefill-server rho, seat rho, work rho = lambda E[O] / saturated tokens/s of a
 full iteration, the batch-service view); at >= 1 the metrics are ``inf`` with
 ``stable = False``.  Arrival rate and burstiness are split evenly over ``deployment.replicas``.
+The words ``utilization``, ``stable``, ``seat_occupancy``, ``kv_bound``, ``queue_bound`` and
+``binding_budget`` are defined once, on ``ServingMetrics`` (README, Glossary).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._batching import DecodeCost, EngineConfig
-from ._closed_loop import closed_loop_metrics
+from ._closed_loop import closed_loop_metrics, closed_loop_state, loop_seats
 from ._memory import max_concurrent_requests
 from ._queueing import replica_arrival_scv
 from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's names)
@@ -40,18 +42,28 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     Percentiles,
     open_loop,
 )
+from ._sheet import binding_budget
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import forward_step
 from ._workload import Workload
 
 Array = jnp.ndarray
 
-QUEUEING_CODE = 4
-"""``binding_budget`` code meaning "queueing": index of "queueing" after ``BINDING_BUDGETS``."""
+KV_BOUND_OCCUPANCY = 0.9
+"""Seat occupancy at or above which a KV-limited replica is called KV-bound: at 90 % of the
+seats the running count's fluctuations (about sqrt(n) sequences) reach the cap often, so
+arrivals start to wait for KV blocks to free."""
 
-KV_BOUND_SHARE = 0.99
-"""Share of the seats the KV cache holds that the mean decode batch must fill for memory
-capacity to be the binding budget (a batch that fills them cannot grow)."""
+
+def is_kv_bound(kv_seats: Array, deployment: Deployment, seat_occupancy: Array) -> Array:
+    """KV-bound: the KV cache, not the sequence cap or the token budget, caps the running
+    sequences (kv_seats < min(``max_num_seqs``, ``max_num_batched_tokens``)) and this load fills
+    that cap (seat_occupancy >= ``KV_BOUND_OCCUPANCY``).
+
+    Both conditions: a cache that could cap the batch but holds a few sequences is not what
+    limits this load, and a full batch capped by ``max_num_seqs`` is bound by that setting.
+    """
+    caps = jnp.minimum(deployment.max_num_seqs, deployment.max_num_batched_tokens)
+    return (kv_seats < caps) & (seat_occupancy >= KV_BOUND_OCCUPANCY)
 
 
 class ServingMetrics(eqx.Module):
@@ -61,12 +73,35 @@ class ServingMetrics(eqx.Module):
         ttft_s: time to first token.
         tpot_s: time per output token after the first (per-request mean gap).
         e2e_s: end-to-end latency.
-        utilization: max of the prefill-server and running-slot utilisations (>= 1: overload).
-        stable: utilization < 1 and at least one request fits.
+        utilization: the share of one replica's serving capacity the load uses.  Open loop,
+            the largest of three ratios of offered work to what a resource serves (lambda the
+            offered rate per replica): the prefill server, rho_p = lambda E[prefill time]; the
+            running seats, rho_s = lambda E[residence with every seat busy] / seats; whole
+            iterations, rho_w = lambda E[O] / C, C the saturated output tokens/s of full
+            iterations (``saturated_output_tokens_per_s``).  < 1 when stable; >= 1 it is the
+            factor by which the load exceeds capacity.  Closed loop, X(N) / X(seats): the
+            completion rate over that of the same loop with every seat held, in (0, 1] (N
+            clients never offer more than the engine serves).
+        stable: the queue stays finite.  Open loop: utilization < 1 and at least one sequence
+            fits.  Closed loop: always True.
+        seats: sequences one replica can run at once, min(KV seats, ``max_num_seqs``) (open
+            loop also the token budget; KV seats at the mean decode context open loop, at
+            P + O closed loop, as each loop's queueing prices them).
+        seat_occupancy: mean running sequences / ``seats``, in [0, 1].  Open loop: Little's
+            law n = lambda E[residence] over the seats; unstable, rho_s / utilization (the
+            engine serves lambda / utilization).  Closed loop: admitted / seats, admitted =
+            min(N / replicas, seats).
         output_tokens_per_s: generated tokens/s of all replicas; when overloaded, the saturated
             (full-iteration) capacity ``saturated_output_tokens_per_s``.
         decode_batch: mean sequences decoding per iteration (one replica).
-        binding_budget: index into ``BINDING_BUDGETS + ("queueing",)``.
+        binding_budget: the budget that limits capacity at the workload's mean lengths, an
+            index into ``BINDING_BUDGETS`` (``perfmodel.binding_budget``, the budget sheet's
+            rule; the same with or without a load).
+        queue_bound: requests queue for service.  Open loop: unstable, or the mean wait exceeds
+            the mean own prefill time; closed loop: clients wait for a seat (N / replicas >
+            seats).
+        kv_bound: ``is_kv_bound``: the KV cache caps the running sequences and this load fills
+            at least ``KV_BOUND_OCCUPANCY`` of them.
     """
 
     ttft_s: Percentiles
@@ -74,32 +109,24 @@ class ServingMetrics(eqx.Module):
     e2e_s: Percentiles
     utilization: Array
     stable: Array
+    seats: Array
+    seat_occupancy: Array
     output_tokens_per_s: Array
     decode_batch: Array
     binding_budget: Array
+    queue_bound: Array
+    kv_bound: Array
 
 
-def _binding(model, hardware, deployment, efficiency, workload, out, temperature, cached=0.0):
-    s = out["steady"]
-    ctx_d = workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0
-    prefill_per_iter = out["rate"] * workload.prompt_tokens_mean * s.tpot
-    step = forward_step(
+def _binding(model, hardware, deployment, efficiency, workload):
+    return binding_budget(
         model,
         hardware,
         deployment,
         efficiency,
-        prefill_tokens=prefill_per_iter,
-        prefill_seqs=jnp.minimum(prefill_per_iter, 1.0),
-        decode_seqs=s.n_d,
-        decode_context=ctx_d + cached,
-        temperature=temperature,
+        workload.prompt_tokens_mean,
+        workload.output_tokens_mean,
     )
-    time_code = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
-    kv_seats = max_concurrent_requests(model, hardware, deployment, ctx_d, temperature)
-    kv_bound = s.n_d >= KV_BOUND_SHARE * jnp.minimum(kv_seats, deployment.max_num_seqs) - 1e-9
-    kv_bound = kv_bound & (kv_seats < deployment.max_num_seqs)
-    queue_bound = (~out["stable"]) | (out["wait"] > jnp.mean(s.own))
-    return jnp.where(queue_bound, QUEUEING_CODE, jnp.where(kv_bound, 0, time_code))
 
 
 def serving_metrics(
@@ -240,9 +267,7 @@ def _serving_metrics_impl(
     rate_open = workload.arrival_rate_per_s / replicas
     if not closed_loop:
         return _finish(point, replicas, run(rate_open))
-    return _closed_loop_serving(
-        model, hardware, deployment, efficiency, workload, point.cost, temperature
-    )
+    return _closed_loop_serving(model, hardware, deployment, efficiency, workload, point.cost)
 
 
 def _percentiles(summary: Array) -> Percentiles:
@@ -250,12 +275,12 @@ def _percentiles(summary: Array) -> Percentiles:
     return Percentiles(mean=summary[0], p50=summary[1], p95=summary[3], p99=summary[4])
 
 
-def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost, temperature):
+def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost):
     """``ServingMetrics`` of a closed loop (``_closed_loop``: never overloaded, always stable).
 
-    ``utilization`` is the running-seat occupancy n / seats; ``binding_budget`` is "queueing"
-    when requests wait for a seat, "memory capacity" when the KV cache (not ``max_num_seqs``)
-    sets the seats and they are full, else the budget binding the mean iteration."""
+    ``utilization`` = X(N) / X(seats): the loop's completion rate per replica over the rate of
+    the same loop with every seat held (its capacity: more clients only wait for a seat);
+    ``seat_occupancy`` = admitted / seats, n = min(N / replicas, seats)."""
     cached = cost.cached_prompt_tokens
     uncached = eqx.tree_at(
         lambda w: w.prompt_tokens_mean,
@@ -266,60 +291,62 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
         model, hardware, deployment, efficiency, uncached, tokens_per_decode=cost.tokens_per_step()
     )
     s = m.state
-    seats_kv = max_concurrent_requests(
-        model,
-        hardware,
-        deployment,
-        workload.prompt_tokens_mean + workload.output_tokens_mean,
-        temperature,
-    )
-    seats = jnp.minimum(seats_kv, deployment.max_num_seqs)
-    step = forward_step(
-        model,
-        hardware,
-        deployment,
-        efficiency,
-        prefill_tokens=s.prefill_tokens_per_iteration,
-        prefill_seqs=s.prompts_per_iteration,
-        decode_seqs=s.decode_batch,
-        decode_context=workload.prompt_tokens_mean + workload.output_tokens_mean / 2.0,
-    )
-    time_code = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
-    kv_bound = (seats_kv < deployment.max_num_seqs) & (s.admitted >= seats - 1e-9)
-    code = jnp.where(s.waiting > 0, QUEUEING_CODE, jnp.where(kv_bound, 0, time_code))
+    seats_kv, seats = loop_seats(model, hardware, deployment, uncached)
+    occupancy = s.admitted / jnp.maximum(seats, 1e-9)
+    # capacity: the same loop with a client on every seat (its throughput cannot grow further)
+    replicas = jnp.maximum(deployment.replicas, 1.0)
+    full = eqx.tree_at(lambda w: w.concurrency, uncached, seats * replicas)
+    capacity = closed_loop_state(
+        model, hardware, deployment, efficiency, full, tokens_per_decode=cost.tokens_per_step()
+    ).completion_rate_per_s
     return ServingMetrics(
         ttft_s=_percentiles(m.ttft_s),
         tpot_s=_percentiles(m.tpot_s),
         e2e_s=_percentiles(m.e2e_s),
-        utilization=s.admitted / jnp.maximum(seats, 1e-9),
+        # <= 1 up to the rounding of the two fixed-point solves
+        utilization=jnp.minimum(s.completion_rate_per_s / jnp.maximum(capacity, 1e-30), 1.0),
         stable=jnp.asarray(True),
+        seats=seats,
+        seat_occupancy=occupancy,
         output_tokens_per_s=m.output_tokens_per_s,
         decode_batch=s.decode_batch,
-        binding_budget=code,
+        binding_budget=_binding(model, hardware, deployment, efficiency, workload),
+        queue_bound=s.waiting > 0,
+        kv_bound=is_kv_bound(seats_kv, deployment, occupancy),
     )
 
 
 def _finish(point, replicas, out):
     workload = point.workload
+    deployment = point.deployment
     rate = out["rate"]
+    s = out["steady"]
     offered = rate * out["accepted"] * workload.output_tokens_mean  # rejected prompts: no tokens
     tokens = replicas * jnp.where(out["stable"], offered, jnp.minimum(offered, out["capacity"]))
+    # the running count by Little's law over the seats the queueing model uses (KV seats at the
+    # mean decode context, capped by max_num_seqs and the token budget); overloaded, the engine
+    # serves lambda / utilization (its bottleneck at capacity), which holds rho_s / utilization
+    # of the seats: all of them when the seats are the bottleneck, fewer when prefill or whole
+    # iterations are
+    running = out["running"][0] / jnp.maximum(s.seats, 1e-9)
+    saturated = out["seat_load"] / jnp.maximum(out["utilization"], 1e-30)
+    occupancy = jnp.clip(jnp.where(out["stable"], running, saturated), 0.0, 1.0)
+    kv_seats = max_concurrent_requests(
+        point.model, point.hardware, deployment, s.ctx_d, point.temperature
+    )
     return ServingMetrics(
         ttft_s=out["ttft"],
         tpot_s=out["tpot"],
         e2e_s=out["e2e"],
         utilization=out["utilization"],
         stable=out["stable"],
+        seats=s.seats,
+        seat_occupancy=occupancy,
         output_tokens_per_s=tokens,
-        decode_batch=out["steady"].n_d,
+        decode_batch=s.n_d,
         binding_budget=_binding(
-            point.model,
-            point.hardware,
-            point.deployment,
-            point.efficiency,
-            workload,
-            out,
-            point.temperature,
-            point.cost.cached_prompt_tokens,
+            point.model, point.hardware, deployment, point.efficiency, workload
         ),
+        queue_bound=(~out["stable"]) | (out["wait"] > jnp.mean(s.own)),
+        kv_bound=is_kv_bound(kv_seats, deployment, occupancy),
     )

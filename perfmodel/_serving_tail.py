@@ -226,6 +226,7 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     rho_w = rate * workload.output_tokens_mean / capacity
     utilization = smooth_max(smooth_max(s.rho_p, rho_s, temperature), rho_w, temperature)
     stable = (utilization < 1.0) & (s.seats >= 1.0)
+    seat_load = rho_s
     rho_p = jnp.where(stable, s.rho_p, 0.5)
     rho_s = jnp.where(stable, rho_s, 0.5)
     w_p = kingman_wait_s(rho_p, ca2, cs2_p, busy_mean)
@@ -377,6 +378,7 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         "tpot": percentiles(tpot, tpot_q, stable),
         "e2e": percentiles(e2e_mean, e2e_q, stable),
         "utilization": utilization,
+        "seat_load": seat_load,  # rho_s: seat-seconds offered per seat-second
         "stable": stable,
         "steady": s,
         "wait": wait,

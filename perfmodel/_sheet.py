@@ -29,7 +29,8 @@ BINDING_BUDGETS: tuple[str, ...] = (
     "memory_bandwidth",
     "communication",
 )
-"""Labels of ``BudgetSheet.binding_budget`` codes."""
+"""Labels of ``binding_budget`` codes (``BudgetSheet.binding_budget``,
+``ServingMetrics.binding_budget``)."""
 
 HARDWARE_BUDGETS: tuple[str, ...] = (
     "peak_flops_per_s",
@@ -44,7 +45,8 @@ class BudgetSheet(eqx.Module):
     """Static budgets of one deployment at one (input_len, output_len); SI units.
 
     ``kv_capacity_tokens`` and ``max_concurrent_requests`` are for the whole TP x PP group;
-    ``decode_tokens_per_s_max`` for all replicas.  ``binding_budget`` indexes ``BINDING_BUDGETS``.
+    ``decode_tokens_per_s_max`` for all replicas.  ``binding_budget`` indexes ``BINDING_BUDGETS``
+    (``binding_budget``: the budget that limits decode capacity, independent of any load).
     """
 
     kv_bytes_per_token: Array
@@ -85,6 +87,40 @@ def decode_tokens_per_s_max(
     return deployment.replicas * batch / step.total_s
 
 
+def binding_budget(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    input_len: ArrayLike,
+    output_len: ArrayLike,
+) -> Array:
+    """The budget that limits decode capacity: an index into ``BINDING_BUDGETS``.
+
+    Capacity is decode tokens/s at the largest batch, b* = min(KV seats, ``max_num_seqs``)
+    (KV seats = ``max_concurrent_requests`` at input_len + output_len), each sequence at the mean
+    context input_len + output_len / 2.  The binding budget is
+
+    * ``memory_capacity`` when the KV cache, not ``max_num_seqs``, sets b* and the step at b*
+      is bandwidth-bound (t_mem >= t_compute): more HBM would hold a larger batch, and a larger
+      batch amortises the same weight reads, so capacity grows with HBM bytes;
+    * otherwise the largest of the step's times at b*: ``compute`` (t_compute),
+      ``memory_bandwidth`` (t_mem) or ``communication`` (t_comm).
+
+    A property of the deployment and the request lengths, not of the arrival rate: how close a
+    load comes to that capacity is ``ServingMetrics.utilization``, whether requests queue is
+    ``ServingMetrics.queue_bound``.
+    """
+    concurrent, batch = _decode_batch(model, hardware, deployment, input_len, output_len, 0.0)
+    batch = jnp.maximum(batch, 1.0)
+    context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
+    step = decode_step(model, hardware, deployment, efficiency, batch, context)
+    kv_limited = concurrent < deployment.max_num_seqs
+    bandwidth_bound = step.memory_s >= step.compute_s
+    time_budget = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
+    return jnp.where(kv_limited & bandwidth_bound, 0, time_budget)
+
+
 def budget_sheet(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -103,13 +139,6 @@ def budget_sheet(
     )
     prefill = prefill_step(model, hardware, deployment, efficiency, input_len)
     tokens_per_s = deployment.replicas * batch / step_max.total_s
-
-    kv_limited = concurrent < deployment.max_num_seqs
-    bandwidth_bound = step_max.memory_s >= step_max.compute_s
-    time_budget = (
-        jnp.argmax(jnp.stack([step_max.compute_s, step_max.memory_s, step_max.comm_s]), axis=0) + 1
-    )
-    binding = jnp.where(kv_limited & bandwidth_bound, 0, time_budget)
     return BudgetSheet(
         kv_bytes_per_token=kv_bytes_per_token(model, deployment.kv_bytes_per_elem),
         weight_bytes_per_gpu=weight_bytes_per_gpu(model, deployment),
@@ -120,7 +149,9 @@ def budget_sheet(
         decode_step_s_batch1=step1.total_s,
         decode_step_s_max_batch=step_max.total_s,
         decode_tokens_per_s_max=tokens_per_s,
-        binding_budget=binding,
+        binding_budget=binding_budget(
+            model, hardware, deployment, efficiency, input_len, output_len
+        ),
         fits=concurrent >= 1.0,
     )
 

@@ -28,12 +28,13 @@ from ._queueing import (
 )
 from ._serving import (
     CORRECTIONS as CORRECTIONS,
+    KV_BOUND_OCCUPANCY as KV_BOUND_OCCUPANCY,
     OUTPUT_NODES as OUTPUT_NODES,
     PROMPT_NODES as PROMPT_NODES,
     QUANTILES as QUANTILES,
-    QUEUEING_CODE as QUEUEING_CODE,
     Percentiles as Percentiles,
     ServingMetrics as ServingMetrics,
+    is_kv_bound as is_kv_bound,
     serving_metrics as serving_metrics,
 )
 from ._traces import (

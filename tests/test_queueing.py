@@ -181,7 +181,7 @@ def test_overloaded_metrics_are_flagged_not_nan():
     assert not any(np.isnan(np.asarray(x, dtype=float)).any() for x in leaves)
     assert not bool(m.stable) and float(m.utilization) >= 1.0
     assert float(m.ttft_s.p95) == np.inf and float(m.e2e_s.mean) == np.inf
-    assert int(m.binding_budget) == 4  # "queueing"
+    assert bool(m.queue_bound)
     g = _grads(500.0, 8192.0)
     assert np.all(np.isfinite(np.asarray(g)))
     assert float(g[3, 0]) > 0  # more load, more utilisation
@@ -257,7 +257,13 @@ def test_means_only_skips_the_percentiles_and_keeps_every_mean():
         assert np.isnan(
             [float(getattr(getattr(lean, name), q)) for q in ("p50", "p95", "p99")]
         ).all()
-    for name in ("utilization", "output_tokens_per_s", "decode_batch", "binding_budget"):
+    for name in (
+        "utilization",
+        "seat_occupancy",
+        "output_tokens_per_s",
+        "decode_batch",
+        "binding_budget",
+    ):
         assert float(getattr(lean, name)) == float(getattr(full, name))
     assert bool(lean.stable) and float(full.ttft_s.p95) > float(full.ttft_s.mean)
 
