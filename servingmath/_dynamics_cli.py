@@ -11,7 +11,6 @@ import argparse
 import math
 
 import equinox as eqx
-import numpy as np
 
 import perfmodel as pm
 from perfmodel.dynamics import (
@@ -26,9 +25,6 @@ from ._options import positive
 from ._progress import Phases
 from ._types import nonnegative_float, positive_float, positive_int, workload_source
 from .errors import UsageError
-
-BINDING_NAMES = (*pm.BINDING_BUDGETS, "queueing")
-"""Labels of ``ServingMetrics.binding_budget`` codes."""
 
 
 def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = False) -> None:
@@ -172,6 +168,10 @@ KNIFE_EDGE = 10.0
 def dynamics_report(args, model, hardware, deployment, efficiency, workload: Workload) -> dict:
     """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded).
 
+    ``utilization``, ``stable``, ``seat_occupancy``, ``queue_bound`` and ``kv_bound`` are the
+    ``ServingMetrics`` fields of those names (README, Glossary); the budget that limits capacity
+    is the sheet's ``binding_budget``, which a load does not change.
+
     ``ttft_p95_load_elasticity`` = d ln p95 TTFT / d ln rate (central difference at +-1 %; null
     in closed loop, when overloaded, or when +1 % overloads): about 1-5 at moderate load, tens
     to hundreds near the running slots' saturation, where a 1 % load error moves the p95 by half
@@ -206,9 +206,11 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
         "e2e_s": _pct(m.e2e_s),
         "utilization": float(m.utilization),
         "stable": bool(m.stable),
+        "seat_occupancy": float(m.seat_occupancy),
+        "queue_bound": bool(m.queue_bound),
+        "kv_bound": bool(m.kv_bound),
         "output_tokens_per_s": float(m.output_tokens_per_s),
         "decode_batch": float(m.decode_batch),
-        "binding_budget": BINDING_NAMES[int(m.binding_budget)],
         "ttft_p95_load_elasticity": elasticity,
     }
 
@@ -240,19 +242,18 @@ def rescale_arrivals(trace: Trace, rate: float) -> Trace:
 
 
 def simulation_report(result, summary: dict) -> dict:
-    """The simulator's measurements under the same keys as ``dynamics_report``.
+    """The simulator's measurements (``perfmodel.simulator.summarize``) as JSON-ready keys.
 
-    ``utilization`` is the fraction of wall time the engine runs iterations; ``stable`` is False
-    when draining the queue after the last arrival took over a quarter of the arrival span.
+    ``busy_fraction`` is the share of wall time the engines run iterations (the simulator does
+    not know the capacity that ``utilization`` divides by); ``stable`` is ``queue_stable``: the
+    backlog grew by under 5 % of arrivals over the run's second half (null: too short to tell).
     """
-    span = float(np.nanmax(result.arrival_s) - np.nanmin(result.arrival_s))
-    drain = float(np.nanmax(result.finish_s) - np.nanmax(result.arrival_s))
     return {
         "ttft_s": _pct(summary["ttft_s"]),
         "tpot_s": _pct(summary["tpot_s"]),
         "e2e_s": _pct(summary["e2e_s"]),
-        "utilization": summary["utilization"],
-        "stable": bool(span <= 0 or drain <= 0.25 * span),
+        "busy_fraction": summary["busy_fraction"],
+        "stable": summary["stable"],
         "output_tokens_per_s": summary["output_tokens_per_s"],
         "decode_batch": summary["decode_batch"],
         "requests": summary["requests"],
@@ -260,13 +261,13 @@ def simulation_report(result, summary: dict) -> dict:
     }
 
 
-def dynamics_section(args, model, hardware, deployment, efficiency) -> dict:
-    """``explain``'s latency-under-load keys; empty when no load option was given."""
+def load_workload(args) -> Workload | None:
+    """The load the options describe (``resolve_workload``), None when no load was given."""
     if not wants_dynamics(args):
-        return {}
+        return None
     check_scheduler(args)
     workload, _ = resolve_workload(args)
-    return dynamics_report(args, model, hardware, deployment, efficiency, workload)
+    return workload
 
 
 def render_dynamics(report: dict) -> str:
@@ -288,6 +289,9 @@ def render_dynamics(report: dict) -> str:
             "utilization",
             f"{report['utilization']:.2f}" + ("" if report["stable"] else "  OVERLOADED"),
         ),
+        ("seat occupancy", f"{report['seat_occupancy']:.2f}"),
+        ("queue-bound", "yes" if report["queue_bound"] else "no"),
+        ("KV-bound", "yes" if report["kv_bound"] else "no"),
         ("output tokens/s", f"{report['output_tokens_per_s']:,.0f}"),
         ("mean decode batch", f"{report['decode_batch']:.1f}"),
     ]

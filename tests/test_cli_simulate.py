@@ -12,7 +12,9 @@ from servingmath._dynamics_cli import dynamics_report, render_dynamics
 from servingmath.cli import main
 
 BASE = ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm"]
-KEYS = {"ttft_s", "tpot_s", "e2e_s", "utilization", "stable", "output_tokens_per_s"}
+LOAD_KEYS = {"ttft_s", "tpot_s", "e2e_s", "stable", "output_tokens_per_s"}
+KEYS = LOAD_KEYS | {"utilization", "seat_occupancy", "queue_bound", "kv_bound"}  # explain
+SIM_KEYS = LOAD_KEYS | {"busy_fraction"}  # simulate
 
 
 def _json(capsys, argv):
@@ -37,7 +39,7 @@ def test_simulate_json_has_the_issue_keys(capsys):
             "--json",
         ],
     )
-    assert KEYS <= set(out)
+    assert SIM_KEYS <= set(out) and "utilization" not in out
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         p = out[key]
         assert set(p) == {"mean", "p50", "p95", "p99"}
@@ -100,9 +102,11 @@ def test_explain_gains_the_load_keys(capsys):
     assert 0.0 < out["ttft_p95_load_elasticity"] < 2.0
     over = _json(capsys, ["explain", *BASE, "--rate", "500", "--json"])
     assert over["stable"] is False and over["ttft_s"]["p95"] is None  # infinite -> null, never NaN
-    assert over["binding_budget"] == "queueing" and over["ttft_p95_load_elasticity"] is None
+    assert over["queue_bound"] is True and over["ttft_p95_load_elasticity"] is None
     plain = _json(capsys, ["explain", *BASE, "--json"])
     assert "ttft_s" not in plain
+    # the budget that limits capacity is the same with and without a load
+    assert over["binding_budget"] == plain["binding_budget"]
 
 
 @pytest.mark.parametrize(

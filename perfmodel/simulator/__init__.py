@@ -20,7 +20,14 @@ from ._prefix_cache import (
     shared_prefix_requests as shared_prefix_requests,
     simulate_prefix_cache as simulate_prefix_cache,
 )
-from ._records import SimResult as SimResult, kept_requests as kept_requests, summarize as summarize
+from ._records import (
+    STABLE_GROWTH_SHARE as STABLE_GROWTH_SHARE,
+    SimResult as SimResult,
+    backlog_growth_share as backlog_growth_share,
+    kept_requests as kept_requests,
+    queue_stable as queue_stable,
+    summarize as summarize,
+)
 from ._requests import length_limits as length_limits
 from ._simulate import (
     engine_limits as engine_limits,

@@ -74,9 +74,57 @@ def kept_requests(result: SimResult, warmup_fraction: float = 0.1) -> np.ndarray
     return keep
 
 
+STABLE_GROWTH_SHARE = 0.05
+"""Largest backlog growth, as a share of arrivals, that a run called stable may show: the
+requests in the system grew by under 5 % of the requests that arrived (completions kept pace
+with at least 95 % of arrivals)."""
+
+MIN_STABILITY_SAMPLES = 10
+"""Fewest arrivals in the second half of the kept window that ``queue_stable`` judges from."""
+
+
+def backlog_growth_share(result: SimResult, warmup_fraction: float = 0.1) -> float:
+    """How fast the queue grew over the run: d n / d t over the arrival rate, in the second half
+    of the kept window (``kept_requests`` by arrival; warm-up and drain excluded).
+
+    n(t) = requests arrived by t - requests finished by t (rejected prompts never enter) is
+    sampled at each arrival in the window; its least-squares slope over the window's arrival
+    rate lambda is g.  A stable queue's n(t) wanders about its mean lambda E[E2E] (Little), so
+    g -> 0; one offered rho > 1 times its capacity finishes lambda / rho, so g -> 1 - 1 / rho.
+    NaN when the window has fewer than ``MIN_STABILITY_SAMPLES`` arrivals or no duration.
+    """
+    keep = kept_requests(result, warmup_fraction)
+    times = np.sort(result.arrival_s[keep])
+    times = times[len(times) // 2 :]
+    if len(times) < MIN_STABILITY_SAMPLES or times[-1] <= times[0]:
+        return float("nan")
+    served = np.ones(len(result.arrival_s), dtype=bool)
+    if result.rejected is not None:
+        served = ~result.rejected
+    arrivals = np.sort(result.arrival_s[served])
+    finishes = np.sort(result.finish_s[served])
+    n = np.searchsorted(arrivals, times, side="right") - np.searchsorted(
+        finishes, times, side="right"
+    )
+    slope = np.polyfit(times - times[0], n.astype(float), 1)[0]
+    rate = (len(times) - 1) / (times[-1] - times[0])
+    return float(slope / rate)
+
+
+def queue_stable(result: SimResult, warmup_fraction: float = 0.1) -> bool | None:
+    """The run kept up with its arrivals: ``backlog_growth_share`` < ``STABLE_GROWTH_SHARE``
+    (an overload by a factor above 1 / (1 - 0.05), about 5 %, reads unstable).  None when the
+    run is too short to tell.  A closed loop (a request arrives as one finishes) holds n fixed
+    and is always stable."""
+    g = backlog_growth_share(result, warmup_fraction)
+    return None if not np.isfinite(g) else bool(g < STABLE_GROWTH_SHARE)
+
+
 def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
-    """Percentiles over ``kept_requests`` (warm-up and drain dropped), utilisation = busy time /
-    (replicas * makespan), output tokens/s."""
+    """Percentiles over ``kept_requests`` (warm-up and drain dropped); ``busy_fraction`` = summed
+    iteration time / (replicas * makespan), the share of wall time the engines run iterations
+    (not ``ServingMetrics.utilization``, the offered load over capacity); ``stable`` =
+    ``queue_stable``; output tokens/s."""
     n = len(result.arrival_s)
     keep = kept_requests(result, warmup_fraction)
     span = max(result.makespan_s, 1e-12)
@@ -84,8 +132,8 @@ def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
         "ttft_s": _pct(result.ttft_s[keep]),
         "tpot_s": _pct(result.tpot_s[keep]),
         "e2e_s": _pct(result.e2e_s[keep]),
-        "utilization": float(result.busy_s / (result.replicas * span)),
-        "stable": True,
+        "busy_fraction": float(result.busy_s / (result.replicas * span)),
+        "stable": queue_stable(result, warmup_fraction),
         "output_tokens_per_s": float(result.output_tokens.sum() / span),
         "decode_batch": float(result.mean_decode_batch),
         "requests": int(n),

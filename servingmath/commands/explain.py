@@ -11,7 +11,12 @@ import jax.numpy as jnp
 
 import perfmodel as pm
 
-from .._dynamics_cli import add_dynamics_arguments, dynamics_section, render_dynamics
+from .._dynamics_cli import (
+    add_dynamics_arguments,
+    dynamics_report,
+    load_workload,
+    render_dynamics,
+)
 from .._features_cli import (
     add_feature_arguments,
     feature_report,
@@ -177,9 +182,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if not all(jnp.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
-    features = feature_report(args, model, hardware, deployment, efficiency)
+    load = load_workload(args)
+    features = feature_report(args, model, hardware, deployment, efficiency, load=load)
     report.update(features)
-    report.update(dynamics_section(args, model, hardware, deployment, efficiency))
+    if load is not None:
+        report.update(dynamics_report(args, model, hardware, deployment, efficiency, load))
     print(
         json.dumps(report, indent=2)
         if args.json

@@ -77,6 +77,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         require_mtp(args.model)
 
 
+STABLE_WORDS = {True: "yes", False: "no (the queue grew over the run)", None: "too short to tell"}
+
+
 def _render(r: dict) -> str:
     rows = []
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
@@ -90,8 +93,8 @@ def _render(r: dict) -> str:
             )
         )
     rows += [
-        ("engine busy fraction", f"{r['utilization']:.2f}"),
-        ("stable", str(r["stable"])),
+        ("engine busy fraction", f"{r['busy_fraction']:.2f}"),
+        ("stable", STABLE_WORDS[r["stable"]]),
         ("output tokens/s", f"{r['output_tokens_per_s']:,.0f}"),
         ("mean decode batch", f"{r['decode_batch']:.1f}"),
         ("requests (preemptions)", f"{r['requests']:,} ({r['preemptions']:,})"),
