@@ -13,12 +13,11 @@ import equinox as eqx
 from ._disagg import disaggregation
 from ._memory import max_concurrent_requests
 from ._reuse import prefix_reuse
+from ._serving import KV_BOUND_OCCUPANCY, ServingMetrics, serving_metrics
 from ._sheet import decode_tokens_per_s_max
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import decode_step, prefill_step
-
-HIGH_UTILIZATION = 0.8
-"""Utilisation above which a resource is called the binding one (queues grow as 1 / (1 - rho))."""
+from ._step import decode_step
+from ._workload import Workload
 
 REAL_PREFIX_SPEEDUP = 1.1
 """Mean prefill speedup from the prefix cache above which reuse is called real (10 %)."""
@@ -31,35 +30,36 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.0f}%"
 
 
-def _kv_or_queue(seats, cap, need, rho_prefill, rate):
-    if seats < 1.0:
+def _kv_or_queue(seats_at_full, cap, m: ServingMetrics | None):
+    """KV-bound, queue-bound or neither, by ``ServingMetrics.kv_bound`` and ``queue_bound`` of
+    the load (None: no load given, so only what caps the seats can be said)."""
+    if seats_at_full < 1.0:
         return "KV-bound: not even one sequence's KV fits next to the weights on this deployment."
-    kv_limited = seats < cap
-    head = f"the KV cache holds {seats:.0f} sequences per replica" + (
-        f", below max_num_seqs = {cap:.0f}" if kv_limited else f", above max_num_seqs = {cap:.0f}"
-    )
-    if rate is None:
-        verdict = (
-            "KV-bound at full load" if kv_limited else "not KV-bound (the sequence cap binds first)"
-        )
-        return f"{verdict}: {head}."
-    if need == float("inf"):
-        if rho_prefill >= 1.0:
-            return f"queue-bound: prefill alone needs {_pct(rho_prefill)} of each replica, so the queue grows without bound; {head}."
-        limit = "KV-bound" if kv_limited else "queue-bound"
-        return f"{limit}: the offered load needs more running sequences than the {min(seats, cap):.0f} seats; {head}; the queue grows without bound."
-    use = need / min(seats, cap)
-    if kv_limited and use >= HIGH_UTILIZATION:
-        return f"KV-bound: {head}, and {need:.0f} run at once ({_pct(use)} of the seats)."
-    if rho_prefill >= HIGH_UTILIZATION:
+    if m is None:
+        if seats_at_full < cap:
+            return (
+                f"KV-limited seats: the KV cache holds {seats_at_full:.0f} sequences per replica, "
+                f"below max_num_seqs = {cap:.0f}; KV-bound only under a load that keeps "
+                f"{_pct(KV_BOUND_OCCUPANCY)} of them running (give --rate or --concurrency)."
+            )
         return (
-            f"queue-bound: prefill keeps each replica {_pct(rho_prefill)} busy, so requests wait to "
-            f"start; {head} and only {need:.0f} run at once."
+            f"not KV-bound (the sequence cap binds first): the KV cache holds "
+            f"{seats_at_full:.0f} sequences per replica, above max_num_seqs = {cap:.0f}."
         )
-    return (
-        f"neither: {head}, {need:.0f} run at once ({_pct(use)} of the seats) and prefill keeps a "
-        f"replica {_pct(rho_prefill)} busy."
+    seats = float(m.seats)
+    occupancy = float(m.seat_occupancy)
+    head = (
+        f"{occupancy * seats:.0f} of {seats:.0f} seats per replica run ({_pct(occupancy)}; "
+        f"seats: the sequences the KV cache holds, at most max_num_seqs = {cap:.0f})"
     )
+    load = f"utilization {float(m.utilization):.2f}" + (
+        "" if bool(m.stable) else ", the queue grows without bound"
+    )
+    if bool(m.kv_bound):
+        return f"KV-bound: {head}; {load}."
+    if bool(m.queue_bound):
+        return f"queue-bound: requests wait for service ({load}); {head}."
+    return f"neither: {head}; {load}."
 
 
 def verdicts(
@@ -73,8 +73,18 @@ def verdicts(
     arrival_rate_per_s: float | None = None,
     shared_fraction: float = 0.0,
     prefix_tokens: float = 0.0,
+    workload: Workload | None = None,
+    chunked_prefill: bool = True,
+    chunk_tokens: float | None = None,
 ) -> dict[str, str]:
-    """Four sentences: ``kv_or_queue``, ``decode_bandwidth``, ``prefix_reuse``, ``pp_or_interference``."""
+    """Four sentences: ``kv_or_queue``, ``decode_bandwidth``, ``prefix_reuse``, ``pp_or_interference``.
+
+    The load is ``workload`` (open or closed loop; the scheduler options as
+    ``serving_metrics`` takes them), else Poisson arrivals at ``arrival_rate_per_s`` with
+    fixed lengths, else none.  ``kv_or_queue`` reads ``ServingMetrics.kv_bound``,
+    ``queue_bound``, ``seat_occupancy`` and ``utilization`` of that load: the same numbers
+    ``serving_metrics`` gives for it.
+    """
     seq = prompt_tokens + output_tokens
     ctx = prompt_tokens + output_tokens / 2.0
     seats = float(max_concurrent_requests(model, hardware, deployment, seq))
@@ -82,7 +92,27 @@ def verdicts(
     batch = max(min(seats, cap), 1.0)
     out: dict[str, str] = {}
 
-    need, rho_p, stretch = 0.0, 0.0, 1.0
+    if workload is None and arrival_rate_per_s is not None:
+        workload = Workload(
+            arrival_rate_per_s=arrival_rate_per_s,
+            prompt_tokens_mean=prompt_tokens,
+            output_tokens_mean=output_tokens,
+        )
+    m = None
+    if workload is not None and seats >= 1.0:
+        m = serving_metrics(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            workload,
+            chunked_prefill=chunked_prefill,
+            chunk_tokens=chunk_tokens,
+        )
+    out["kv_or_queue"] = _kv_or_queue(seats, cap, m)
+
+    running = float(m.seat_occupancy * m.seats) if m is not None else 0.0
+    stretch = 1.0
     if arrival_rate_per_s is not None and seats >= 1.0:
         co = disaggregation(
             model,
@@ -94,12 +124,7 @@ def verdicts(
             output_tokens=output_tokens,
             arrival_rate_per_s=arrival_rate_per_s,
         )
-        rate_r = arrival_rate_per_s / float(deployment.replicas)
-        need = rate_r * max(output_tokens - 1.0, 0.0) * float(co.colocated_tpot_s)
-        alone = float(prefill_step(model, hardware, deployment, efficiency, prompt_tokens).total_s)
-        rho_p = rate_r * alone
         stretch = float(co.prefill_interference)
-    out["kv_or_queue"] = _kv_or_queue(seats, cap, need, rho_p, arrival_rate_per_s)
 
     step = decode_step(model, hardware, deployment, efficiency, batch, ctx)
     mem, comp = float(step.memory_s), float(step.compute_s)
@@ -121,7 +146,7 @@ def verdicts(
             shared_fraction=shared_fraction,
             prefix_tokens=prefix_tokens,
             arrival_rate_per_s=arrival_rate_per_s or 1.0,
-            live_requests=need,
+            live_requests=running,
         )
         real = float(r.prefill_speedup) >= REAL_PREFIX_SPEEDUP
         out["prefix_reuse"] = (

@@ -186,8 +186,13 @@ def feature_report(
     efficiency: Efficiency,
     workload=None,
     trace_reuse: dict | None = None,
+    load=None,
 ) -> dict:
     """Closed-form feature numbers and verdicts for the parsed options (``UsageError`` on bad input).
+
+    The verdicts judge ``load`` (a ``Workload``; default ``workload``), the load the latency
+    report prices, so their KV-bound and queue-bound words are that report's ``kv_bound`` and
+    ``queue_bound``.
 
     ``trace_reuse`` (a hashed trace's measured ``shared_fraction`` and mean reused
     ``prefix_tokens``) stands in for --prefix-reuse/--prefix-len when those are not given.
@@ -255,6 +260,9 @@ def feature_report(
         arrival_rate_per_s=rate,
         shared_fraction=share,
         prefix_tokens=prefix,
+        workload=load if load is not None else workload,
+        chunked_prefill=getattr(args, "chunked_prefill", True),
+        chunk_tokens=getattr(args, "chunk_tokens", None),
     )
     return out
 

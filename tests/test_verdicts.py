@@ -20,13 +20,14 @@ LLAMA70B = load_model("meta-llama/Llama-3.1-70B")
 KEYS = {"kv_or_queue", "decode_bandwidth", "prefix_reuse", "pp_or_interference"}
 
 
-def test_kv_bound_at_full_load_quotes_the_memory_budget():
+def test_kv_limited_seats_without_a_load_quote_the_memory_budget():
+    # without a load nothing says the seats are full: KV-limited, not KV-bound
     dep = Deployment.create()
     v = verdicts(LLAMA8B, H100, dep, EFF, prompt_tokens=3000.0, output_tokens=200.0)
     assert set(v) == KEYS
     seats = float(max_concurrent_requests(LLAMA8B, H100, dep, 3200.0))
     assert (
-        v["kv_or_queue"].startswith("KV-bound")
+        v["kv_or_queue"].startswith("KV-limited seats")
         and f"holds {seats:.0f} sequences" in v["kv_or_queue"]
     )
     assert v["prefix_reuse"].startswith("No prefix reuse")
