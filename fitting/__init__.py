@@ -3,45 +3,61 @@
 ``load_posterior`` / ``efficiency_draws`` give per-GPU ``perfmodel.Efficiency`` draws from the
 bundled (or a user's) posterior; ``prepare`` / ``predict_log`` map measurement rows to
 predictions; ``fit_table`` refits; ``validate`` scores a posterior on held-out measurements.
+
+Names load on first use (PEP 562): drawing efficiencies from a posterior needs NumPy alone, and
+NumPyro, pandas, ArviZ and Matplotlib (~2 s of imports on two cores) load only with the parts
+that use them.
 """
 
-from ._diagnostics import Diagnostics as Diagnostics, diagnose as diagnose
-from ._fit import (
-    FitResult as FitResult,
-    fit_table as fit_table,
-    read_tables as read_tables,
-    subsample as subsample,
-)
-from ._model import PRIORS as PRIORS, calibration_model as calibration_model
-from ._plots import write_plots as write_plots
-from ._posterior import (
-    Posterior as Posterior,
-    PosteriorError as PosteriorError,
-    default_posterior_path as default_posterior_path,
-    efficiency_draws as efficiency_draws,
-    kernel_efficiency_draws as kernel_efficiency_draws,
-    load_posterior as load_posterior,
-    save_posterior as save_posterior,
-)
-from ._predict import predict_log as predict_log
-from ._predictive import predictive_log_draws as predictive_log_draws
-from ._rows import Prepared as Prepared, prepare as prepare
-from ._update import (
-    update_posterior as update_posterior,
-    user_hardware as user_hardware,
-    without_gpu as without_gpu,
-)
-from ._update_report import UpdateReport as UpdateReport, update_report as update_report
-from ._validate import (
-    format_report as format_report,
-    score_draws as score_draws,
-    validate as validate,
-)
-from .ingest import (
-    IngestResult as IngestResult,
-    MeasurementFormatError as MeasurementFormatError,
-    SkippedRow as SkippedRow,
-    bundled_measurements as bundled_measurements,
-    describe as describe,
-    load_measurements as load_measurements,
-)
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "._diagnostics": ("Diagnostics", "diagnose"),
+    "._fit": ("FitResult", "fit_table", "read_tables", "subsample"),
+    "._model": ("PRIORS", "calibration_model"),
+    "._plots": ("write_plots",),
+    "._posterior": (
+        "Posterior",
+        "PosteriorError",
+        "default_posterior_path",
+        "efficiency_draws",
+        "kernel_efficiency_draws",
+        "load_posterior",
+        "save_posterior",
+    ),
+    "._predict": ("predict_log",),
+    "._predictive": ("predictive_log_draws",),
+    "._rows": ("Prepared", "prepare"),
+    "._update": ("update_posterior", "user_hardware", "without_gpu"),
+    "._update_report": ("UpdateReport", "update_report"),
+    "._validate": ("format_report", "score_draws", "validate"),
+    ".ingest": (
+        "IngestResult",
+        "MeasurementFormatError",
+        "SkippedRow",
+        "bundled_measurements",
+        "describe",
+        "load_measurements",
+    ),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:  # a submodule (``fitting._update``) reached as an attribute
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -8,8 +8,9 @@ widens the interval instead of shifting it (Gelman et al., BDA3 ch. 5).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -17,41 +18,88 @@ import numpy as np
 
 import perfmodel
 from perfmodel import Efficiency
-
-from ._model import PARAM_NAMES, kernel_cells, to_natural
-from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS
+from perfmodel._ops import KERNEL_FIELDS
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
 """Bundled posterior, relative to ``perfmodel.data_dir()``."""
 
 _LOW_PRECISION = {"fp8", "fp4", "int8"}
 
+EFFICIENCY_FIELDS = tuple(
+    f for f in Efficiency.__dataclass_fields__ if f not in KERNEL_FIELDS + ("time_scale",)
+)
+"""Per-GPU fitted ``Efficiency`` fields (``time_scale`` is the per-source cell offset); the same
+tuples as ``_rows``/``_model``, spelled here so that drawing efficiencies needs neither pandas nor
+NumPyro (``tests/test_posterior_cache.py`` holds them equal)."""
+PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
+"""Every fitted parameter, in ``_model.PARAM_NAMES`` order."""
+
 
 class PosteriorError(ValueError):
     """A posterior file that cannot be read or lacks what is asked of it; the message says why."""
 
 
-@dataclass(frozen=True)
 class Posterior:
     """A fitted (or prior-only) calibration: ArviZ ``InferenceData`` plus its labels.
 
     Attributes:
         idata: the ``InferenceData``; group ``posterior`` holds ``mu_<p>``, ``tau_<p>``, the per-GPU
             ``<p>`` (natural units, dim ``gpu``), ``tau_source``, ``cell_offset`` (dim ``cell``,
-            ``"<source>:<engine>|<group>"``) and ``sigma`` (dim ``noise_key``).
+            ``"<source>:<engine>|<group>"``) and ``sigma`` (dim ``noise_key``).  A posterior read
+            from the compact draw cache (``load_posterior(..., cache_dir=...)``) holds the
+            posterior group's arrays instead and reads the netCDF only when ``idata`` is asked
+            for (attributes, groups other than ``posterior``, xarray selections).
         path: the file it came from (None when built in memory).
     """
 
-    idata: object
-    path: str | None = None
+    def __init__(self, idata: object = None, path: str | None = None, *, arrays=None):
+        if idata is None and (arrays is None or path is None):
+            raise ValueError(
+                "Posterior needs an InferenceData, or arrays and the file they came from"
+            )
+        self._idata = idata
+        self.path = path
+        self._arrays: dict[str, np.ndarray] | None = arrays
+
+    def __repr__(self) -> str:
+        return f"Posterior(path={self.path!r}, draws={self.num_draws})"
+
+    @property
+    def idata(self):
+        if self._idata is None:
+            self._idata = _read_netcdf(Path(self.path))
+        return self._idata
+
+    def has(self, var: str) -> bool:
+        """Whether the posterior group holds variable ``var``."""
+        if self._arrays is not None:
+            return f"{_VAR}{var}" in self._arrays
+        return var in self.idata.posterior
+
+    def values(self, var: str) -> np.ndarray:
+        """Draws of ``var`` as stored: (chain, draw, ...)."""
+        if self._arrays is not None:
+            try:
+                return self._arrays[f"{_VAR}{var}"]
+            except KeyError:
+                raise KeyError(var) from None
+        return np.asarray(self.idata.posterior[var].values)
+
+    def _coord(self, dim: str) -> tuple[str, ...]:
+        if self._arrays is not None:
+            try:
+                return tuple(str(v) for v in self._arrays[f"{_COORD}{dim}"])
+            except KeyError:
+                raise KeyError(dim) from None
+        return tuple(str(v) for v in self.idata.posterior[dim].values)
 
     @property
     def gpus(self) -> tuple[str, ...]:
-        return tuple(str(g) for g in self.idata.posterior["gpu"].values)
+        return self._coord("gpu")
 
     @property
     def cells(self) -> tuple[str, ...]:
-        return tuple(str(s) for s in self.idata.posterior["cell"].values)
+        return self._coord("cell")
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -60,16 +108,19 @@ class Posterior:
 
     @property
     def noise_keys(self) -> tuple[str, ...]:
-        return tuple(str(k) for k in self.idata.posterior["noise_key"].values)
+        return self._coord("noise_key")
 
     @property
     def num_draws(self) -> int:
+        if self._arrays is not None:
+            chains, draws = self._arrays[_SIZES]
+            return int(chains * draws)
         p = self.idata.posterior
         return int(p.sizes["chain"] * p.sizes["draw"])
 
     def flat(self, var: str) -> np.ndarray:
         """Draws of ``var`` with chain and draw merged into one leading axis."""
-        v = np.asarray(self.idata.posterior[var].values)
+        v = self.values(var)
         return v.reshape((-1,) + v.shape[2:])
 
 
@@ -77,32 +128,115 @@ def default_posterior_path() -> Path:
     return perfmodel.data_dir() / DEFAULT_POSTERIOR
 
 
-def load_posterior(path: str | Path | None = None) -> Posterior:
+def load_posterior(
+    path: str | Path | None = None, *, cache_dir: str | Path | None = None
+) -> Posterior:
     """Read a posterior netCDF (default: the bundled ``data/posteriors/default.nc``).
+
+    With ``cache_dir``, the posterior group's draws are also kept there as an uncompressed
+    ``.npz`` keyed by the file's resolved path, size, mtime and inode: a later call with the same
+    unchanged file reads those arrays with NumPy (tens of milliseconds) instead of importing
+    ArviZ/xarray and decoding the netCDF (seconds), and gets the very same numbers.  A changed
+    file misses (its old entry is removed); an unreadable or unwritable cache falls back to the
+    netCDF.
 
     Raises:
         PosteriorError: missing or unreadable file, or not a servingmath posterior.
     """
-    import arviz as az
-
     p = Path(path) if path is not None else default_posterior_path()
     if not p.is_file():
         raise PosteriorError(
             f"no posterior at {p}; pass --posterior FILE or run `python -m fitting.fit_bundled`"
         )
+    entry = _cache_entry(p, Path(cache_dir)) if cache_dir is not None else None
+    if entry is not None:
+        arrays = _read_cache(entry)
+        if arrays is not None:
+            _check_variables(p, lambda v: f"{_VAR}{v}" in arrays)
+            return Posterior(None, str(p), arrays=arrays)
+    idata = _read_netcdf(p)
+    _check_variables(p, lambda v: v in idata.posterior)
+    if entry is not None:
+        _write_cache(idata, entry)
+    return Posterior(idata, str(p))
+
+
+def _read_netcdf(p: Path):
+    import arviz as az
+
     try:
-        idata = az.from_netcdf(str(p))
+        return az.from_netcdf(str(p))
     except Exception as exc:  # noqa: BLE001  (h5py/xarray raise many types for a bad file)
         raise PosteriorError(
             f"cannot read posterior {p} ({type(exc).__name__}); is it a netCDF from `servingmath fit`?"
         ) from None
+
+
+def _check_variables(p: Path, present) -> None:
     needed = [n for n in PARAM_NAMES if n not in OPTIONAL_PARAMS]
-    missing = [v for v in (*needed, "sigma", "cell_offset") if v not in idata.posterior]
+    missing = [v for v in (*needed, "sigma", "cell_offset") if not present(v)]
     if missing:
         raise PosteriorError(
             f"{p} lacks posterior variables {missing[:3]}; refit with `servingmath fit`"
         )
-    return Posterior(idata, str(p))
+
+
+POSTERIOR_CACHE_FORMAT = 1
+"""Part of every cache key: a change to what the ``.npz`` holds invalidates the old entries."""
+_VAR, _COORD, _SIZES = "var:", "coord:", "sizes"
+"""``.npz`` keys: ``var:<name>`` (chain, draw, ...) arrays, ``coord:<dim>`` labels (unicode),
+``sizes`` = (chains, draws)."""
+
+
+def _cache_entry(p: Path, cache_dir: Path) -> Path | None:
+    """``<cache_dir>/<hash of the path>-<hash of size, mtime, inode, format>.npz``; None when the
+    file cannot be stat'ed."""
+    try:
+        st = p.stat()
+        where = str(p.resolve())
+    except OSError:
+        return None
+    state = f"{POSTERIOR_CACHE_FORMAT}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    key = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return cache_dir / f"{key}-{hashlib.sha256(state.encode()).hexdigest()[:16]}.npz"
+
+
+def _read_cache(entry: Path) -> dict[str, np.ndarray] | None:
+    try:
+        with np.load(entry, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001  (a truncated or foreign file: read the netCDF instead)
+        return None
+    return arrays if _SIZES in arrays else None
+
+
+def _write_cache(idata, entry: Path) -> None:
+    """Write the posterior group's arrays to ``entry`` (atomically: a temporary file renamed),
+    then remove the entries of older versions of the same file.  Failure leaves no cache."""
+    post = idata.posterior
+    arrays = {f"{_VAR}{k}": np.asarray(v.values) for k, v in post.data_vars.items()}
+    if any(a.dtype == object for a in arrays.values()):
+        return  # object arrays would need pickle to load back: keep reading the netCDF
+    for dim in post.coords:
+        if dim not in ("chain", "draw"):
+            arrays[f"{_COORD}{dim}"] = np.asarray([str(v) for v in post[dim].values], dtype=str)
+    arrays[_SIZES] = np.asarray([post.sizes["chain"], post.sizes["draw"]], dtype=np.int64)
+    tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, entry)
+        for old in entry.parent.glob(f"{entry.name.split('-')[0]}-*.npz"):
+            if old != entry:
+                old.unlink(missing_ok=True)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def save_posterior(posterior: Posterior | object, path: str | Path) -> Path:
@@ -151,11 +285,11 @@ def parameter_draws(
     streams = {g: np.random.default_rng([base, zlib.crc32(g.encode())]) for g in unseen}
     out = {}
     for name in PARAM_NAMES:
-        if name not in posterior.idata.posterior:  # an older file: the field's default
+        if not posterior.has(name):  # an older file: the field's default
             out[name] = np.full((len(idx), len(gpus)), _default_value(name))
             continue
         per_gpu = posterior.flat(name)[idx]
-        pooled = f"mu_{name}" in posterior.idata.posterior
+        pooled = posterior.has(f"mu_{name}")
         if pooled:
             mu, tau = posterior.flat(f"mu_{name}")[idx], posterior.flat(f"tau_{name}")[idx]
         cols = []
@@ -165,6 +299,8 @@ def parameter_draws(
             elif not pooled:  # an update of an older file: no population for this field
                 cols.append(np.full(len(idx), _default_value(name)))
             else:
+                from ._model import to_natural  # NumPyro's import only for an unseen GPU
+
                 z = streams[g].standard_normal(len(idx))
                 cols.append(np.asarray(to_natural(name, jnp.asarray(mu + tau * z))))
         out[name] = np.stack(cols, axis=1) if cols else np.zeros((len(idx), 0))
@@ -187,6 +323,8 @@ def cell_offset_draws(
     found = stand_in_cell(posterior, cell)
     if found is not None:
         return posterior.flat("cell_offset")[idx, posterior.cells.index(found)]
+    from ._model import kernel_cells
+
     tau = "tau_kernel" if kernel_cells([cell])[0] else "tau_source"
     return posterior.flat(tau)[idx] * rng.standard_normal(len(idx))
 

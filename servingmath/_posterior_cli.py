@@ -45,10 +45,12 @@ def resolve_efficiency(
         return pm.Efficiency(), None, "spec-sheet defaults (--prior)"
     if args.draws < 2:
         raise UsageError(f"--draws must be at least 2, got {args.draws}")
-    import fitting  # deferred: pandas/numpyro only load when a posterior is used
+    import fitting
+
+    from .cli import posterior_cache_dir
 
     try:
-        posterior = fitting.load_posterior(args.posterior)
+        posterior = fitting.load_posterior(args.posterior, cache_dir=posterior_cache_dir())
         draws = fitting.efficiency_draws(
             posterior, hardware.name, args.draws, seed=args.seed, weight_dtype=weight_dtype
         )
