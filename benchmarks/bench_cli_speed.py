@@ -3,9 +3,9 @@
     python benchmarks/bench_cli_speed.py          # every command of the table below, cold + warm
     python benchmarks/bench_cli_speed.py --quick  # the import floor and the budget sheet only
 
-Each command runs as a new process (``python -m servingmath ...``), first with an empty compile
-cache (cold: ``SERVINGMATH_CACHE`` pointed at a fresh folder), then again with the cache it just
-filled (warm).  ``servingmath gpus`` (imports, catalogs, no JAX work) is the floor every figure
+Each command runs as a new process (``python -m servingmath ...``), first with an empty cache
+(cold: ``SERVINGMATH_CACHE`` pointed at a fresh folder, so no compiled programs and no draw cache
+of the posterior), then again with the cache it just filled (warm).  ``servingmath gpus`` (imports, catalogs, no JAX work) is the floor every figure
 is divided by, measured in the same run: the machines are shared, so the ratios are what to
 compare between runs.  Peak memory is the child's max RSS (``os.wait4``).  Targets
 (issue 18): warm explain <= 3 s, explain --rate <= 5 s, optimize (the README problem) <= 8 s,

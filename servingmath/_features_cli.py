@@ -226,12 +226,10 @@ def feature_report(
         out["effective_prefill_tokens"] = float(reuse.effective_prefill_tokens)
         out["prefix_prefill_speedup"] = float(reuse.prefill_speedup)
 
-    batch = _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
-    spec = (
-        _spec(args, model, hardware, deployment, efficiency, prompt, output, batch)
-        if args.spec_draft
-        else None
-    )
+    spec = None
+    if args.spec_draft:  # the decode batch (a fixed point under load) matters only here
+        batch = _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
+        spec = _spec(args, model, hardware, deployment, efficiency, prompt, output, batch)
     out["spec_tokens_per_step"] = spec["tokens_per_step"] if spec else 1.0
     out["spec_speedup"] = spec["speedup"] if spec else 1.0
     if spec:

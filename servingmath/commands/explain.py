@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import equinox as eqx
 import jax
@@ -180,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         report["intervals"] = sheet_intervals(
             model, hardware, deployment, draws, float(args.input_len), float(args.output_len)
         )
-    if not all(jnp.isfinite(v) for v in report.values() if isinstance(v, float)):
+    if not all(math.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
     load = load_workload(args)
     features = feature_report(args, model, hardware, deployment, efficiency, load=load)
