@@ -68,3 +68,20 @@ def test_simulator_vs_measured_quick_scores_both_predictors():
     for label in ("closed form", "simulator"):
         assert 0.5 <= float(pooled[label][6]) <= 2.0  # median TPOT predicted / measured
     assert 0.7 <= float(pooled["simulator / closed form"][6].split()[0]) <= 1.3
+
+
+def test_referee_quick_scores_the_recommendation_against_the_full_model():
+    """``benchmarks/bench_referee.py`` in its smoke mode: one small problem through the CLI's
+    optimize pipeline, the full-model referee over its grid and the simulator; the table prints
+    and the referee accepts the recommendation the verdict accepted."""
+    out = _quick("bench_referee.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("| problem | recommendation")
+    rows = [r.split("|") for r in lines if r.startswith("| 8B chat")]
+    assert len(rows) == 2  # the results row and the wall-time row
+    result = rows[0]
+    assert float(result[7]) > 0 and float(result[6]) > 0  # both costs, $/h
+    assert float(result[7]) >= 1.0 - 1e-9  # the referee's cheapest is no dearer than the answer
+    assert float(result[4].split("/")[1]) >= 0.9  # the referee's P of the recommendation
+    assert "within 5 % of the referee: " in out.stdout
