@@ -2,7 +2,7 @@
 
     python benchmarks/bench_new_gpu_e2e.py            # h100-sxm, h200-sxm, b200 (InferenceMAX)
     python benchmarks/bench_new_gpu_e2e.py --mlperf   # and the MLPerf v4.1 GPUs
-    python benchmarks/bench_new_gpu_e2e.py --quick    # one GPU, k in {0, 3}, one seed (smoke)
+    python benchmarks/bench_new_gpu_e2e.py --quick    # one GPU, k in {0, 3}, one seed, tiny (smoke)
 
 For each GPU with end-to-end rows, the GPU is treated as new.  The prior is the bundled posterior
 with the GPU's own parameters removed (``fitting._update.without_gpu``: it is predicted from its
@@ -34,7 +34,12 @@ import pandas as pd
 
 import fitting
 from fitting._holdout import score_rows
-from fitting._serving_stage import E2E_SCENARIOS, add_serving_stage, without_serving_stage
+from fitting._serving_stage import (
+    E2E_SCENARIOS,
+    PER_CELL,
+    add_serving_stage,
+    without_serving_stage,
+)
 from fitting._update import MAX_SERVING_ROWS, update_posterior, without_gpu
 from servingmath.cli import enable_compile_cache
 
@@ -54,6 +59,10 @@ RUN_KEYS = (
     "run_id",
 )
 """Columns whose values one benchmark invocation shares."""
+QUICK_PER_CELL = 10
+"""End-to-end rows per cell of the cut stage's refit in ``--quick``: every cell still gets its
+offset (>= ``MIN_ROWS``), from a few rows instead of up to ``PER_CELL`` (the refit predicts each
+row through the load models)."""
 TARGET_APE, TARGET_COVERAGE, TARGET_K = 0.10, (0.85, 0.95), 10
 """Issue 21's target: median APE and 90 %-interval coverage after ``TARGET_K`` runs."""
 
@@ -66,11 +75,13 @@ def run_ids(rows: pd.DataFrame) -> pd.Series:
     return keyed[list(RUN_KEYS)].astype("string").fillna("").agg("|".join, axis=1)
 
 
-def new_gpu_prior(bundled: fitting.Posterior, e2e: pd.DataFrame, gpu: str) -> fitting.Posterior:
+def new_gpu_prior(
+    bundled: fitting.Posterior, e2e: pd.DataFrame, gpu: str, per_cell: int = PER_CELL
+) -> fitting.Posterior:
     """``bundled`` as if ``gpu`` were new: its parameters removed and the end-to-end cut stage
-    refitted without its end-to-end rows."""
+    refitted without its end-to-end rows (at most ``per_cell`` rows per cell)."""
     nuts = without_serving_stage(bundled.idata)
-    idata, _ = add_serving_stage(nuts, e2e[e2e["gpu"] != gpu], seed=0)
+    idata, _ = add_serving_stage(nuts, e2e[e2e["gpu"] != gpu], per_cell=per_cell, seed=0)
     return without_gpu(fitting.Posterior(idata, bundled.path), gpu)
 
 
@@ -108,10 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="h100-sxm, k in {0, 3}, 1 seed, tiny")
     args = ap.parse_args(argv)
-    if args.quick:
+    per_cell = PER_CELL
+    if args.quick:  # a smoke run: every step once, on the fewest rows and draws that run it
         args.gpus, args.ks, args.seeds, args.max_rows = ["h100-sxm"], [3], 1, 200
-        args.draws = args.warmup = 30
-        args.score_draws = 50
+        args.draws = args.warmup = 10
+        args.max_tree_depth, args.max_serving_rows = 3, 9
+        args.score_draws = 20
+        per_cell = QUICK_PER_CELL
     enable_compile_cache()
     ks = sorted(set(args.ks))
     e2e = fitting.load_measurements(list(E2E_FILES)).table
@@ -141,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         labels = run_ids(rows)
         runs = np.asarray(sorted(labels.unique()))
         usable = [k for k in ks if k < len(runs)]  # at least one run left to score
-        prior = new_gpu_prior(bundled, e2e, gpu)
+        prior = new_gpu_prior(bundled, e2e, gpu, per_cell)
         per_gpu = []
         for seed in range(args.seeds):
             order = np.random.default_rng(seed).permutation(runs)
