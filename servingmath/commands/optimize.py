@@ -247,8 +247,10 @@ def resolve_common(args: argparse.Namespace):
     if not args.prior:
         import fitting
 
+        from ..cli import posterior_cache_dir
+
         try:
-            posterior = fitting.load_posterior(args.posterior)
+            posterior = fitting.load_posterior(args.posterior, cache_dir=posterior_cache_dir())
         except (OSError, ValueError, fitting.PosteriorError) as exc:
             raise UsageError(
                 f"cannot load posterior {args.posterior or '(bundled)'}: {exc}; "
