@@ -22,8 +22,8 @@ For each problem (a ``servingmath optimize`` command line):
 The referee stays affordable without dropping any point by being exact about what it skips:
 points are scored cheapest first, and once one is accepted every dearer point is skipped; a point
 whose engine cannot hold one sequence (``max_concurrent_requests < 1``, the memory constraint,
-the same in every draw) is rejected without its draws; the draws of a point are scored a few at
-a time and it is rejected as soon as more of them fail than the confidence allows.  Every
+the same in every draw) is rejected without its draws; a point's first draws (just enough to
+reject it) are scored before the rest, which only points still within the confidence get.  Every
 (point, draw block) row goes through one compiled function of static shape, shared by all
 problems (``serving_metrics`` per row, vmapped).
 
