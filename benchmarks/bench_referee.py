@@ -34,7 +34,7 @@ a pool split or of speculative decoding is a different closed form, outside this
     python benchmarks/bench_referee.py --only 0   # the 405B problem alone
     python benchmarks/bench_referee.py --quick    # 1 small problem, 10 draws, coarse grid
 
-Wall times on the 2 development cores shared with other work (load 6-9): 7-13 min per problem,
+Wall times on the 2 development cores shared with other work (load 6-9): 7-13 min per problem (42 min for 70B RAG),
 about half in the pipeline's compiles; ``--quick`` 100 s with a warm compile cache, 4-7 min cold.
 """
 
