@@ -38,7 +38,8 @@ from numpyro import handlers
 from numpyro.infer.reparam import LocScaleReparam
 
 from ._groups import COMM_GROUP
-from ._predict import EFFICIENCY_FIELDS, KERNEL_FIELDS, Prepared, predict_log
+from ._names import PARAM_NAMES
+from ._predict import Prepared, predict_log
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,6 @@ PRIORS: dict[str, Prior] = {
     # a property of the launch pipeline, not the chip (per-GPU fits: 0.84-0.85 on all six).
     "elementwise_launch_overlap": Prior("logit", 0.5, 1.5, per_gpu=False),
 }
-PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 assert set(PRIORS) == set(PARAM_NAMES), "every Efficiency/KernelEfficiency field needs a prior"
 
 STUDENT_DF = 5.0

@@ -20,19 +20,12 @@ import perfmodel
 from perfmodel import Efficiency
 from perfmodel._ops import KERNEL_FIELDS
 
+from ._names import EFFICIENCY_FIELDS, PARAM_NAMES
+
 DEFAULT_POSTERIOR = "posteriors/default.nc"
 """Bundled posterior, relative to ``perfmodel.data_dir()``."""
 
 _LOW_PRECISION = {"fp8", "fp4", "int8"}
-
-EFFICIENCY_FIELDS = tuple(
-    f for f in Efficiency.__dataclass_fields__ if f not in KERNEL_FIELDS + ("time_scale",)
-)
-"""Per-GPU fitted ``Efficiency`` fields (``time_scale`` is the per-source cell offset); the same
-tuples as ``_rows``/``_model``, spelled here so that drawing efficiencies needs neither pandas nor
-NumPyro (``tests/test_posterior_cache.py`` holds them equal)."""
-PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
-"""Every fitted parameter, in ``_model.PARAM_NAMES`` order."""
 
 
 class PosteriorError(ValueError):

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 import perfmodel
-from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec
+from perfmodel import Deployment, HardwareSpec, ModelSpec
 from perfmodel._constants import DTYPE_BYTES
-from perfmodel._ops import KERNEL_FIELDS
+from perfmodel._ops import KERNEL_FIELDS  # noqa: F401  (re-exported)
 
 from ._features import (  # noqa: F401  (re-exported)
     ACT_BYTES,
@@ -46,12 +46,8 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
     notes_dict,
     source_key,
 )
+from ._names import EFFICIENCY_FIELDS, OFFSET_FIELDS  # noqa: F401  (re-exported)
 
-OFFSET_FIELDS = ("time_scale",)
-"""``Efficiency`` fields that the fit carries as (source, engine) cell offsets, not per GPU."""
-EFFICIENCY_FIELDS = tuple(
-    f for f in Efficiency.__dataclass_fields__ if f not in KERNEL_FIELDS + OFFSET_FIELDS
-)
 STEP_METRICS = {
     ("prefill", "time"): 0,
     ("decode_step", "time"): 1,
