@@ -111,11 +111,23 @@ def binding_budget(
     load comes to that capacity is ``ServingMetrics.utilization``, whether requests queue is
     ``ServingMetrics.queue_bound``.
     """
+    concurrent, _, _, step = _capacity_step(
+        model, hardware, deployment, efficiency, input_len, output_len
+    )
+    return _binding_code(concurrent, deployment.max_num_seqs, step)
+
+
+def _capacity_step(model, hardware, deployment, efficiency, input_len, output_len):
+    """(KV seats, largest batch b*, mean decode context, the decode step at max(b*, 1))."""
     concurrent, batch = _decode_batch(model, hardware, deployment, input_len, output_len, 0.0)
-    batch = jnp.maximum(batch, 1.0)
     context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
-    step = decode_step(model, hardware, deployment, efficiency, batch, context)
-    kv_limited = concurrent < deployment.max_num_seqs
+    step = decode_step(model, hardware, deployment, efficiency, jnp.maximum(batch, 1.0), context)
+    return concurrent, batch, context, step
+
+
+def _binding_code(concurrent, max_num_seqs, step):
+    """``binding_budget``'s rule on the step at the largest batch."""
+    kv_limited = concurrent < max_num_seqs
     bandwidth_bound = step.memory_s >= step.compute_s
     time_budget = jnp.argmax(jnp.stack([step.compute_s, step.memory_s, step.comm_s]), axis=0) + 1
     return jnp.where(kv_limited & bandwidth_bound, 0, time_budget)
@@ -130,13 +142,11 @@ def budget_sheet(
     output_len: ArrayLike,
 ) -> BudgetSheet:
     """Evaluate every static budget at one operating point (exact: no relaxation)."""
-    concurrent, batch = _decode_batch(model, hardware, deployment, input_len, output_len, 0.0)
-    batch = jnp.maximum(batch, 0.0)
-    context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
-    step1 = decode_step(model, hardware, deployment, efficiency, 1.0, context)
-    step_max = decode_step(
-        model, hardware, deployment, efficiency, jnp.maximum(batch, 1.0), context
+    concurrent, batch, context, step_max = _capacity_step(
+        model, hardware, deployment, efficiency, input_len, output_len
     )
+    batch = jnp.maximum(batch, 0.0)
+    step1 = decode_step(model, hardware, deployment, efficiency, 1.0, context)
     prefill = prefill_step(model, hardware, deployment, efficiency, input_len)
     tokens_per_s = deployment.replicas * batch / step_max.total_s
     return BudgetSheet(
@@ -149,9 +159,7 @@ def budget_sheet(
         decode_step_s_batch1=step1.total_s,
         decode_step_s_max_batch=step_max.total_s,
         decode_tokens_per_s_max=tokens_per_s,
-        binding_budget=binding_budget(
-            model, hardware, deployment, efficiency, input_len, output_len
-        ),
+        binding_budget=_binding_code(concurrent, deployment.max_num_seqs, step_max),
         fits=concurrent >= 1.0,
     )
 
