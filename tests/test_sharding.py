@@ -3,7 +3,7 @@ intervals give the one-device answers.  Two subprocesses, run side by side (the 
 fixed before JAX initialises): one with ``--xla_force_host_platform_device_count=8`` and the
 default mesh (every device), one with a single device.  Both compile with XLA's backend
 optimisation off (``--xla_backend_optimization_level=0``: about half the compile time, which is
-most of the test); the sharded and one-device programs are still compared under one setting."""
+most of the test) and its CPU fusion emitters off (as ``tests/conftest.py``); the sharded and one-device programs are still compared under one setting."""
 
 import json
 import os
@@ -48,7 +48,7 @@ print("RESULT" + json.dumps(out))
 
 
 def _start(devices: int) -> subprocess.Popen:
-    flags = "--xla_backend_optimization_level=0"
+    flags = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
     if devices > 1:
         flags += f" --xla_force_host_platform_device_count={devices}"
     env = dict(os.environ, XLA_FLAGS=flags, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
