@@ -9,6 +9,7 @@ import numpy as np
 from perfmodel.features import expected_tokens_per_step, kv_transfer_s
 
 from ._grid import KNOBS, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
+from ._metrics import served_max_model_len
 from ._problem import Problem
 
 
@@ -35,6 +36,7 @@ def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replic
         "max_num_seqs": g.max_num_seqs[idx["max_num_seqs"]],
         "speculative": None,
         "disaggregation": None,
+        "max_model_len": served_context(problem),
     }
     k = g.spec_k[idx["spec_k"]]
     if k > 0:
@@ -69,6 +71,13 @@ def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replic
             "kv_transfer_s": _kv_transfer(problem, config),
         }
     return out
+
+
+def served_context(problem: Problem) -> int:
+    """The engines' ``max_model_len``: the workload's own (``served_max_model_len``), or the
+    problem's ``max_model_len_tokens`` (already at least that) when it sets one."""
+    served = float(served_max_model_len(problem.workload))
+    return int(max(served, float(problem.max_model_len_tokens)))
 
 
 def _kv_transfer(problem: Problem, config: np.ndarray) -> float:

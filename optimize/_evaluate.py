@@ -1,20 +1,27 @@
 """Exact evaluation of discrete configurations: SLO probability, fewest replicas, cost.
 
-A configuration holds in posterior draw d when p95 TTFT <= SLO, p95 TPOT <= SLO, utilisation < 1
-(throughput >= demand) and one sequence's KV fits.  Its SLO probability is the share of draws in
-which it holds; each of those conditions improves with more replicas (each serves rate / R), so
-the fewest replicas meeting the confidence is found by bisection.
+A configuration holds in posterior draw d when p95 TTFT <= SLO, p95 TPOT <= SLO, p95 ITL <= SLO,
+utilisation < 1 (throughput >= demand) and one sequence's KV fits (of the mean prompt + output,
+and of the ``max_model_len`` the problem asks every engine to admit).  Its SLO probability is
+the share of draws in which it holds; each of those conditions improves with more replicas (each
+serves rate / R), so the fewest replicas meeting the confidence is found by bisection.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from perfmodel import kv_bytes_per_sequence, weight_bytes_per_gpu, workspace_bytes_per_gpu
+from perfmodel import (
+    kv_bytes_per_sequence,
+    max_concurrent_requests,
+    weight_bytes_per_gpu,
+    workspace_bytes_per_gpu,
+)
 from perfmodel._memory import kv_shard_fraction
 from perfmodel.features import expected_tokens_per_step
 
@@ -40,8 +47,21 @@ from ._problem import Problem
 
 Array = jnp.ndarray
 
-CONSTRAINTS: tuple[str, ...] = ("ttft_p95", "tpot_p95", "stability", "memory_fit")
-"""Names of the per-draw constraints, in the order of ``constraint_slacks``."""
+CONSTRAINTS: tuple[str, ...] = ("ttft_p95", "tpot_p95", "stability", "memory_fit", "itl_p95")
+"""Names of the per-draw constraints, in the order of ``constraint_slacks`` (the ITL bound last:
+the memory fit keeps its index 3, which the search overwrites with its smooth form)."""
+
+
+def context_fit(problem: Problem, m: SloMetrics, hardware, deployment, temperature=0.0):
+    """``m`` with ``concurrent_requests`` capped by the sequences of ``max_model_len_tokens``
+    whose KV fits (``max_concurrent_requests``; vLLM refuses to start below one), unchanged when
+    the problem sets no context (0)."""
+    context = problem.max_model_len_tokens
+    fits = max_concurrent_requests(
+        problem.model, hardware, deployment, jnp.maximum(context, 1.0), temperature
+    )
+    capped = jnp.where(context > 0, jnp.minimum(m.concurrent_requests, fits), m.concurrent_requests)
+    return dataclasses.replace(m, concurrent_requests=capped)
 
 
 def mix_gpu(tree, weights: Array):
@@ -101,10 +121,12 @@ def colocated_metrics(
             chunk_tokens=chunk,
             spec=spec,
         )
+        m = context_fit(problem, m, hardware, deployment, temperature)
         if metrics_fn is slo_metrics:
             return m
         dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, deployment, chunk)
         v = metrics_fn(problem.model, hardware, dep, eff, problem.workload, temperature)
+        v = context_fit(problem, v, hardware, deployment, temperature)
         if spec is None:
             return v
         return jax.tree_util.tree_map(lambda a, b: jnp.where(spec.draft_tokens > 0, a, b), m, v)
@@ -125,8 +147,9 @@ def split_metrics(
     dep_d = eqx.tree_at(lambda d: d.replicas, deployment, replicas * d_units)
     hw_p = mix_gpu(problem.hardware, weights[PREFILL_GPU])
     hw_d = mix_gpu(problem.hardware, weights[GPU])
-    return jax.vmap(
-        lambda ep, ed: split_slo_metrics(
+
+    def one(ep, ed):
+        m = split_slo_metrics(
             problem.model,
             (hw_p, dep_p, ep),
             (hw_d, dep_d, ed),
@@ -137,7 +160,21 @@ def split_metrics(
             transfer_latency_s=problem.transfer_latency_s,
             orchestration_s=problem.orchestration_s,
         )
-    )(mix_gpu(problem.efficiency, weights[PREFILL_GPU]), mix_gpu(problem.efficiency, weights[GPU]))
+        m = context_fit(problem, m, hw_p, dep_p, temperature)
+        return split_itl(context_fit(problem, m, hw_d, dep_d, temperature))
+
+    return jax.vmap(one)(
+        mix_gpu(problem.efficiency, weights[PREFILL_GPU]), mix_gpu(problem.efficiency, weights[GPU])
+    )
+
+
+def split_itl(m: SloMetrics) -> SloMetrics:
+    """A decode pool's ITL: its iterations carry no prefill, so one gap is one decode iteration
+    and its quantiles are the iteration's at the batch's quantiles -- the split model's TPOT
+    quantiles (``_split``: the iteration at the mean and at the p95 batch)."""
+    if m.itl_quantiles_s is not None:
+        return m
+    return dataclasses.replace(m, itl_p95_s=m.tpot_p95_s, itl_quantiles_s=m.tpot_quantiles_s)
 
 
 def pool_metrics(
@@ -176,12 +213,17 @@ def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
     def log_ratio(bound, value):
         return jnp.log(bound) - jnp.log(jnp.maximum(value, 1e-30))
 
+    # no ITL bound (also bounds without the field, such as a benchmark's namespace) is slack
+    # +inf even where the latencies are inf: the constraint is absent, not undefined
+    itl_bound = jnp.asarray(getattr(problem, "slo_itl_p95_s", jnp.inf))
+
     return jnp.stack(
         [
             log_ratio(problem.slo_ttft_p95_s, m.ttft_p95_s),
             log_ratio(problem.slo_tpot_p95_s, m.tpot_p95_s),
             -jnp.log(jnp.maximum(m.utilization, 1e-30)),
             jnp.log(jnp.maximum(m.concurrent_requests, 1e-30)),
+            jnp.where(jnp.isfinite(itl_bound), log_ratio(itl_bound, m.itl_p95_s), jnp.inf),
         ]
     )
 
@@ -190,15 +232,19 @@ def memory_slack(
     problem: Problem, weights: tuple[Array, ...], gpu_weights: Array | None = None
 ) -> Array:
     """log(HBM the engine may use / (weights + workspace + one sequence's KV)) on one device;
-    >= 0 exactly when one sequence fits (up to block rounding).  Smooth in the relaxed knobs, so
+    >= 0 exactly when one sequence fits (up to block rounding) -- of the mean prompt + output,
+    or of the problem's ``max_model_len_tokens`` when longer.  Smooth in the relaxed knobs, so
     the search feels the memory wall even where the KV capacity is clipped at zero."""
     tables = grid_tables(problem.grid)
     dep = deployment_from_weights(weights, tables, 1.0)
     hw = mix_gpu(problem.hardware, weights[GPU] if gpu_weights is None else gpu_weights)
     wl = problem.workload
-    seq = kv_bytes_per_sequence(
-        problem.model, dep.kv_bytes_per_elem, wl.prompt_tokens_mean + wl.output_tokens_mean
-    ) * kv_shard_fraction(problem.model, dep.tp, dep.pp)
+    longest = jnp.maximum(
+        wl.prompt_tokens_mean + wl.output_tokens_mean, problem.max_model_len_tokens
+    )
+    seq = kv_bytes_per_sequence(problem.model, dep.kv_bytes_per_elem, longest) * kv_shard_fraction(
+        problem.model, dep.tp, dep.pp
+    )
     need = (
         weight_bytes_per_gpu(problem.model, dep) + workspace_bytes_per_gpu(problem.model, dep) + seq
     )
@@ -216,7 +262,7 @@ def meets_confidence(probability: Array, confidence: Array) -> Array:
 
 def holds(slacks: Array) -> Array:
     """Per-draw indicator that every constraint holds (strict for stability)."""
-    strict = jnp.asarray([False, False, True, False])[:, None]
+    strict = jnp.asarray([name == "stability" for name in CONSTRAINTS])[:, None]
     ok = jnp.where(strict, slacks > 0, slacks >= 0)
     return jnp.all(ok, axis=0)
 

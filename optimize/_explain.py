@@ -38,6 +38,7 @@ SENSITIVITIES: tuple[str, ...] = (
     "output_tokens_mean",
     "slo_ttft_p95_s",
     "slo_tpot_p95_s",
+    "slo_itl_p95_s",
 )
 """Quantities the cost is differentiated against (hardware budgets, workload, SLO bounds)."""
 
@@ -58,6 +59,7 @@ def _scaled(problem: Problem, log_scales: Array) -> Problem:
             p.workload.output_tokens_mean,
             p.slo_ttft_p95_s,
             p.slo_tpot_p95_s,
+            p.slo_itl_p95_s,
         ),
         problem,
         (
@@ -70,6 +72,7 @@ def _scaled(problem: Problem, log_scales: Array) -> Problem:
             w.output_tokens_mean * s[6],
             problem.slo_ttft_p95_s * s[7],
             problem.slo_tpot_p95_s * s[8],
+            problem.slo_itl_p95_s * s[9],
         ),
     )
 
@@ -131,7 +134,13 @@ def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, 
     finite_slo = jnp.concatenate(
         [
             jnp.ones(7, dtype=bool),
-            jnp.stack([jnp.isfinite(problem.slo_ttft_p95_s), jnp.isfinite(problem.slo_tpot_p95_s)]),
+            jnp.stack(
+                [
+                    jnp.isfinite(problem.slo_ttft_p95_s),
+                    jnp.isfinite(problem.slo_tpot_p95_s),
+                    jnp.isfinite(problem.slo_itl_p95_s),
+                ]
+            ),
         ]
     )
     return jnp.exp(log_r), jnp.where(finite_slo, elasticity, 0.0)
@@ -140,7 +149,10 @@ def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, 
 def binding_constraint(problem: Problem, slacks: np.ndarray) -> str:
     """The constraint with the least headroom at the required confidence: the one whose
     (1 - confidence)-quantile of log-slack over draws is smallest.  ``slacks``: (constraints, draws)."""
-    q = np.quantile(np.asarray(slacks), 1.0 - float(problem.confidence), axis=1)
+    slacks = np.asarray(slacks)
+    # an unbounded SLO has slack +inf: kept out of the interpolation (inf - inf)
+    slacks = np.where(np.isposinf(slacks), np.finfo(float).max, slacks)
+    q = np.quantile(slacks, 1.0 - float(problem.confidence), axis=1)
     q = np.where(np.isnan(q), np.inf, q)
     return CONSTRAINTS[int(np.argmin(q))]
 
@@ -148,26 +160,28 @@ def binding_constraint(problem: Problem, slacks: np.ndarray) -> str:
 @eqx.filter_jit
 def _achievable(problem: Problem, configs: Array) -> Array:
     """Per config at ``max_replicas``, confidence-quantiles over draws of: the common factor by
-    which both SLO bounds must be relaxed, p95 TTFT, p95 TPOT (inf where it is unstable or does
-    not fit).  Shape (n, 3)."""
+    which every SLO bound must be relaxed, p95 TTFT, p95 TPOT, p95 ITL (inf where it is unstable
+    or does not fit).  Shape (n, 4)."""
     r = float(problem.grid.max_replicas)
+    slos = jnp.asarray([CONSTRAINTS.index(k) for k in ("ttft_p95", "tpot_p95", "itl_p95")])
 
     def one(config):
         m = draw_metrics(problem, one_hot_weights(config, problem.grid), r)
         slacks = constraint_slacks(problem, m)
-        hard_ok = holds(slacks.at[:2].set(0.0))
-        over = jnp.exp(-jnp.minimum(slacks[:2], 0.0))  # >= 1: needed relaxation per SLO
+        hard_ok = holds(slacks.at[slos].set(0.0))
+        over = jnp.exp(-jnp.minimum(slacks[slos], 0.0))  # >= 1: needed relaxation per SLO
         factor = jnp.where(hard_ok, jnp.max(over, axis=0), jnp.inf)
         ttft = jnp.where(hard_ok, m.ttft_p95_s, jnp.inf)
         tpot = jnp.where(hard_ok, m.tpot_p95_s, jnp.inf)
-        return jnp.quantile(jnp.stack([factor, ttft, tpot]), problem.confidence, axis=1)
+        itl = jnp.where(hard_ok, m.itl_p95_s, jnp.inf)
+        return jnp.quantile(jnp.stack([factor, ttft, tpot, itl]), problem.confidence, axis=1)
 
     return jax.vmap(one)(configs)
 
 
 def closest_achievable(problem: Problem) -> dict:
-    """What can be met with the required confidence at ``max_replicas``: the smallest p95 TTFT
-    and p95 TPOT bounds (each on its own), and the smallest common factor on the given bounds
+    """What can be met with the required confidence at ``max_replicas``: the smallest p95 TTFT,
+    p95 TPOT and p95 ITL bounds (each on its own), and the smallest common factor on the given bounds
     (``scale``; None where nothing fits and keeps up at all).  ``binding`` names the SLO that
     needs the larger relaxation; ``configs`` maps each of the three to the index vector that
     achieves it (chunks of 4096 configurations: one compiled shape for large grids)."""
@@ -187,23 +201,26 @@ def closest_achievable(problem: Problem) -> dict:
             "scale": None,
             "ttft_p95_s": None,
             "tpot_p95_s": None,
+            "itl_p95_s": None,
             "binding": "memory_fit_or_stability",
             "configs": {},
         }
     where = {
         k: configs[int(np.argmin(q[:, j]))]
-        for j, k in enumerate(("scale", "ttft_p95_s", "tpot_p95_s"))
+        for j, k in enumerate(("scale", "ttft_p95_s", "tpot_p95_s", "itl_p95_s"))
     }
     ratios = {}
     for name, bound, v in (
         ("ttft_p95", problem.slo_ttft_p95_s, best[1]),
         ("tpot_p95", problem.slo_tpot_p95_s, best[2]),
+        ("itl_p95", problem.slo_itl_p95_s, best[3]),
     ):
         ratios[name] = v / float(bound) if np.isfinite(float(bound)) else 0.0
     return {
         "scale": float(best[0]),
         "ttft_p95_s": float(best[1]),
         "tpot_p95_s": float(best[2]),
+        "itl_p95_s": float(best[3]),
         "binding": max(ratios, key=ratios.get),
         "configs": where,
     }

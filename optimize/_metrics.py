@@ -1,4 +1,4 @@
-"""The serving metrics a chance constraint reads: p95 TTFT, p95 TPOT, utilisation, memory fit.
+"""The serving metrics a chance constraint reads: p95 TTFT, TPOT and ITL, utilisation, memory fit.
 
 Two evaluations of one load model, with one output type:
 
@@ -10,11 +10,13 @@ Two evaluations of one load model, with one output type:
   batch-service capacity (``perfmodel.dynamics.saturated_batch``), the operating batch by
   Little's law, TTFT as residual + Kingman prefill-server wait (Takacs-shifted tail) + own
   prefill (``ttft_quantiles``), TPOT as a request's mean gap spread by the prefill landing in its
-  gaps (``tpot_quantiles``) -- about 10 us, so the gradient search and the exhaustive referee can
-  afford every configuration x replica count x posterior draw.  Its agreement with the verdict
-  model is measured (``benchmarks/bench_search_agreement.py``: median p95 TTFT / TPOT /
-  utilisation ratios 0.98 / 1.00 / 1.00 over four problems) and tested
-  (``tests/test_search_model.py``).
+  gaps (``tpot_quantiles``), ITL as one gap's two-point law (``itl_quantiles``) -- about 10 us,
+  so the gradient search and the exhaustive referee can afford every configuration x replica
+  count x posterior draw.  Its agreement with the verdict model is measured
+  (``benchmarks/bench_search_agreement.py``: median p95 TTFT / TPOT / utilisation ratios
+  0.98 / 1.00 / 1.00 over four problems; p95 ITL 1.06 and 1.00 on the two problems of
+  ``tests/test_itl_slo_and_max_model_len.py`` / ``tests/test_search_model.py``) and tested
+  (``tests/test_search_model.py``, ``tests/test_itl_slo_and_max_model_len.py``).
 
 Both are pure functions of the spec pytrees, exact at ``temperature == 0`` and smooth above it.
 """
@@ -65,9 +67,14 @@ class SloMetrics(eqx.Module):
         ttft_p95_s: 95th-percentile time to first token.
         tpot_p95_s: 95th-percentile time per output token.
         utilization: offered load / capacity of one replica (stable below 1).
-        concurrent_requests: sequences of prompt + output tokens whose KV fits (fits at >= 1).
+        concurrent_requests: sequences of prompt + output tokens whose KV fits (fits at >= 1);
+            with a ``Problem.max_model_len_tokens`` the evaluation caps it by the sequences of
+            that context whose KV fits (an engine that cannot hold one does not start).
         ttft_quantiles_s: TTFT (p50, p95, p99).
         tpot_quantiles_s: TPOT (p50, p95, p99).
+        itl_p95_s: 95th-percentile inter-token latency (one gap, over gaps).
+        itl_quantiles_s: ITL (p50, p95, p99).  None where a model does not give it (the
+            two-pool search model: ``optimize._evaluate.split_metrics`` fills it in).
     """
 
     ttft_p95_s: Array
@@ -76,6 +83,8 @@ class SloMetrics(eqx.Module):
     concurrent_requests: Array
     ttft_quantiles_s: Array
     tpot_quantiles_s: Array
+    itl_p95_s: Array | None = None
+    itl_quantiles_s: Array | None = None
 
 
 class SpecStep(eqx.Module):
@@ -267,6 +276,38 @@ def _mixture_quantiles(mean: Array, variances: Array) -> Array:
     return jnp.exp(flat(cdf, log_t))
 
 
+ITL_GRID = 128
+"""Log-spaced points on which the search model's ITL law is tabulated (it spans two points,
+a decode-only and a prefill-carrying gap, so twice the TPOT grid)."""
+
+
+def itl_quantiles(
+    short_s: Array, long_s: Array, long_share: Array, variance: Array, tokens_per_step: Array
+) -> Array:
+    """(p50, p95, p99) of one decode gap by ``perfmodel``'s law (``_serving_tail.gap_quantiles``):
+    a gap without prefill work (``short_s``) or, with probability f = ``long_share``, with it
+    (``long_s``), each a lognormal of ``variance`` (the batch's drift over one gap),
+    F(t) = (1 - f) LN(t; short) + f LN(t; long), tabulated on ``ITL_GRID`` log-spaced points and
+    inverted by interpolation (no bisection), per token (/ E)."""
+    means = jnp.maximum(jnp.stack(jnp.broadcast_arrays(short_s, long_s), axis=-1), 1e-30)
+    s2 = jnp.log1p(jnp.maximum(variance, 0.0)[..., None] / jnp.square(means))
+    mu, sd = jnp.log(means) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, 1e-12))
+    lo = jnp.min(mu - 3.0 * sd, axis=-1, keepdims=True)
+    hi = jnp.max(mu + 4.0 * sd, axis=-1, keepdims=True)
+    log_t = lo + (hi - lo) * jnp.linspace(0.0, 1.0, ITL_GRID)
+    phi = ndtr((log_t[..., :, None] - mu[..., None, :]) / sd[..., None, :])
+    f = jnp.clip(long_share, 0.0, 1.0)[..., None]
+    cdf = (1.0 - f) * phi[..., 0] + f * phi[..., 1]
+
+    def invert(c, x):
+        return jnp.interp(jnp.asarray(QUANTILES), c, x)
+
+    flat = invert
+    for _ in range(cdf.ndim - 1):
+        flat = jax.vmap(flat)
+    return jnp.exp(flat(cdf, log_t)) / jnp.asarray(tokens_per_step)[..., None]
+
+
 def slo_metrics(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -290,7 +331,12 @@ def slo_metrics(
     the larger of that chord and the iteration evaluated there.  TTFT: ``ttft_quantiles`` (residual
     + prefill-server wait + own ceil(I / c) chunk iterations); TPOT: ``tpot_quantiles`` (the mean
     gap spread by the prefill landing in a request's gaps), at most the gap of full-budget
-    iterations.
+    iterations.  ITL: ``itl_quantiles`` -- the share of iterations carrying prefill is the
+    steady state's Poisson one, f = 1 - exp(-lambda t ceil(I / c)), at least the conserved
+    lambda I t / B; a carrying gap holds the prefill the mean gap adds, t_dec + (t - t_dec) / f,
+    at most a full budget's iteration; the batch drifts by Var(N) = n (1 + c_a^2) / 2 / (1 - g)^2,
+    g = n t_d' / t (t_d' the decode-only iteration's slope in the batch), moving the gap by
+    t_d' sqrt(Var(N)), at most the headroom t_d' (n_sat - n) to the saturated batch.
     """
     lam = workload.arrival_rate_per_s / deployment.replicas
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
@@ -337,11 +383,16 @@ def slo_metrics(
     # it; the mean gap is the larger of that and the chord through (1, t_one) and (n, t_full):
     # the chord is above a convex (dense roofline) step, below a concave one (a MoE step, as
     # more experts are touched)
-    t_with, t_dec, t_budget, t_op = iteration(
-        n_op,
-        jnp.stack(jnp.broadcast_arrays(c_eff, 0.0, budget, n_op * i_len / steps)),
-        jnp.stack(jnp.broadcast_arrays(c_eff, c_eff, c_eff, i_len)),
-        jnp.stack(jnp.broadcast_arrays(*([jnp.maximum(i_len - c_eff, 0.0) / 2.0] * 3), i_len / 2)),
+    # (and a decode-only iteration of one sequence: the slope of the decode gap in the batch)
+    t_with, t_dec, t_budget, t_op, t_dec_one = iteration(
+        jnp.stack(jnp.broadcast_arrays(n_op, n_op, n_op, n_op, 1.0)),
+        jnp.stack(jnp.broadcast_arrays(c_eff, 0.0, budget, n_op * i_len / steps, 0.0)),
+        jnp.stack(jnp.broadcast_arrays(c_eff, c_eff, c_eff, i_len, c_eff)),
+        jnp.stack(
+            jnp.broadcast_arrays(
+                *([jnp.maximum(i_len - c_eff, 0.0) / 2.0] * 3), i_len / 2, jnp.zeros_like(c_eff)
+            )
+        ),
     )
     t_mean = jnp.maximum(t_op, intercept + slope * n_op)
     own = chunks * t_with
@@ -368,6 +419,18 @@ def slo_metrics(
     # a request's mean gap is at most that of iterations all carrying a full budget
     cap = jnp.maximum(t_budget, t_mean) / e
     tpot = jnp.where(stable[..., None], jnp.minimum(tpot_q, cap[..., None]), jnp.inf)
+    # ITL: one gap, decode-only (t_dec) or, a share f of them, carrying the prefill that makes
+    # the mean gap (prompts in prefill per iteration Poisson, x = lambda t ceil(I / c); the
+    # prompt tokens conserved: at least lambda I t / B of the iterations carry a full budget)
+    x = lam * t_mean * chunks
+    share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), 1e-9, 1.0)
+    t_long = jnp.clip(t_dec + (t_mean - t_dec) / share, t_dec, jnp.maximum(t_budget, t_mean))
+    slope_dec = jnp.maximum(t_dec - t_dec_one, 0.0) / jnp.maximum(n_op - 1.0, 1.0)
+    gain = jnp.clip(n_op * slope_dec / jnp.maximum(t_mean, 1e-30), 0.0, 0.95)
+    drift = jnp.square(slope_dec) * n_op * (1.0 + ca2) / 2.0 / jnp.square(1.0 - gain)
+    headroom = slope_dec * jnp.maximum(n_full - n_op, 0.0)
+    drift = jnp.minimum(drift, jnp.square(headroom))
+    itl = jnp.where(stable[..., None], itl_quantiles(t_dec, t_long, share, drift, e), jnp.inf)
     return SloMetrics(
         ttft_p95_s=ttft[1],
         tpot_p95_s=tpot[1],
@@ -375,6 +438,8 @@ def slo_metrics(
         concurrent_requests=concurrent,
         ttft_quantiles_s=ttft,
         tpot_quantiles_s=tpot,
+        itl_p95_s=itl[..., 1],
+        itl_quantiles_s=itl,
     )
 
 
@@ -434,4 +499,6 @@ def serving_slo_metrics(
         concurrent_requests=concurrent,
         ttft_quantiles_s=jnp.stack([m.ttft_s.p50, m.ttft_s.p95, m.ttft_s.p99]),
         tpot_quantiles_s=jnp.stack([m.tpot_s.p50, m.tpot_s.p95, m.tpot_s.p99]),
+        itl_p95_s=m.itl_s.p95,
+        itl_quantiles_s=jnp.stack([m.itl_s.p50, m.itl_s.p95, m.itl_s.p99]),
     )

@@ -18,7 +18,7 @@ from perfmodel.features import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY
 
 from ._draws import efficiency_draws_for
 from ._grid import Grid
-from ._metrics import Workload
+from ._metrics import Workload, served_max_model_len
 
 DEFAULT_CONFIDENCE = 0.9
 """Probability over the posterior with which every constraint must hold."""
@@ -45,6 +45,10 @@ class Problem(eqx.Module):
         transfer_latency_s, orchestration_s: fixed costs of a hand-off and of the two-scheduler
             hop (``perfmodel.features`` defaults).
         grid: the discrete choices (static; GPU names live with the caller, in ``gpus`` order).
+        slo_itl_p95_s: p95 inter-token latency bound, over gaps (``inf`` = no bound).
+        max_model_len_tokens: the context every engine must admit (vLLM ``--max-model-len``):
+            one sequence of it must fit the KV cache, or the engine does not start (0 = the
+            workload's own, ``served_max_model_len``, with no further check).
     """
 
     model: ModelSpec
@@ -63,6 +67,8 @@ class Problem(eqx.Module):
     transfer_latency_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
     orchestration_s: jnp.ndarray = eqx.field(converter=jnp.asarray)
     grid: Grid = eqx.field(static=True)
+    slo_itl_p95_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=math.inf)
+    max_model_len_tokens: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
 
     @property
     def num_draws(self) -> int:
@@ -92,6 +98,8 @@ def make_problem(
     *,
     slo_ttft_p95_s: float | None = None,
     slo_tpot_p95_s: float | None = None,
+    slo_itl_p95_s: float | None = None,
+    max_model_len: int | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
     grid: Grid | None = None,
     efficiency: Efficiency | None = None,
@@ -112,7 +120,12 @@ def make_problem(
         model: served model.
         gpus: candidate hardware ids (``data/hardware.csv`` or ``hardware_csv``).
         workload: target load.
-        slo_ttft_p95_s, slo_tpot_p95_s: SLO bounds in seconds; ``None`` = unbounded.
+        slo_ttft_p95_s, slo_tpot_p95_s, slo_itl_p95_s: SLO bounds in seconds (ITL: one gap
+            between consecutive tokens, its p95 over gaps); ``None`` = unbounded.
+        max_model_len: the context the deployment must serve, tokens; the engines get
+            max(it, ``served_max_model_len(workload)``) and a configuration whose KV cache
+            cannot hold one sequence of that length is infeasible.  ``ValueError`` when no
+            GPU in ``gpus`` holds one at the grid's largest TP x PP and smallest dtypes.
         confidence: probability in (0, 1) that all constraints hold.
         grid: knob choices (default ``Grid(len(gpus))``).
         efficiency: draws with leaves (gpus, draws); default from ``posterior`` or the prior.
@@ -131,9 +144,15 @@ def make_problem(
         raise ValueError("no candidate GPUs; pass at least one hardware id")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence {confidence} must be strictly between 0 and 1, e.g. 0.9")
-    for label, v in (("TTFT", slo_ttft_p95_s), ("TPOT", slo_tpot_p95_s)):
-        if v is not None and not v > 0:
+    for label, v in (("TTFT", slo_ttft_p95_s), ("TPOT", slo_tpot_p95_s), ("ITL", slo_itl_p95_s)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
             raise ValueError(f"{label} SLO {v} must be a positive number of seconds")
+    if max_model_len is not None and not (
+        isinstance(max_model_len, int | float)
+        and math.isfinite(max_model_len)
+        and max_model_len >= 1
+    ):
+        raise ValueError(f"max_model_len {max_model_len} must be a positive number of tokens")
     specs = hardware or [
         load_hardware(g, prices_csv=prices_csv, hardware_csv=hardware_csv) for g in gpus
     ]
@@ -154,6 +173,10 @@ def make_problem(
         raise ValueError(
             f"KV transfer bandwidth {transfer_bytes_per_s} must be a positive number of bytes/s"
         )
+    context = 0.0
+    if max_model_len is not None:
+        context = max(float(max_model_len), float(served_max_model_len(workload)))
+        _require_context_fits(model, gpus, specs, grid, context)
     return Problem(
         model=anonymous_model(model),
         hardware=stack_hardware(specs),
@@ -171,6 +194,46 @@ def make_problem(
         transfer_latency_s=DEFAULT_TRANSFER_LATENCY_S,
         orchestration_s=DEFAULT_ORCHESTRATION_S,
         grid=grid,
+        slo_itl_p95_s=math.inf if slo_itl_p95_s is None else slo_itl_p95_s,
+        max_model_len_tokens=context,
+    )
+
+
+def _require_context_fits(model, gpus, specs, grid: Grid, context: float) -> None:
+    """``ValueError`` naming the fix when no GPU of ``gpus`` holds the KV of one ``context``-token
+    sequence in any grid configuration: the most room is the largest legal TP x PP (the weights
+    and the KV split over most devices) with the smallest weight and KV dtypes."""
+    from perfmodel import DTYPE_BYTES, Deployment, max_concurrent_requests
+
+    kv = min(DTYPE_BYTES[d] for d in grid.kv_dtypes)
+    weight = min(DTYPE_BYTES[d] for d in grid.weight_dtypes)
+    heads = int(model.num_heads)
+    best = None  # (tokens one sequence may hold, gpu, tp, pp)
+    for g, h in zip(gpus, specs):
+        for tp in (t for t in grid.tp if heads % t == 0):
+            for pp in grid.pp:
+                dep = Deployment(
+                    tp=float(tp),
+                    pp=float(pp),
+                    weight_bytes_per_param=weight,
+                    kv_bytes_per_elem=kv,
+                    max_num_batched_tokens=float(min(grid.max_num_batched_tokens)),
+                    microbatches=float(pp),
+                )
+                if float(max_concurrent_requests(model, h, dep, context)) >= 1.0:
+                    return
+                room = float(max_concurrent_requests(model, h, dep, 1.0))  # one-block sequences
+                tokens = room * float(dep.block_size_tokens)
+                if best is None or tokens > best[0]:
+                    best = (tokens, g, tp, pp)
+    tokens, g, tp, pp = best if best is not None else (0.0, gpus[0], 1, 1)
+    w_name = min(grid.weight_dtypes, key=DTYPE_BYTES.get)
+    kv_name = min(grid.kv_dtypes, key=DTYPE_BYTES.get)
+    raise ValueError(
+        f"max_model_len {int(context)}: no GPU in {','.join(gpus)} holds the KV of one sequence "
+        f"that long (the most room, {g} TP{tp} PP{pp} with {w_name} weights and {kv_name} KV, "
+        f"holds about {int(tokens):,} tokens); raise TP / choose a larger GPU / lower "
+        "--max-model-len"
     )
 
 

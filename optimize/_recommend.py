@@ -29,7 +29,7 @@ from perfmodel import (
 
 from ._describe import _select, describe
 from ._engine_args import engine_args
-from ._evaluate import constraint_slacks, draw_metrics
+from ._evaluate import constraint_slacks, draw_metrics, holds
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
 from ._grid import POOL, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
 from ._problem import Problem
@@ -60,6 +60,7 @@ class Recommendation(NamedTuple):
     search_seconds: float
     simulator: dict[str, Any] | None = None
     metrics_model: str | None = None
+    itl_s: dict[str, float] | None = None
 
     def to_json(self) -> dict[str, Any]:
         c = self.config or {}
@@ -79,6 +80,7 @@ class Recommendation(NamedTuple):
                     "kv_dtype",
                     "weight_dtype",
                     "speculative",
+                    "max_model_len",
                 )
             },
             "disaggregation": c.get("disaggregation"),
@@ -87,6 +89,7 @@ class Recommendation(NamedTuple):
             "slo_probability": self.slo_probability,
             "ttft_s": self.ttft_s,
             "tpot_s": self.tpot_s,
+            "itl_s": self.itl_s,
             "binding_constraint": self.binding_constraint,
             "binding_budget": self.binding_budget,
             "shadow_prices": self.shadow_prices,
@@ -223,12 +226,16 @@ def _explain(
     weights = one_hot_weights(cfg, problem.grid)
     m = metrics if metrics is not None else _search_metrics(problem, cfg, float(replicas))
     slacks = np.asarray(constraint_slacks(problem, m))
-    ok = np.all(np.where(np.arange(4)[:, None] == 2, slacks > 0, slacks >= 0), axis=0)
+    ok = np.asarray(holds(jnp.asarray(slacks)))
     _, elastic = cost_elasticities(problem, cfg)
     elastic = {k: float(v) for k, v in zip(SENSITIVITIES, np.asarray(elastic))}
+    if not math.isfinite(float(problem.slo_itl_p95_s)):  # no ITL bound: no ITL sensitivity
+        elastic.pop("slo_itl_p95_s")
     shadow = {}
-    for name in ("slo_ttft_p95_s", "slo_tpot_p95_s"):
+    for name in ("slo_ttft_p95_s", "slo_tpot_p95_s", "slo_itl_p95_s"):
         bound = float(getattr(problem, name))
+        if name == "slo_itl_p95_s" and not math.isfinite(bound):
+            continue  # reported only when the ITL bound is set
         shadow[name.removeprefix("slo_")] = (
             cost * elastic[name] / bound if math.isfinite(bound) else 0.0
         )
@@ -255,6 +262,7 @@ def _explain(
         slo_probability=float(np.mean(ok)),
         ttft_s=_summary(np.asarray(m.ttft_quantiles_s)),
         tpot_s=_summary(np.asarray(m.tpot_quantiles_s)),
+        itl_s=_summary(np.asarray(m.itl_quantiles_s)),
         binding_constraint=binding_constraint(problem, slacks),
         binding_budget=BINDING_BUDGETS[int(sheet.binding_budget)],
         shadow_prices=shadow,

@@ -22,15 +22,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from perfmodel import max_concurrent_requests
-from perfmodel.dynamics import DecodeCost
+from perfmodel.dynamics import DecodeCost, serving_metrics
 from perfmodel.features import speculative_serving_metrics, split_serving
 
 from ._evaluate import (
     constraint_slacks,
+    context_fit,
     cost_per_hour,
     holds,
     meets_confidence,
     mix_gpu,
+    split_itl,
 )
 from ._grid import (
     GPU,
@@ -75,11 +77,13 @@ def kind_of(problem: Problem, config) -> str:
 
 def _engine(problem: Problem, config, replicas):
     """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``; its
-    context admits every request of the workload (``served_max_model_len``)."""
+    context admits every request of the workload (``served_max_model_len``) and is at least the
+    problem's ``max_model_len_tokens``."""
     tables = grid_tables(problem.grid)
     w = one_hot_weights(config, problem.grid)
     dep = deployment_from_weights(w, tables, replicas)
-    dep = eqx.tree_at(lambda d: d.max_model_len, dep, served_max_model_len(problem.workload))
+    context = jnp.maximum(served_max_model_len(problem.workload), problem.max_model_len_tokens)
+    dep = eqx.tree_at(lambda d: d.max_model_len, dep, context)
     chunk = chunk_from_weights(w, tables)
     return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU]), chunk
 
@@ -117,8 +121,11 @@ def _colocated(problem: Problem, configs, replicas) -> SloMetrics:
         problem,
         configs,
         replicas,
-        lambda hw, dep, e, chunk: serving_slo_metrics(
-            problem.model, hw, dep, e, problem.workload, chunk_tokens=chunk
+        lambda hw, dep, e, chunk: context_fit(
+            problem,
+            serving_slo_metrics(problem.model, hw, dep, e, problem.workload, chunk_tokens=chunk),
+            hw,
+            dep,
         ),
     )
 
@@ -149,14 +156,18 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
                 draft_model=None if mtp else problem.draft_model,
                 chunk_tokens=chunk,
             )
-            return SloMetrics(
+            itl = _speculative_itl(problem.model, hw, dep, e, wl, k, alpha, mtp, problem, chunk)
+            m = SloMetrics(
                 ttft_p95_s=f.ttft_s[2],
                 tpot_p95_s=f.tpot_s[2],
                 utilization=f.utilization,
                 concurrent_requests=seats,
                 ttft_quantiles_s=f.ttft_s[1:],
                 tpot_quantiles_s=f.tpot_s[1:],
+                itl_p95_s=itl[1],
+                itl_quantiles_s=itl,
             )
+            return context_fit(problem, m, hw, dep)
 
         return jax.vmap(per_draw)(eff)
 
@@ -207,7 +218,9 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
                 transfer_latency_s=problem.transfer_latency_s,
                 orchestration_s=problem.orchestration_s,
             )
-            return SloMetrics(
+            # a decode pool's iterations carry no prefill: one gap is one decode iteration, whose
+            # quantiles over the batch's spread are the pool's TPOT quantiles (``split_itl``)
+            out = SloMetrics(
                 ttft_p95_s=m.ttft_s[2],
                 tpot_p95_s=m.tpot_s[2],
                 utilization=m.utilization,
@@ -215,10 +228,25 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
                 ttft_quantiles_s=m.ttft_s[1:],
                 tpot_quantiles_s=m.tpot_s[1:],
             )
+            out = context_fit(problem, split_itl(out), hw_p, dep_p)
+            return context_fit(problem, out, hw_d, dep_d)
 
         return jax.vmap(per_draw)(eff_p, eff_d)
 
     return jax.vmap(one)(configs, replicas)
+
+
+def _speculative_itl(model, hw, dep, eff, wl, k, alpha, mtp, problem, chunk):
+    """ITL (p50, p95, p99) of speculative decoding: ``serving_metrics`` under the same
+    ``DecodeCost`` that ``speculative_serving_metrics`` builds (per token, as its TPOT)."""
+    cost = DecodeCost(
+        draft_tokens=jnp.asarray(k, dtype=float),
+        acceptance=jnp.asarray(alpha, dtype=float),
+        draft_model=None if mtp else problem.draft_model,
+        speculative=True,
+    )
+    m = serving_metrics(model, hw, dep, eff, wl, chunk_tokens=chunk, decode_cost=cost)
+    return jnp.stack([m.itl_s.p50, m.itl_s.p95, m.itl_s.p99])
 
 
 def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np.ndarray):

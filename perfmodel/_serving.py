@@ -1,4 +1,4 @@
-"""Serving metrics under load: TTFT, TPOT and E2E (mean, p50, p95, p99), utilisation, tokens/s.
+"""Serving metrics under load: TTFT, TPOT, ITL and E2E (mean, p50, p95, p99), utilisation, tokens/s.
 
 Composes the mixed-iteration step time (``_batching``) with closed-form queueing (``_queueing``)
 for an iteration-level engine (Orca; vLLM; Sarathi-Serve chunked prefill):
@@ -72,6 +72,9 @@ class ServingMetrics(eqx.Module):
     Attributes:
         ttft_s: time to first token.
         tpot_s: time per output token after the first (per-request mean gap).
+        itl_s: inter-token latency, one gap between consecutive tokens of a request (over
+            gaps, not requests: a gap that holds prefill work is one of them, not averaged
+            away), per token under speculation.
         e2e_s: end-to-end latency.
         utilization: the share of one replica's serving capacity the load uses.  Open loop,
             the largest of three ratios of offered work to what a resource serves (lambda the
@@ -107,6 +110,7 @@ class ServingMetrics(eqx.Module):
     ttft_s: Percentiles
     tpot_s: Percentiles
     e2e_s: Percentiles
+    itl_s: Percentiles
     utilization: Array
     stable: Array
     seats: Array
@@ -144,7 +148,7 @@ def serving_metrics(
     closed_loop: bool | None = None,
     quadrature_nodes: tuple[int, int] = (PROMPT_NODES, OUTPUT_NODES),
 ) -> ServingMetrics:
-    """TTFT/TPOT/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
+    """TTFT/TPOT/ITL/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
 
     Args:
         model, hardware, deployment, efficiency: the static budgets (``perfmodel``).
@@ -303,6 +307,7 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
         ttft_s=_percentiles(m.ttft_s),
         tpot_s=_percentiles(m.tpot_s),
         e2e_s=_percentiles(m.e2e_s),
+        itl_s=_percentiles(m.itl_s),
         # <= 1 up to the rounding of the two fixed-point solves
         utilization=jnp.minimum(s.completion_rate_per_s / jnp.maximum(capacity, 1e-30), 1.0),
         stable=jnp.asarray(True),
@@ -338,6 +343,7 @@ def _finish(point, replicas, out):
         ttft_s=out["ttft"],
         tpot_s=out["tpot"],
         e2e_s=out["e2e"],
+        itl_s=out["itl"],
         utilization=out["utilization"],
         stable=out["stable"],
         seats=s.seats,

@@ -28,6 +28,11 @@ server load rho_p, slope dTPOT/dn_d):
   while it waits, as far as the budget holds them: the wait and the residual are stretched by
   1 + lambda E[P] t_tok share (t_tok the marginal prefill time per token, share the part of
   them that fits after it and the queue ahead, whole prompts first fit).
+* ITL (inter-token latency) is one gap, not a request's mean of (O - 1) of them: a decode gap
+  holds prefill work with probability f (chunked: the iteration carries a prompt's chunk;
+  unchunked: prefill-only iterations run before the next decode), so gaps follow the two-point
+  law (1 - f) tau_d + f tau_carry (``_steady_state``: the same f and tau_carry that make the mean
+  gap), each point spread by the running batch's drift over one gap (``gap_quantiles``).
 * Waits have the tail P(W > t) = p exp(-t p / W), shifted where the prefill queue's wait given a
   wait is less variable than exponential (Takacs' M/G/1 moments); quantiles of TTFT and E2E come
   from equal-probability nodes of the lognormal lengths convolved with it (``wait_plus_quantile_s``).
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.scipy.special import ndtr
 
 from ._batching import (
     DecodeCost,
@@ -53,6 +59,7 @@ from ._queueing import (
     lognormal_nodes,
     mg1_conditional_wait_scv,
     modulated_wait_s,
+    solve_quantile,
     wait_plus_quantile_s,
     window_mean_variance_factor,
 )
@@ -123,6 +130,27 @@ def percentiles(mean, quantiles, stable):
         p95=jnp.where(stable, quantiles[1], inf),
         p99=jnp.where(stable, quantiles[2], inf),
     )
+
+
+def gap_quantiles(short_s, long_s, long_share, variance, qs):
+    """Quantiles ``qs`` (last axis) of one decode gap: the two-point law of a gap without
+    (``short_s``) and with (``long_s``, probability f = ``long_share``) prefill work, each point
+    a lognormal of its value and ``variance`` (the batch's drift over one gap):
+    F(t) = (1 - f) LN(t; short) + f LN(t; long), inverted by bisection (``solve_quantile``)."""
+    qs = jnp.asarray(qs)
+    means = jnp.stack(jnp.broadcast_arrays(short_s, long_s), axis=-1)[..., None, :]
+    f = jnp.clip(long_share, 0.0, 1.0)[..., None, None]
+    m = jnp.maximum(means, 1e-30)
+    s2 = jnp.log1p(jnp.maximum(variance, 0.0)[..., None, None] / jnp.square(m))
+    mu = jnp.log(m) - s2 / 2.0
+    sd = jnp.sqrt(jnp.maximum(s2, 1e-24))
+
+    def cdf(t):
+        z = ndtr((jnp.log(jnp.maximum(t[..., None], 1e-30)) - mu) / sd)
+        return (1.0 - f[..., 0]) * z[..., 0] + f[..., 0] * z[..., 1]
+
+    hi = jnp.max(jnp.exp(mu + 6.0 * sd), axis=-1) * jnp.ones_like(qs)
+    return solve_quantile(cdf, qs, jnp.zeros_like(hi), hi)
 
 
 class LoadPoint(eqx.Module):
@@ -341,8 +369,22 @@ def open_loop(point: LoadPoint, rate, means_only=False):
 
     ttft_mean = residual + wait + jnp.mean(s.own)
     e2e_mean = ttft_mean + jnp.mean(o_dec_nodes * tpot_nodes)
+    # ITL: one gap -- without prefill work (tau_d) or, with probability f, with it; both see the
+    # batch's Jensen excess, and the batch's drift over one gap (the TPOT drift's window at one
+    # gap), at most the slots' headroom
+    itl_short = s.tau_d + gap_excess
+    itl_long = jnp.maximum(s.carry_s, s.tau_d) + gap_excess
+    itl_var = jnp.minimum(
+        jnp.square(s.slope)
+        * var_own
+        * window_mean_variance_factor((1.0 - g_bar) / jnp.maximum(o_bar, 1.0)),
+        headroom,
+    )
+    itl = (1.0 - s.carry_share) * itl_short + s.carry_share * itl_long
     if means_only:  # no quadrature: the percentiles are not computed (NaN)
-        ttft_q = e2e_q = tpot_q = jnp.full(jnp.shape(ttft_mean) + (len(QUANTILES),), jnp.nan)
+        ttft_q = e2e_q = tpot_q = itl_q = jnp.full(
+            jnp.shape(ttft_mean) + (len(QUANTILES),), jnp.nan
+        )
     else:
         ttft_nodes = residual + s.own
         e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
@@ -371,11 +413,16 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         # (with a backlog, the budget paces the prefill landing in the gaps)
         gap_max = s.gap_max / e_step if cost.speculative else s.gap_max
         tpot_q = jnp.minimum(tpot_q, gap_max[..., None])
+        itl_q = gap_quantiles(itl_short, itl_long, s.carry_share, itl_var, qs)
+        if cost.speculative:  # per token, as TPOT: the iteration's gap / E
+            itl_q = itl_q / e_step
     if cost.speculative:  # the mean per token: gap / E
         tpot = tpot / e_step
+        itl = itl / e_step
     return {
         "ttft": percentiles(ttft_mean, ttft_q, stable),
         "tpot": percentiles(tpot, tpot_q, stable),
+        "itl": percentiles(itl, itl_q, stable),
         "e2e": percentiles(e2e_mean, e2e_q, stable),
         "utilization": utilization,
         "seat_load": seat_load,  # rho_s: seat-seconds offered per seat-second

@@ -56,6 +56,8 @@ class Steady(eqx.Module):
     rate_slope: Array  # d ln c / d n_d, c = prefill tokens/s of a backlogged server (chunked)
     gap_max: Array  # longest mean gap a request can see: every iteration carries a full budget
     ctx_d: Array  # mean context a decode reads (length-biased), tokens
+    carry_share: Array  # f: share of decode gaps that hold prefill work (the gap law's weight)
+    carry_s: Array  # length of such a gap (chunked: an iteration carrying prefill), seconds
 
 
 def prompts_present(rho_p):
@@ -170,7 +172,12 @@ def steady_state(
         tau_d, own, busy, delta = costs(n_d, rho_p)
         extra = jnp.minimum(rate * jnp.mean(delta), BUSY_SHARE_CAP)
         if not config.chunked_prefill:
-            return tau_d, own, busy, delta, tau_d / (1.0 - extra)
+            # prompts arriving during a gap get prefill-only iterations before the next decode:
+            # a share f = 1 - exp(-lambda TPOT) of the gaps hold some (Poisson arrivals), each
+            # longer than tau_d by the prefill that makes the mean gap, (gap - tau_d) / f
+            gap = tau_d / (1.0 - extra)
+            f_u = jnp.maximum(-jnp.expm1(-rate * tpot), 1e-9)
+            return tau_d, own, busy, delta, gap, f_u, tau_d + (gap - tau_d) / f_u
         budget = prefill_budget_tokens(deployment, config, n_d, temperature)
         x = rate * tpot * jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
         small = x < 1e-9
@@ -225,18 +232,18 @@ def steady_state(
             decode_seqs=n_d,
             decode_context=ctx_d,
         )
-        return tau_d, own, busy, delta, f * carry + (1.0 - f) * tau_d
+        return tau_d, own, busy, delta, f * carry + (1.0 - f) * tau_d, f, carry
 
     def step(_, state):
         n_d, rho_p, tpot = state
-        _, _, busy, _, gap = mean_gap(n_d, rho_p, tpot)
+        _, _, busy, _, gap, _, _ = mean_gap(n_d, rho_p, tpot)
         rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
         n_new = smooth_min(rate * o_dec * gap, seats, temperature)
         return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new), 0.5 * (tpot + gap)
 
     zero = jnp.zeros_like(rate)
     n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
-    tau_d, own, busy, delta, tpot = mean_gap(n_d, rho_p, tpot)
+    tau_d, own, busy, delta, tpot, carry_share, carry_s = mean_gap(n_d, rho_p, tpot)
     # d TPOT / d n_d at state n_d with the gap self-consistent in itself: partial slopes in n_d
     # and in the gap (through the share of iterations carrying prefill), slope = dn / (1 - dt)
     one = jnp.ones_like(n_d)
@@ -280,4 +287,6 @@ def steady_state(
         rate_slope=rate_slope,
         gap_max=gap_max,
         ctx_d=ctx_d,
+        carry_share=carry_share,
+        carry_s=carry_s,
     )

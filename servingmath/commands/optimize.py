@@ -74,6 +74,14 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
         help="p95 time-per-output-token bound, seconds",
     )
     parser.add_argument(
+        "--itl-p95",
+        "--slo-itl-p95",
+        dest="itl_p95",
+        type=positive_float,
+        help="p95 inter-token latency bound, seconds (one gap between consecutive tokens of a "
+        "request, over gaps: a gap that carries a prefill chunk counts in full)",
+    )
+    parser.add_argument(
         "--confidence",
         type=probability,
         default=0.9,
@@ -121,6 +129,8 @@ def problem_from_args(
         workload,
         slo_ttft_p95_s=args.ttft_p95,
         slo_tpot_p95_s=args.tpot_p95,
+        slo_itl_p95_s=getattr(args, "itl_p95", None),
+        max_model_len=getattr(args, "max_model_len", None),
         confidence=args.confidence,
         grid=grid_from_args(args, len(gpus), args.max_replicas),
         efficiency=efficiency,
@@ -216,6 +226,29 @@ def gpu_ids(args: argparse.Namespace) -> tuple[str, ...]:
     return gpus
 
 
+def check_slo_arguments(args: argparse.Namespace) -> None:
+    """One-line ``UsageError`` for an SLO bound that is not a positive finite number of seconds
+    and for a --max-model-len that is not a whole number of tokens >= 1 (before any work)."""
+    itl = getattr(args, "itl_p95", None)
+    for flag, v in (
+        ("--ttft-p95", getattr(args, "ttft_p95", None)),
+        ("--tpot-p95", getattr(args, "tpot_p95", None)),
+        ("--itl-p95", itl),
+    ):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{flag} must be a positive number of seconds, e.g. 0.1, got {v}")
+    if itl is not None and getattr(args, "command", None) == "pareto":
+        raise UsageError(
+            "--itl-p95 does not filter the pareto frontier (it bounds optimize, fleet and "
+            "forecast); filter with --tpot-p95"
+        )
+    length = getattr(args, "max_model_len", None)
+    if length is not None and not (math.isfinite(length) and length >= 1 and length == int(length)):
+        raise UsageError(
+            f"--max-model-len must be a whole number of tokens >= 1, e.g. 32768, got {length}"
+        )
+
+
 def resolve_common(args: argparse.Namespace):
     """(model, gpu ids, loaded hardware, efficiency draws) with one-line errors for bad input."""
     from optimize._draws import efficiency_draws_for
@@ -224,9 +257,7 @@ def resolve_common(args: argparse.Namespace):
         raise UsageError(
             f"--confidence {args.confidence} must be strictly between 0 and 1, e.g. 0.9"
         )
-    for flag, v in (("--ttft-p95", args.ttft_p95), ("--tpot-p95", args.tpot_p95)):
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
+    check_slo_arguments(args)
     if args.draws < 1:
         raise UsageError(f"--draws must be at least 1, got {args.draws}")
     gpus = gpu_ids(args)
@@ -329,6 +360,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_report_argument(parser)
     parser.add_argument(
+        "--max-model-len",
+        type=_context_tokens,
+        default=None,
+        metavar="TOKENS",
+        help="context length every engine must serve (vLLM --max-model-len, SGLang "
+        "--context-length, TensorRT-LLM --max_seq_len; default: the workload's longest "
+        "requests); a configuration whose KV cache cannot hold one sequence this long is "
+        "infeasible",
+    )
+    parser.add_argument(
         "--emit",
         type=output_dir,
         default=None,
@@ -366,6 +407,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="A",
         help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)",
     )
+
+
+def _context_tokens(text: str) -> int:
+    """--max-model-len: a whole number of tokens >= 1 (``argparse`` turns the error into one
+    line and exit status 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of tokens >= 1, e.g. 32768, got {text!r}"
+        )
+    return int(value)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -444,6 +499,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
 def check_arguments(args: argparse.Namespace) -> None:
     """Before the posterior loads: --spec-draft mtp only for a model with MTP layers; --report
     and --emit are writable (re-checked here for callers that bypass the parser's types)."""
+    check_slo_arguments(args)
     if args.spec_draft and args.spec_draft.lower() == "mtp":
         require_mtp(args.model)
     check_output_paths(args, files=("report",), folders=("emit",))
@@ -564,8 +620,13 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
         wanted.append(f"p95 TTFT <= {args.ttft_p95:g} s")
     if args.tpot_p95 is not None:
         wanted.append(f"p95 TPOT <= {args.tpot_p95:g} s")
-    key = "ttft_p95_s" if out["binding_constraint"] == "ttft_p95" else "tpot_p95_s"
-    flag = "--slo-ttft-p95" if key == "ttft_p95_s" else "--slo-tpot-p95"
+    if getattr(args, "itl_p95", None) is not None:
+        wanted.append(f"p95 ITL <= {args.itl_p95:g} s")
+    name = out["binding_constraint"]
+    if name not in ("ttft_p95", "tpot_p95", "itl_p95"):
+        name = "tpot_p95"
+    key = f"{name}_s"
+    flag = f"--slo-{name.replace('_', '-')}"
     best = near[key]
     where = (near.get("configs") or {}).get(key) or {}
     on = f" on {where['gpu']} TP{where['tp']} PP{where['pp']}" if where else ""
@@ -575,8 +636,9 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
         f"no configuration meets {' and '.join(wanted)} with confidence {args.confidence}; "
         f"the best achievable is {best:.3g} s{on}; relax {flag} to >= {best:.3g}"
     )
-    if len(wanted) == 2 and near["scale"] > 1:
-        text += f" (or scale both bounds by x{near['scale']:.3g})"
+    if len(wanted) >= 2 and near["scale"] > 1:
+        both = "both bounds" if len(wanted) == 2 else "every bound"
+        text += f" (or scale {both} by x{near['scale']:.3g})"
     return text
 
 
@@ -602,7 +664,13 @@ def render(out: dict, args: argparse.Namespace) -> str:
             "infeasible: no candidate meets the SLO with confidence "
             f"{args.confidence} (binding: {out['binding_constraint']}); closest achievable: "
             f"TTFT p95 {human_seconds(near['ttft_p95_s'])} alone, TPOT p95 "
-            f"{human_seconds(near['tpot_p95_s'])} alone, or both bounds x{near['scale']:.3g}"
+            f"{human_seconds(near['tpot_p95_s'])} alone, "
+            + (
+                f"ITL p95 {human_seconds(near['itl_p95_s'])} alone, "
+                if getattr(args, "itl_p95", None) is not None
+                else ""
+            )
+            + f"or both bounds x{near['scale']:.3g}"
         )
     rows = [
         (
@@ -610,6 +678,7 @@ def render(out: dict, args: argparse.Namespace) -> str:
             f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs",
         ),
         ("dtypes", f"weights {out['weight_dtype']}, KV {out['kv_dtype']}"),
+        ("max_model_len", f"{out['max_model_len']:,} tokens (one sequence's KV fits)"),
         (
             "token budget",
             (
@@ -624,6 +693,11 @@ def render(out: dict, args: argparse.Namespace) -> str:
         ("SLO probability", f"{out['slo_probability']:.3f} (required {args.confidence})"),
         ("TTFT p50/p95/p99", _pct(out["ttft_s"])),
         ("TPOT p50/p95/p99", _pct(out["tpot_s"])),
+        *(
+            [("ITL p50/p95/p99", _pct(out.get("itl_s")))]
+            if getattr(args, "itl_p95", None) is not None
+            else []
+        ),
         ("binding", f"{out['binding_constraint']} (budget: {out['binding_budget']})"),
     ]
     if out.get("metrics_model"):

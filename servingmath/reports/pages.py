@@ -35,6 +35,11 @@ def optimize_page(out: dict, figures: Figures = ()) -> str:
                 [
                     ("p95 TTFT alone (s)", number(near.get("ttft_p95_s"))),
                     ("p95 TPOT alone (s)", number(near.get("tpot_p95_s"))),
+                    *(
+                        [("p95 ITL alone (s)", number(near.get("itl_p95_s")))]
+                        if q.get("slo_itl_p95_s")
+                        else []
+                    ),
                     ("both bounds scaled by", number(near.get("scale"))),
                 ],
             ),
@@ -48,7 +53,11 @@ def optimize_page(out: dict, figures: Figures = ()) -> str:
                 ("metric", "p50 (s)", "p95 (s)", "p99 (s)"),
                 [
                     (name, *(number((out[key] or {}).get(p)) for p in ("p50", "p95", "p99")))
-                    for name, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"))
+                    for name, key in (
+                        ("TTFT", "ttft_s"),
+                        ("TPOT", "tpot_s"),
+                        *([("ITL", "itl_s")] if q.get("slo_itl_p95_s") else []),
+                    )
                 ],
             ),
         ),
@@ -259,6 +268,12 @@ def question_rows(q: dict) -> list[tuple[str, str]]:
         ("output length CV", number(w["output_tokens_cv"])),
         ("p95 TTFT bound (s)", number(q["slo_ttft_p95_s"]) if q["slo_ttft_p95_s"] else "none"),
         ("p95 TPOT bound (s)", number(q["slo_tpot_p95_s"]) if q["slo_tpot_p95_s"] else "none"),
+        *([("p95 ITL bound (s)", number(q["slo_itl_p95_s"]))] if q.get("slo_itl_p95_s") else []),
+        *(
+            [("max_model_len (tokens)", number(q["max_model_len"]))]
+            if q.get("max_model_len")
+            else []
+        ),
         ("confidence (probability over the posterior)", number(q["confidence"])),
     ]
     if q.get("workload_trace"):
@@ -340,6 +355,11 @@ def _configuration_rows(out: dict) -> list[tuple[str, str]]:
         ("max_num_batched_tokens", number(out["max_num_batched_tokens"])),
         ("prefill chunk (tokens)", number(out["chunk_size"])),
         ("max_num_seqs", number(out["max_num_seqs"])),
+        *(
+            [("max_model_len (tokens)", number(out["max_model_len"]))]
+            if out.get("max_model_len")
+            else []
+        ),
         ("cost ($/hour)", number(out["cost_per_hour"])),
         ("cost ($ per million output tokens)", number(out["cost_per_million_output_tokens"])),
         ("SLO probability", number(out["slo_probability"])),

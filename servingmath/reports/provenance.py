@@ -49,6 +49,12 @@ def question(args: argparse.Namespace, model_name: str, gpus, workload, **extra)
         "workload_trace": getattr(args, "workload", None),
         "slo_ttft_p95_s": args.ttft_p95,
         "slo_tpot_p95_s": args.tpot_p95,
+        **({"slo_itl_p95_s": args.itl_p95} if getattr(args, "itl_p95", None) is not None else {}),
+        **(
+            {"max_model_len": args.max_model_len}
+            if getattr(args, "max_model_len", None) is not None
+            else {}
+        ),
         "confidence": args.confidence,
         **extra,
     }

@@ -1,0 +1,206 @@
+"""ITL as an SLO of its own and ``--max-model-len`` as a knob checked against KV capacity.
+
+ITL is one gap between consecutive tokens (its p95 over gaps), TPOT a request's mean gap: where
+most gaps carry prefill work the ITL tail sits above the TPOT tail, the search model and
+``serving_metrics`` agree on it, and a tight ITL bound buys a dearer deployment.  A context no
+candidate's KV cache can hold is one line and exit 2; a long one that fits is in every engine's
+flags and costs at least as much as the workload's own context."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from optimize import Grid, Workload, make_problem
+from optimize._evaluate import draw_metrics
+from optimize._grid import one_hot_weights
+from optimize._metrics import slo_metrics
+from optimize._verify import _colocated
+from perfmodel.dynamics import serving_metrics
+from servingmath.cli import main
+
+MODEL = "meta-llama/Llama-3.1-8B"
+
+
+def test_itl_tail_is_above_the_tpot_tail_where_most_gaps_carry_prefill():
+    """8B on one H100, 1024-token prompts at 10 requests/s with a 2048-token budget: about half
+    the iterations carry a prompt's chunk, so the p95 gap is a carrying one while a request's
+    mean gap averages them with the decode-only ones: p95 ITL >= p95 TPOT, in the load model
+    and in the search model.  At 2 requests/s few gaps (1-5 %) carry prefill: the p95 gap is a
+    decode-only one and the carrying gaps show at p99 only."""
+    model, hw = pm.load_model(MODEL), pm.load_hardware("h100-sxm")
+    dep = pm.Deployment(tp=1, replicas=1, max_num_batched_tokens=2048)
+    eff = pm.Efficiency()
+
+    def workload(rate):
+        return Workload(
+            arrival_rate_per_s=rate,
+            prompt_tokens_mean=1024.0,
+            output_tokens_mean=256.0,
+            output_tokens_cv=1.0,
+        )
+
+    busy = serving_metrics(model, hw, dep, eff, workload(10.0))
+    assert float(busy.utilization) < 0.8
+    assert float(busy.itl_s.p95) >= float(busy.tpot_s.p95)
+    assert float(busy.itl_s.p99) >= float(busy.itl_s.p95) >= float(busy.itl_s.p50)
+    # the mean gap over gaps is the steady state's mean gap, as TPOT's before its tail terms
+    assert float(busy.itl_s.mean) == pytest.approx(float(busy.tpot_s.mean), rel=0.05)
+    fast = slo_metrics(model, hw, dep, eff, workload(10.0))
+    assert float(fast.itl_p95_s) >= float(fast.tpot_p95_s)
+    # one point (19 % apart here); the grid-wide median is held to 15 % below
+    assert float(fast.itl_p95_s) == pytest.approx(float(busy.itl_s.p95), rel=0.25)
+
+    light = serving_metrics(model, hw, dep, eff, workload(2.0))
+    assert float(light.itl_s.p95) < 1.1 * float(light.itl_s.p50)  # decode-only gaps
+    assert float(light.itl_s.p99) > 2.0 * float(light.itl_s.p95)  # the chunk-carrying ones
+
+
+def test_search_model_itl_agrees_with_the_load_model():
+    """``tests/test_search_model.py``'s grid and tolerance: every configuration at 1, 2 and 4
+    replicas, two draws; the median ratio search / load model of p95 ITL within 15 % of 1, and
+    the same verdict on a 30 ms ITL bound at >= 85 % of the points."""
+    grid = Grid(
+        num_gpus=1,
+        tp=(1, 2),
+        pp=(1,),
+        kv_dtypes=("bf16",),
+        weight_dtypes=("bf16", "fp8"),
+        max_num_batched_tokens=(2048, 8192),
+        max_num_seqs=(256,),
+        max_replicas=16,
+    )
+    wl = Workload(
+        arrival_rate_per_s=20.0,
+        prompt_tokens_mean=1024.0,
+        output_tokens_mean=256.0,
+        output_tokens_cv=1.0,
+    )
+    problem = make_problem(
+        pm.load_model(MODEL),
+        ("h100-sxm",),
+        wl,
+        slo_ttft_p95_s=1.0,
+        slo_tpot_p95_s=0.05,
+        slo_itl_p95_s=0.03,
+        grid=grid,
+        num_draws=2,
+    )
+    configs = problem.grid.all_configs(problem.model)
+    c = jnp.asarray(np.repeat(configs, 3, axis=0))
+    r = jnp.asarray(np.tile([1.0, 2.0, 4.0], len(configs)))
+    fast = jax.vmap(lambda x, n: draw_metrics(problem, one_hot_weights(x, problem.grid), n))(c, r)
+    full = _colocated(problem, c, r)
+    fast, full = (jax.tree_util.tree_map(np.asarray, m) for m in (fast, full))
+    live = (full.utilization < 1) & (fast.utilization < 1)
+    assert live.sum() >= 10
+    ratio = fast.itl_p95_s[live] / full.itl_p95_s[live]
+    assert 0.85 <= np.median(ratio) <= 1.15
+    same = (fast.itl_p95_s <= 0.03) == (full.itl_p95_s <= 0.03)
+    assert np.mean(same) >= 0.85
+
+
+BASE = [
+    "optimize",
+    "--model",
+    MODEL,
+    "--prior",
+    "--draws",
+    "8",
+    "--gpus",
+    "h100-sxm",
+    "--rate",
+    "10",
+    "--input-len",
+    "1024",
+    "--output-len",
+    "256",
+    "--ttft-p95",
+    "1",
+    "--tpot-p95",
+    "0.05",
+    "--no-verify",
+    "--max-replicas",
+    "16",
+    "--pool-ratios",
+    "none",
+    "--chunk-sizes",
+    "2048",
+    "--kv-dtypes",
+    "bf16",
+    "--weight-dtypes",
+    "bf16",
+    "--json",
+]
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    """The answer without an ITL bound or a context (one compiled search shape for the module)."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(BASE) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_tight_itl_bound_buys_a_dearer_answer(baseline, capsys):
+    """A 30 ms p95 ITL bound on an answer whose gaps carrying a chunk reach ~46 ms: a dearer
+    configuration, with ITL the binding constraint, its shadow price reported, and its p95 ITL
+    within the bound; without the bound ITL has no shadow price and binds nothing."""
+    assert baseline["feasible"] and "itl_p95_s" not in baseline["shadow_prices"]
+    assert baseline["itl_s"]["p95"] > 0.03  # the bound below is tight
+    assert main([*BASE, "--itl-p95", "0.03"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["feasible"] and out["question"]["slo_itl_p95_s"] == 0.03
+    assert out["cost_per_hour"] > baseline["cost_per_hour"]
+    assert out["binding_constraint"] == "itl_p95"
+    assert out["itl_s"]["p95"] <= 0.03
+    assert out["shadow_prices"]["itl_p95_s"] < 0  # a looser bound is cheaper
+
+
+def test_long_context_that_fits_is_in_the_engine_flags_and_costs_at_least_as_much(baseline, capsys):
+    """One 1M-token sequence of 8B's bf16 KV is 128 GB: one H100 cannot hold it, so the answer
+    needs more devices per engine, and every engine is launched with that context."""
+    assert baseline["max_model_len"] == 8192
+    assert "--max-model-len 8192" in baseline["engine_args"]["vllm"]
+    assert main([*BASE, "--max-model-len", "1000000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["feasible"] and out["max_model_len"] == 1_000_000
+    assert out["cost_per_hour"] >= baseline["cost_per_hour"]
+    assert out["tp"] * out["pp"] >= 2
+    e = out["engine_args"]
+    assert "--max-model-len 1000000" in e["vllm"]
+    assert "--context-length 1000000" in e["sglang"]
+    assert "--max_seq_len 1000000" in e["trtllm"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--max-model-len", "50000000"], "raise TP / choose a larger GPU / lower --max-model-len"),
+        (["--max-model-len", "nan"], "--max-model-len"),
+        (["--max-model-len", "0"], "--max-model-len"),
+        (["--max-model-len", "-4096"], "--max-model-len"),
+        (["--max-model-len", "1.5"], "--max-model-len"),
+        (["--max-model-len", "lots"], "--max-model-len"),
+        (["--itl-p95", "nan"], "--itl-p95"),
+        (["--itl-p95", "-0.1"], "--itl-p95"),
+        (["--itl-p95", "0"], "--itl-p95"),
+        (["--slo-itl-p95", "inf"], "--itl-p95"),
+    ],
+)
+def test_bad_itl_and_context_are_one_line_exit_2(extra, message, capsys):
+    """No GPU holding one sequence of the context, or a bound or context that is not a positive
+    finite number (a whole number of tokens), is one line naming the flag and exit 2, before
+    the search (no traceback)."""
+    assert main([*BASE, *extra]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert "Traceback" not in err and captured.out == ""
