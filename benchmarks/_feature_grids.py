@@ -24,8 +24,7 @@ from perfmodel import (
     load_model,
     prefill_step,
 )
-from perfmodel._traces import Trace
-from perfmodel._workload import Workload
+from perfmodel.dynamics import Trace, Workload
 from perfmodel.simulator import (
     PrefixCaching,
     SimResult,
@@ -165,7 +164,7 @@ def _arrivals(rate: float, n: int, seed: int) -> np.ndarray:
 
 def prefix_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list]:
     """``prefix_serving_metrics`` vs the engine with a block-level prefix cache."""
-    from perfmodel._features_under_load import prefix_serving_metrics
+    from perfmodel.features import prefix_serving_metrics
 
     grid, n = Grid(), requests or (QUICK_REQUESTS if quick else REQUESTS)["prefix"]
     for name, tp, _ in GRID_MODELS:
@@ -223,7 +222,7 @@ def prefix_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
 
 def spec_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list]:
     """``speculative_serving_metrics`` vs the engine with acceptance sampled per step."""
-    from perfmodel._features_under_load import speculative_serving_metrics
+    from perfmodel.features import speculative_serving_metrics
 
     grid, n = Grid(), requests or (QUICK_REQUESTS if quick else REQUESTS)["spec"]
     for name, tp, draft_name in GRID_MODELS:

@@ -36,7 +36,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import fitting
-from fitting._validate import validate
+from fitting import validate
 
 DEFAULT_LOGO = ("a40", "l40s", "h200-sxm", "a100-sxm-80gb", "h100-sxm")
 
@@ -44,12 +44,12 @@ DEFAULT_LOGO = ("a40", "l40s", "h200-sxm", "a100-sxm-80gb", "h100-sxm")
 def _fit(train, args, name: str):
     """The split's posterior: fitted (and saved to ``--save-dir``), or read from ``--load-dir``."""
     if args.load_dir:
-        from fitting._posterior import load_posterior
+        from fitting import load_posterior
 
         return FitLike(load_posterior(f"{args.load_dir}/{name}.nc"), None)
     fr = _fit_table(train, args)
     if args.save_dir:
-        from fitting._posterior import save_posterior
+        from fitting import save_posterior
 
         save_posterior(fr.posterior, f"{args.save_dir}/{name}.nc")
     return fr
@@ -88,9 +88,7 @@ def residual_table(table, posterior, per_cell: int, seed: int):
     posterior's point prediction, per source x noise group x GPU (where the error lives)."""
     import numpy as np
 
-    from fitting._fit import subsample
-    from fitting._predict import noise_key, prepare
-    from fitting._predictive import predictive_log_draws
+    from fitting import noise_key, predictive_log_draws, prepare, subsample
 
     rows = subsample(table[table["scenario"] != "serving"], per_cell, seed)
     prep = prepare(
@@ -112,7 +110,7 @@ def _leave_one_source_out(table, seed: int) -> int:
     lab, scenario, metric, engine and GPU."""
     import pandas as pd
 
-    from fitting._holdout import holdout_scores
+    from fitting import holdout_scores
 
     t0 = time.perf_counter()
     grouped, scored = holdout_scores(fitting.load_posterior(), table, by="source", seed=seed)

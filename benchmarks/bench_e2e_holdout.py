@@ -20,7 +20,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import fitting
-from fitting._holdout import holdout_scores
+from fitting import holdout_scores
 
 E2E_FILES = (
     "data/measurements/aic_serving_h100.csv",

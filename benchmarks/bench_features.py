@@ -36,17 +36,17 @@ from perfmodel import (
     load_model,
     prefill_step,
 )
-from perfmodel._traces import Trace
-from perfmodel.simulator import simulate
-from perfmodel.simulator._disagg import simulate_disaggregated
-from perfmodel.simulator._prefix_cache import (
+from perfmodel.dynamics import Trace
+from perfmodel.simulator import (
     MOONCAKE_BLOCK_TOKENS,
     load_mooncake_trace,
     replay_reused_tokens,
     shared_prefix_requests,
+    simulate,
+    simulate_disaggregated,
     simulate_prefix_cache,
+    simulate_speculative,
 )
-from perfmodel.simulator._speculative import simulate_speculative
 
 H100 = load_hardware("h100-sxm")
 EFF = Efficiency()

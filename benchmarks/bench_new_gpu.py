@@ -23,8 +23,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import fitting
-from fitting._update import update_posterior, without_gpu
-from fitting._validate import validate
+from fitting import update_posterior, validate, without_gpu
 from fitting.fit_bundled import CHAINS, DRAWS, PER_STRATUM, WARMUP
 
 

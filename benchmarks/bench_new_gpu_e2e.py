@@ -5,16 +5,16 @@
     python benchmarks/bench_new_gpu_e2e.py --quick    # one GPU, k in {0, 3}, one seed, tiny (smoke)
 
 For each GPU with end-to-end rows, the GPU is treated as new.  The prior is the bundled posterior
-with the GPU's own parameters removed (``fitting._update.without_gpu``: it is predicted from its
+with the GPU's own parameters removed (``fitting.without_gpu``: it is predicted from its
 spec sheet and the population) and its end-to-end cut stage refitted without any of that GPU's
-end-to-end rows (``fitting._serving_stage.without_serving_stage`` then ``add_serving_stage``, as
-``fitting._holdout.holdout_scores`` does for a held-out GPU).  A "run" is one benchmark
+end-to-end rows (``fitting.without_serving_stage`` then ``add_serving_stage``, as
+``fitting.holdout_scores`` does for a held-out GPU).  A "run" is one benchmark
 invocation: the rows sharing (engine, model, TP, input and output length, concurrency, request
 rate, scenario, and the GitHub Actions run id in ``notes`` where there is one).  Per seed the
 GPU's runs are shuffled; the first k (k = 1, 3, 10, 30, nested) are what a user measured and
 go to ``update_posterior(..., from_population=True)`` (``servingmath fit --prior``); the rows of
 the runs after the largest k (at most ``--max-rows``, seeded) are scored by every k, k = 0 being
-the prior itself (spec sheet and population, no update), with ``fitting._holdout.score_rows``
+the prior itself (spec sheet and population, no update), with ``fitting.score_rows``
 (median APE, 50/90 % interval coverage).  Target: <= 10 % median APE and 85-95 % 90 % coverage
 after 10 runs.
 """
@@ -33,14 +33,16 @@ import numpy as np
 import pandas as pd
 
 import fitting
-from fitting._holdout import score_rows
-from fitting._serving_stage import (
+from fitting import (
     E2E_SCENARIOS,
-    PER_CELL,
+    MAX_SERVING_ROWS,
+    SERVING_ROWS_PER_CELL,
     add_serving_stage,
+    score_rows,
+    update_posterior,
+    without_gpu,
     without_serving_stage,
 )
-from fitting._update import MAX_SERVING_ROWS, update_posterior, without_gpu
 from servingmath.cli import enable_compile_cache
 
 INFERENCEMAX = "data/measurements/inferencemax_nvidia.csv.gz"
@@ -61,8 +63,8 @@ RUN_KEYS = (
 """Columns whose values one benchmark invocation shares."""
 QUICK_PER_CELL = 10
 """End-to-end rows per cell of the cut stage's refit in ``--quick``: every cell still gets its
-offset (>= ``MIN_ROWS``), from a few rows instead of up to ``PER_CELL`` (the refit predicts each
-row through the load models)."""
+offset (>= ``MIN_ROWS``), from a few rows instead of up to ``SERVING_ROWS_PER_CELL`` (the refit
+predicts each row through the load models)."""
 TARGET_APE, TARGET_COVERAGE, TARGET_K = 0.10, (0.85, 0.95), 10
 """Issue 21's target: median APE and 90 %-interval coverage after ``TARGET_K`` runs."""
 
@@ -76,7 +78,7 @@ def run_ids(rows: pd.DataFrame) -> pd.Series:
 
 
 def new_gpu_prior(
-    bundled: fitting.Posterior, e2e: pd.DataFrame, gpu: str, per_cell: int = PER_CELL
+    bundled: fitting.Posterior, e2e: pd.DataFrame, gpu: str, per_cell: int = SERVING_ROWS_PER_CELL
 ) -> fitting.Posterior:
     """``bundled`` as if ``gpu`` were new: its parameters removed and the end-to-end cut stage
     refitted without its end-to-end rows (at most ``per_cell`` rows per cell)."""
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="h100-sxm, k in {0, 3}, 1 seed, tiny")
     args = ap.parse_args(argv)
-    per_cell, e2e_files = PER_CELL, E2E_FILES
+    per_cell, e2e_files = SERVING_ROWS_PER_CELL, E2E_FILES
     if args.quick:  # a smoke run: every step once, on the fewest rows and draws that run it
         args.gpus, args.ks, args.seeds, args.max_rows = ["h100-sxm"], [3], 1, 200
         args.draws = args.warmup = 10

@@ -32,16 +32,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from optimize import (
+    KNOBS,
     Grid,
     SearchOptions,
+    Workload,
     exhaustive_optimum,
     make_problem,
     meets_confidence,
     search,
     slo_probability,
 )
-from optimize._grid import KNOBS
-from optimize._metrics import Workload
 from perfmodel import load_model
 
 MODELS = (

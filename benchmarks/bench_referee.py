@@ -54,15 +54,35 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from optimize import cost_per_hour, meets_confidence, recommend
-from optimize._evaluate import constraint_slacks, holds
-from optimize._grid import CHUNK, GPU, KV, MNBT, PP, SEQS, TP, WEIGHT
-from optimize._metrics import serving_slo_metrics
-from optimize._simcheck import simulate_check
-from optimize._verify import _engine
+from optimize import (
+    KNOBS,
+    constraint_slacks,
+    constraints_hold,
+    cost_per_hour,
+    meets_confidence,
+    recommend,
+    serving_slo_metrics,
+    simulate_check,
+    verdict_engine,
+)
 from perfmodel import max_concurrent_requests
 from servingmath.cli import enable_compile_cache
 from servingmath.commands import optimize as optimize_cli
+
+GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK = (
+    KNOBS.index(k)
+    for k in (
+        "gpu",
+        "tp",
+        "pp",
+        "kv_dtype",
+        "weight_dtype",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "chunk_size",
+    )
+)
+"""Columns of a configuration array (``optimize.KNOBS``) that the referee reads."""
 
 WITHIN = 0.05
 """The recommendation may cost at most this much more than the referee's cheapest."""
@@ -250,7 +270,7 @@ def label_of(problem, gpus, config: np.ndarray, replicas: int) -> str:
 def _engines(problem, configs, replicas):
     """Per point: (hardware, deployment, efficiency draws, prefill chunk) of its engines, as the
     verdict builds them, and the sequences whose KV fits at once (the memory constraint)."""
-    hw, dep, eff, chunk = jax.vmap(lambda c, r: _engine(problem, c, r))(configs, replicas)
+    hw, dep, eff, chunk = jax.vmap(lambda c, r: verdict_engine(problem, c, r))(configs, replicas)
     wl = problem.workload
     seats = jax.vmap(
         lambda h, d: max_concurrent_requests(
@@ -264,7 +284,7 @@ def _engines(problem, configs, replicas):
 def _failures(model, workload, slo, hw, dep, eff, chunk):
     """Draws of each row (leaves of ``eff``: (rows, BLOCK)) in which the full load model misses a
     constraint: ``serving_slo_metrics`` (the verdict's closed form) under one flat vmap over
-    rows x draws, judged by the verdict's own ``holds(constraint_slacks(...))``."""
+    rows x draws, judged by the verdict's own ``constraints_hold(constraint_slacks(...))``."""
     wl = eqx.tree_at(lambda w: w.concurrency, workload, 0.0)  # open loop, as the verdict
     rows, block = eff.bandwidth_fraction.shape
 
@@ -280,7 +300,7 @@ def _failures(model, workload, slo, hw, dep, eff, chunk):
         rep(chunk),
     )
     bounds = SimpleNamespace(slo_ttft_p95_s=slo[0], slo_tpot_p95_s=slo[1])
-    ok = holds(constraint_slacks(bounds, m))
+    ok = constraints_hold(constraint_slacks(bounds, m))
     return jnp.sum(~ok.reshape(rows, block), axis=1)
 
 

@@ -25,10 +25,14 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
 
-from optimize import Grid, Workload, make_problem
-from optimize._evaluate import draw_metrics
-from optimize._grid import one_hot_weights
-from optimize._verify import _colocated
+from optimize import (
+    Grid,
+    Workload,
+    colocated_verdict_metrics,
+    draw_metrics,
+    make_problem,
+    one_hot_weights,
+)
 from perfmodel import load_model
 
 PROBLEMS = (
@@ -85,7 +89,9 @@ def compare(problem, replicas_per_config: int = 3):
     fast = jax.tree_util.tree_map(
         np.asarray, _search_model(problem, jnp.asarray(c), jnp.asarray(r))
     )
-    full = jax.tree_util.tree_map(np.asarray, _colocated(problem, jnp.asarray(c), jnp.asarray(r)))
+    full = jax.tree_util.tree_map(
+        np.asarray, colocated_verdict_metrics(problem, jnp.asarray(c), jnp.asarray(r))
+    )
     fits = (full.concurrent_requests >= 1) & (full.utilization < 1) & (fast.utilization < 1)
     ratios = {
         "ttft_p95": fast.ttft_p95_s[fits] / full.ttft_p95_s[fits],

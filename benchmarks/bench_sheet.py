@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel as pm
-from perfmodel._specs import compute_dtype_weights
 
 GPUS = [
     "a100-sxm-40gb",
@@ -85,7 +84,7 @@ def main() -> None:
     total = int(np.prod(axes))
     kv_bytes = jnp.asarray([pm.DTYPE_BYTES[k] for k in KV])
     w_bytes = jnp.asarray([pm.DTYPE_BYTES[w] for w in WEIGHTS])
-    w_mix = jnp.stack([compute_dtype_weights(w) for w in WEIGHTS])
+    w_mix = jnp.stack([pm.compute_dtype_weights(w) for w in WEIGHTS])
     tps, pps, ins, outs = (
         jnp.asarray(TPS),
         jnp.asarray(PPS),

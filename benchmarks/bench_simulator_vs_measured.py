@@ -5,13 +5,13 @@ calibration fits, so it is checked against real serving rows too.  Runs are the 
 measurements of ``data/measurements/aic_serving_h100.csv`` (aiperf, fixed lengths) and
 ``inferencemax_nvidia.csv.gz`` (``benchmark_serving.py``, lengths uniform in [0.8 L, L]): one run
 = one measured configuration with a mean TTFT and a mean TPOT row.  Each run is built exactly as
-the fitting path builds its rows (``fitting._rows._e2e_features``: data-parallel replicas, the
+the fitting path builds its rows (``fitting.serving_row_specs``: data-parallel replicas, the
 benchmark's length law, requests per client, ``max_num_seqs`` = concurrency, the default token
 budget and dtypes), at the posterior-median efficiencies of the bundled posterior for its GPU
-(as ``fitting._serving_stage.add_serving_stage`` takes them: the per-field median of 64 draws,
+(as ``fitting.add_serving_stage`` takes them: the per-field median of 64 draws,
 ``time_scale`` 1) and without any end-to-end (cut-stage) offset, then predicted twice:
 
-* closed form: ``perfmodel._closed_loop.closed_loop_metrics`` (what ``fitting._predict``'s
+* closed form: ``perfmodel.dynamics.closed_loop_metrics`` (what ``fitting.predict_log``'s
   closed-loop block evaluates);
 * simulator: ``perfmodel.simulator.simulate`` in closed loop at the run's concurrency (as
   ``servingmath simulate --concurrency N``), requests_per_client x N requests (capped at
@@ -42,17 +42,17 @@ import pandas as pd
 
 import fitting
 import perfmodel
-from fitting._posterior import draw_indices, parameter_draws
-from fitting._rows import (  # the fitting path's own row -> specs, workload
-    EFFICIENCY_FIELDS,
-    KERNEL_FIELDS,
-    _e2e_features,
-    _skip_reason,
+from fitting import (
+    MEDIAN_PARAM_DRAWS,
+    PARAM_NAMES,
+    draw_indices,
     notes_dict,
+    parameter_draws,
+    row_skip_reason,
+    serving_row_specs,  # the fitting path's own row -> specs, workload
 )
-from fitting._serving_stage import PARAM_DRAWS
 from perfmodel import Efficiency, Workload
-from perfmodel._closed_loop import closed_loop_metrics
+from perfmodel.dynamics import closed_loop_metrics
 from perfmodel.simulator import simulate
 
 FILES = (
@@ -105,7 +105,7 @@ def measured_runs(skipped: Counter) -> pd.DataFrame:
             skipped["run without exactly one mean TTFT and one mean TPOT row"] += 1
             continue
         row = by_metric["ttft"].iloc[0]
-        reason = _skip_reason(row, True) or _skip_reason(by_metric["tpot"].iloc[0], True)
+        reason = row_skip_reason(row, True) or row_skip_reason(by_metric["tpot"].iloc[0], True)
         spec = notes_dict(row["notes"]).get("spec_decoding", "none")
         if reason is None and spec not in ("", "none"):
             reason = SPECULATIVE
@@ -113,7 +113,7 @@ def measured_runs(skipped: Counter) -> pd.DataFrame:
             reason = "no concurrency recorded (not a closed loop)"
         if reason is None:
             try:
-                _e2e_features(row)
+                serving_row_specs(row)
             except (perfmodel.CatalogError, KeyError, ValueError, TypeError) as exc:
                 reason = f"not covered by a budget ({type(exc).__name__}: {str(exc).split(';')[0]})"
         if reason is not None:
@@ -142,12 +142,12 @@ def median_efficiencies(gpus: list[str]) -> dict[str, Efficiency]:
     post = fitting.load_posterior()
     names = tuple(post.gpus) + tuple(sorted(set(gpus) - set(post.gpus)))
     rng = np.random.default_rng(0)
-    idx = draw_indices(post, PARAM_DRAWS, rng)
+    idx = draw_indices(post, MEDIAN_PARAM_DRAWS, rng)
     draws = parameter_draws(post, names, idx, rng)
     out = {}
     for g in gpus:
         j = names.index(g)
-        fields = {f: float(np.median(draws[f][:, j])) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+        fields = {f: float(np.median(draws[f][:, j])) for f in PARAM_NAMES}
         out[g] = Efficiency(**fields, time_scale=1.0)
     return out
 
@@ -160,7 +160,7 @@ def _closed_form(model, hardware, deployment, efficiency, workload):
 
 def predict(run: dict, eff: Efficiency, max_requests: int, seed: int) -> dict:
     """Closed-form and simulated mean TTFT / TPOT of one run (s), and the time each took."""
-    (model, hardware, deployment), f = _e2e_features(pd.Series(run))
+    (model, hardware, deployment), f = serving_row_specs(pd.Series(run))
     workload = Workload(
         arrival_rate_per_s=1.0,
         concurrency=f["conc"],

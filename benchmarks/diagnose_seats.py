@@ -30,8 +30,7 @@ jax.config.update("jax_enable_x64", True)
 import perfmodel.simulator._simulate as sim_module
 from benchmarks.bench_queueing_vs_sim import workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
-from perfmodel._batching import DecodeCost, EngineConfig
-from perfmodel._serving_tail import LoadPoint, open_loop
+from perfmodel.dynamics import DecodeCost, EngineConfig, LoadPoint, open_loop
 
 
 def key_of(p):

@@ -1,4 +1,4 @@
-"""Fit ``perfmodel._serving_tail.CORRECTIONS`` (the closed form's discrepancy terms) against the simulator.
+"""Fit ``perfmodel.dynamics.CORRECTIONS`` (the closed form's discrepancy terms) against the simulator.
 
 Input: the points written by ``bench_queueing_vs_sim.py --save FILE`` (simulator p50/p95 TTFT and
 TPOT over the agreement grid).  Fitted: the TTFT terms (prefill-queue wait gains in c_s^2 and in
@@ -32,8 +32,7 @@ jax.config.update("jax_enable_x64", True)
 
 from benchmarks.bench_queueing_vs_sim import workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
-from perfmodel._serving import _serving_metrics_impl
-from perfmodel._serving_tail import CORRECTIONS
+from perfmodel.dynamics import CORRECTIONS, serving_metrics_with_corrections
 
 UNCORRECTED = tuple(1.0 if i in (2, 3) else 0.0 for i in range(len(CORRECTIONS)))
 """``CORRECTIONS`` of the physical model alone: the TPOT weights (2, 3) at 1, the rest 0."""
@@ -61,7 +60,7 @@ def make_eval(key, pts):
     def f(corr):
         def one(b, c, r):
             d = Deployment.create(tp=tp, max_num_batched_tokens=b)
-            m = _serving_metrics_impl(
+            m = serving_metrics_with_corrections(
                 model,
                 gpu,
                 d,

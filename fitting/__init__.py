@@ -16,21 +16,27 @@ import importlib
 _EXPORTS = {
     "._diagnostics": ("Diagnostics", "diagnose"),
     "._fit": ("FitResult", "fit_table", "read_tables", "subsample"),
+    "._groups": ("noise_key", "notes_dict"),
+    "._holdout": ("holdout_scores", "score_rows"),
     "._model": ("PRIORS", "calibration_model"),
+    "._names": ("PARAM_NAMES",),
     "._plots": ("write_plots",),
     "._posterior": (
         "Posterior",
         "PosteriorError",
         "default_posterior_path",
+        "draw_indices",
         "efficiency_draws",
         "kernel_efficiency_draws",
         "load_posterior",
+        "parameter_draws",
         "save_posterior",
     ),
     "._predict": ("predict_log",),
     "._predictive": ("predictive_log_draws",),
     "._rows": ("Prepared", "prepare"),
-    "._update": ("update_posterior", "user_hardware", "without_gpu"),
+    "._serving_stage": ("E2E_SCENARIOS", "add_serving_stage", "without_serving_stage"),
+    "._update": ("MAX_SERVING_ROWS", "update_posterior", "user_hardware", "without_gpu"),
     "._update_report": ("UpdateReport", "update_report"),
     "._validate": ("format_report", "score_draws", "validate"),
     ".ingest": (
@@ -42,11 +48,22 @@ _EXPORTS = {
         "load_measurements",
     ),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+_RENAMED = {  # public name: (module, its name there)
+    # a serving or saturated measurement row -> ((model, hardware, deployment), workload numbers)
+    "serving_row_specs": ("._rows", "_e2e_features"),
+    # why the fit skips a measurement row (flagged, power-capped, duplicate ...), or None
+    "row_skip_reason": ("._rows", "_skip_reason"),
+    # posterior draws whose per-field median gives a GPU's parameters in the cut (serving) stage
+    "MEDIAN_PARAM_DRAWS": ("._serving_stage", "PARAM_DRAWS"),
+    # end-to-end rows the cut stage uses per (source, engine, gpu, metric) cell
+    "SERVING_ROWS_PER_CELL": ("._serving_stage", "PER_CELL"),
+}
+_WHERE = {name: (module, name) for module, names in _EXPORTS.items() for name in names}
+_WHERE.update(_RENAMED)
 
 
 def __getattr__(name: str):
-    module = _WHERE.get(name)
+    module, attribute = _WHERE.get(name, (None, None))
     if module is None:  # a submodule (``fitting._update``) reached as an attribute
         try:
             return importlib.import_module(f".{name}", __name__)
@@ -54,7 +71,7 @@ def __getattr__(name: str):
             if exc.name != f"{__name__}.{name}":
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module, __name__), attribute)
     globals()[name] = value
     return value
 

@@ -8,8 +8,11 @@ from ._classes import (
 )
 from ._evaluate import (
     CONSTRAINTS as CONSTRAINTS,
+    constraint_slacks as constraint_slacks,
     cost_per_hour as cost_per_hour,
     costs_at_min_replicas as costs_at_min_replicas,
+    draw_metrics as draw_metrics,
+    holds as _holds,
     meets_confidence as meets_confidence,
     min_replicas as min_replicas,
     slo_probability as slo_probability,
@@ -27,8 +30,13 @@ from ._forecast import (
     forecast_gpus as forecast_gpus,
     read_demand as read_demand,
 )
-from ._grid import KNOBS as KNOBS, Grid as Grid
-from ._metrics import SloMetrics as SloMetrics, Workload as Workload, slo_metrics as slo_metrics
+from ._grid import KNOBS as KNOBS, Grid as Grid, one_hot_weights as one_hot_weights
+from ._metrics import (
+    SloMetrics as SloMetrics,
+    Workload as Workload,
+    serving_slo_metrics as serving_slo_metrics,
+    slo_metrics as slo_metrics,
+)
 from ._pareto import (
     DEFAULT_CONCURRENCIES as DEFAULT_CONCURRENCIES,
     pareto_frontier as pareto_frontier,
@@ -40,7 +48,19 @@ from ._pareto_points import (
     ParetoSweep as ParetoSweep,
     non_dominated as non_dominated,
 )
+from ._plots import fan_chart as fan_chart
 from ._problem import Problem as Problem, make_problem as make_problem
 from ._recommend import Recommendation as Recommendation, recommend as recommend
 from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search
 from ._sharding import device_mesh as device_mesh, shard_draws as shard_draws
+from ._simcheck import simulate_check as simulate_check
+from ._verify import _colocated, _engine
+
+constraints_hold = _holds
+"""Per draw, whether every constraint's slack holds (strict for stability)."""
+colocated_verdict_metrics = _colocated
+"""The verdict's full load-model ``SloMetrics`` per (configuration row, draw) of colocated
+engines."""
+verdict_engine = _engine
+"""(hardware, deployment, efficiency draws, prefill chunk) of one engine of a configuration, as the
+verdict builds it."""

@@ -65,6 +65,7 @@ from ._specs import (
     Efficiency as Efficiency,
     HardwareSpec as HardwareSpec,
     ModelSpec as ModelSpec,
+    compute_dtype_weights as compute_dtype_weights,
 )
 from ._step import (
     decode_step as decode_step,

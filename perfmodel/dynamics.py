@@ -14,6 +14,7 @@ from ._batching import (
     saturated_output_tokens_per_s as saturated_output_tokens_per_s,
     seat_capacity as seat_capacity,
 )
+from ._closed_loop import closed_loop_metrics as closed_loop_metrics
 from ._queueing import (
     allen_cunneen_wait_s as allen_cunneen_wait_s,
     ggc_wait_probability as ggc_wait_probability,
@@ -34,9 +35,11 @@ from ._serving import (
     QUANTILES as QUANTILES,
     Percentiles as Percentiles,
     ServingMetrics as ServingMetrics,
+    _serving_metrics_impl,
     is_kv_bound as is_kv_bound,
     serving_metrics as serving_metrics,
 )
+from ._serving_tail import LoadPoint as LoadPoint, open_loop as open_loop
 from ._traces import (
     PRESETS as PRESETS,
     Trace as Trace,
@@ -56,3 +59,8 @@ from .simulator import (
     simulate as simulate,
     summarize as summarize,
 )
+
+serving_metrics_with_corrections = _serving_metrics_impl
+"""``serving_metrics`` unjitted, with the closed form's discrepancy terms as an argument
+(``corrections=``; ``None``: the shipped ``CORRECTIONS``): the function that fitting them
+differentiates."""

@@ -15,6 +15,7 @@ from ._features import (
 from ._prefix_cache import (
     MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_TOKENS,
     BlockPrefixCache as BlockPrefixCache,
+    load_mooncake_trace as load_mooncake_trace,
     replay_reused_tokens as replay_reused_tokens,
     replay_trace_reuse as replay_trace_reuse,
     shared_prefix_requests as shared_prefix_requests,
