@@ -75,7 +75,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+CPU_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+"""XLA flags every command runs with unless ``XLA_FLAGS`` already names them: the legacy
+elemental CPU emitter instead of the per-fusion MLIR emitters.  Measured on the README's
+optimize command on 2 busy cores, same answer: cold 226 -> 169 s and peak RSS 3.3 -> 2.0 GB;
+warm 125 -> 118 s (no slower)."""
+
+
+def _set_xla_flags() -> None:
+    """Add ``CPU_XLA_FLAGS`` to ``XLA_FLAGS`` (read once, when JAX first starts its backend)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_use_fusion_emitters" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {CPU_XLA_FLAGS}".strip()
+
+
 def main(argv: list[str] | None = None) -> int:
+    _set_xla_flags()
     import jax
 
     jax.config.update("jax_enable_x64", True)  # exact byte counts and token capacities
