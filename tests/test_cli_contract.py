@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servingmath import cli
+from servingmath._types import output_dir, output_file, workload_source
 
 LLAMA = ["--model", "meta-llama/Llama-3.1-8B"]
 BASES: dict[str, list[str]] = {
@@ -74,6 +75,9 @@ VALUES = st.sampled_from(
     ]
 )
 """What a user might type after a flag: valid, edge and invalid."""
+
+PATH_TYPES = (output_file, output_dir, workload_source)
+"""Option types whose value is a file or folder name: ``nan`` is a legal name there, not a NaN."""
 
 
 def _options(command: str) -> list[argparse.Action]:
@@ -130,6 +134,6 @@ def test_every_call_exits_0_or_2_with_one_line(capsys, command, data):
         assert lines[0].startswith("servingmath"), (argv, err)
     else:
         assert reached, (argv, err)
-        typed = {a.option_strings[-1] for a in chosen if a.type not in (None, str)}
+        typed = {a.option_strings[-1] for a in chosen if a.type not in (None, str, *PATH_TYPES)}
         values = [extra[i + 1] for i, w in enumerate(extra[:-1]) if w in typed]
         assert not any(_is_nan(v) for v in values), f"NaN accepted: {argv}"
