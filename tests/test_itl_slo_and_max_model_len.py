@@ -8,17 +8,11 @@ flags and costs at least as much as the workload's own context."""
 
 import json
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import perfmodel as pm
-from optimize import Grid, Workload, make_problem
-from optimize._evaluate import draw_metrics
-from optimize._grid import one_hot_weights
+from optimize import Workload
 from optimize._metrics import slo_metrics
-from optimize._verify import _colocated
 from perfmodel.dynamics import serving_metrics
 from servingmath.cli import main
 
@@ -57,50 +51,6 @@ def test_itl_tail_is_above_the_tpot_tail_where_most_gaps_carry_prefill():
     light = serving_metrics(model, hw, dep, eff, workload(2.0))
     assert float(light.itl_s.p95) < 1.1 * float(light.itl_s.p50)  # decode-only gaps
     assert float(light.itl_s.p99) > 2.0 * float(light.itl_s.p95)  # the chunk-carrying ones
-
-
-def test_search_model_itl_agrees_with_the_load_model():
-    """``tests/test_search_model.py``'s grid and tolerance: every configuration at 1, 2 and 4
-    replicas, two draws; the median ratio search / load model of p95 ITL within 15 % of 1, and
-    the same verdict on a 30 ms ITL bound at >= 85 % of the points."""
-    grid = Grid(
-        num_gpus=1,
-        tp=(1, 2),
-        pp=(1,),
-        kv_dtypes=("bf16",),
-        weight_dtypes=("bf16", "fp8"),
-        max_num_batched_tokens=(2048, 8192),
-        max_num_seqs=(256,),
-        max_replicas=16,
-    )
-    wl = Workload(
-        arrival_rate_per_s=20.0,
-        prompt_tokens_mean=1024.0,
-        output_tokens_mean=256.0,
-        output_tokens_cv=1.0,
-    )
-    problem = make_problem(
-        pm.load_model(MODEL),
-        ("h100-sxm",),
-        wl,
-        slo_ttft_p95_s=1.0,
-        slo_tpot_p95_s=0.05,
-        slo_itl_p95_s=0.03,
-        grid=grid,
-        num_draws=2,
-    )
-    configs = problem.grid.all_configs(problem.model)
-    c = jnp.asarray(np.repeat(configs, 3, axis=0))
-    r = jnp.asarray(np.tile([1.0, 2.0, 4.0], len(configs)))
-    fast = jax.vmap(lambda x, n: draw_metrics(problem, one_hot_weights(x, problem.grid), n))(c, r)
-    full = _colocated(problem, c, r)
-    fast, full = (jax.tree_util.tree_map(np.asarray, m) for m in (fast, full))
-    live = (full.utilization < 1) & (fast.utilization < 1)
-    assert live.sum() >= 10
-    ratio = fast.itl_p95_s[live] / full.itl_p95_s[live]
-    assert 0.85 <= np.median(ratio) <= 1.15
-    same = (fast.itl_p95_s <= 0.03) == (full.itl_p95_s <= 0.03)
-    assert np.mean(same) >= 0.85
 
 
 BASE = [
