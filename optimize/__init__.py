@@ -9,10 +9,10 @@ from ._classes import (
 from ._evaluate import (
     CONSTRAINTS as CONSTRAINTS,
     constraint_slacks as constraint_slacks,
+    constraints_hold as constraints_hold,
     cost_per_hour as cost_per_hour,
     costs_at_min_replicas as costs_at_min_replicas,
     draw_metrics as draw_metrics,
-    holds as _holds,
     meets_confidence as meets_confidence,
     min_replicas as min_replicas,
     slo_probability as slo_probability,
@@ -54,13 +54,7 @@ from ._recommend import Recommendation as Recommendation, recommend as recommend
 from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search
 from ._sharding import device_mesh as device_mesh, shard_draws as shard_draws
 from ._simcheck import simulate_check as simulate_check
-from ._verify import _colocated, _engine
-
-constraints_hold = _holds
-"""Per draw, whether every constraint's slack holds (strict for stability)."""
-colocated_verdict_metrics = _colocated
-"""The verdict's full load-model ``SloMetrics`` per (configuration row, draw) of colocated
-engines."""
-verdict_engine = _engine
-"""(hardware, deployment, efficiency draws, prefill chunk) of one engine of a configuration, as the
-verdict builds it."""
+from ._verify import (
+    colocated_verdict_metrics as colocated_verdict_metrics,
+    verdict_engine as verdict_engine,
+)

@@ -260,7 +260,7 @@ def meets_confidence(probability: Array, confidence: Array) -> Array:
     return probability >= confidence - CONFIDENCE_TOLERANCE
 
 
-def holds(slacks: Array) -> Array:
+def constraints_hold(slacks: Array) -> Array:
     """Per-draw indicator that every constraint holds (strict for stability)."""
     strict = jnp.asarray([name == "stability" for name in CONSTRAINTS])[:, None]
     ok = jnp.where(strict, slacks > 0, slacks >= 0)
@@ -273,7 +273,7 @@ def slo_probability(
     """Share of posterior draws in which the discrete ``config`` with ``replicas`` meets every
     constraint."""
     m = draw_metrics(problem, one_hot_weights(config, problem.grid), replicas, 0.0, metrics_fn)
-    return jnp.mean(holds(constraint_slacks(problem, m)).astype(float))
+    return jnp.mean(constraints_hold(constraint_slacks(problem, m)).astype(float))
 
 
 def gpus_per_replica(problem: Problem, config: Array) -> Array:

@@ -19,8 +19,8 @@ from ._evaluate import (
     CONSTRAINTS,
     colocated_metrics,
     constraint_slacks,
+    constraints_hold,
     draw_metrics,
-    holds,
     split_metrics,
 )
 from ._grid import POOL, one_hot_weights
@@ -168,7 +168,7 @@ def _achievable(problem: Problem, configs: Array) -> Array:
     def one(config):
         m = draw_metrics(problem, one_hot_weights(config, problem.grid), r)
         slacks = constraint_slacks(problem, m)
-        hard_ok = holds(slacks.at[slos].set(0.0))
+        hard_ok = constraints_hold(slacks.at[slos].set(0.0))
         over = jnp.exp(-jnp.minimum(slacks[slos], 0.0))  # >= 1: needed relaxation per SLO
         factor = jnp.where(hard_ok, jnp.max(over, axis=0), jnp.inf)
         ttft = jnp.where(hard_ok, m.ttft_p95_s, jnp.inf)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import constraint_slacks, gpus_per_replica, holds, spec_step
+from ._evaluate import constraint_slacks, constraints_hold, gpus_per_replica, spec_step
 from ._grid import chunk_from_weights, deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import slo_metrics
 from ._problem import Problem
@@ -134,7 +134,7 @@ def replicas_per_draw(problem: Problem, config: jnp.ndarray, rates: jnp.ndarray)
         wl = eqx.tree_at(lambda w: w.arrival_rate_per_s, problem.workload, jnp.maximum(rate, 1e-9))
         m = slo_metrics(problem.model, hw, dep, e, wl, chunk_tokens=chunk, spec=spec)
         slack = constraint_slacks(problem, jax.tree_util.tree_map(lambda x: x[None], m))
-        return holds(slack)[0]
+        return constraints_hold(slack)[0]
 
     def one(e, rate):
         ok_max = ok(e, rate, float(r_max))

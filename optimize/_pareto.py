@@ -34,7 +34,7 @@ from ._grid import GPU, Grid
 from ._metrics import Workload
 from ._pareto_points import ParetoResult, ParetoSweep, frontier_points
 from ._problem import Problem, make_problem
-from ._verify import _engine, _per_draw
+from ._verify import _per_draw, verdict_engine
 
 Array = jnp.ndarray
 
@@ -86,7 +86,7 @@ def sweep(problem: Problem, configs: Array) -> ParetoSweep:
     wl = problem.workload
 
     def static(config):
-        hw, dep, _, _ = _engine(problem, config, 1.0)
+        hw, dep, _, _ = verdict_engine(problem, config, 1.0)
         seats = max_concurrent_requests(
             problem.model, hw, dep, wl.prompt_tokens_mean + wl.output_tokens_mean
         )

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import constraint_slacks, cost_per_hour, draw_metrics, holds
+from ._evaluate import constraint_slacks, constraints_hold, cost_per_hour, draw_metrics
 from ._grid import KNOBS, one_hot_weights
 from ._problem import Problem
 from ._verify import ONE_OFF
@@ -79,7 +79,7 @@ def _draw_table(problem: Problem, configs: Array, replicas: Array):
     def one(c, r):
         m = draw_metrics(problem, one_hot_weights(c, problem.grid), r)
         return (
-            jnp.mean(holds(constraint_slacks(problem, m)).astype(float)),
+            jnp.mean(constraints_hold(constraint_slacks(problem, m)).astype(float)),
             m.ttft_p95_s,
             m.tpot_p95_s,
         )

@@ -29,7 +29,7 @@ from perfmodel import (
 
 from ._describe import _select, describe
 from ._engine_args import engine_args
-from ._evaluate import constraint_slacks, draw_metrics, holds
+from ._evaluate import constraint_slacks, constraints_hold, draw_metrics
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
 from ._grid import POOL, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
 from ._problem import Problem
@@ -226,7 +226,7 @@ def _explain(
     weights = one_hot_weights(cfg, problem.grid)
     m = metrics if metrics is not None else _search_metrics(problem, cfg, float(replicas))
     slacks = np.asarray(constraint_slacks(problem, m))
-    ok = np.asarray(holds(jnp.asarray(slacks)))
+    ok = np.asarray(constraints_hold(jnp.asarray(slacks)))
     _, elastic = cost_elasticities(problem, cfg)
     elastic = {k: float(v) for k, v in zip(SENSITIVITIES, np.asarray(elastic))}
     if not math.isfinite(float(problem.slo_itl_p95_s)):  # no ITL bound: no ITL sensitivity

@@ -27,9 +27,9 @@ from perfmodel.features import speculative_serving_metrics, split_serving
 
 from ._evaluate import (
     constraint_slacks,
+    constraints_hold,
     context_fit,
     cost_per_hour,
-    holds,
     meets_confidence,
     mix_gpu,
     split_itl,
@@ -75,7 +75,7 @@ def kind_of(problem: Problem, config) -> str:
     return "speculative" if spec else "colocated"
 
 
-def _engine(problem: Problem, config, replicas):
+def verdict_engine(problem: Problem, config, replicas):
     """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``; its
     context admits every request of the workload (``served_max_model_len``) and is at least the
     problem's ``max_model_len_tokens``."""
@@ -98,7 +98,7 @@ def _open_loop(problem: Problem) -> Problem:
 def _per_draw(problem: Problem, configs, replicas, fn):
     """``fn(hardware, deployment, efficiency, chunk)`` per (row, draw) under one flat ``vmap``
     over rows x draws (one batching level: half the tracing of nested maps)."""
-    hw, dep, eff, chunk = jax.vmap(lambda c, r: _engine(problem, c, r))(configs, replicas)
+    hw, dep, eff, chunk = jax.vmap(lambda c, r: verdict_engine(problem, c, r))(configs, replicas)
     rows, draws = configs.shape[0], problem.num_draws
 
     def rep(x):
@@ -114,7 +114,7 @@ def _per_draw(problem: Problem, configs, replicas, fn):
 
 
 @eqx.filter_jit  # full XLA optimisation: the verdict runs 3x faster than at level 0
-def _colocated(problem: Problem, configs, replicas) -> SloMetrics:
+def colocated_verdict_metrics(problem: Problem, configs, replicas) -> SloMetrics:
     """``serving_slo_metrics`` per (row, draw) of colocated engines (speculation ignored)."""
     problem = _open_loop(problem)
     return _per_draw(
@@ -138,7 +138,7 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
     wl = problem.workload
 
     def one(c, r):
-        hw, dep, eff, chunk = _engine(problem, c, r)
+        hw, dep, eff, chunk = verdict_engine(problem, c, r)
         k, alpha = ks[c[SPEC]], problem.spec_acceptance[c[SPEC]]
         seats = max_concurrent_requests(
             problem.model, hw, dep, wl.prompt_tokens_mean + wl.output_tokens_mean
@@ -185,7 +185,7 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
     wl = problem.workload
 
     def one(c, r):
-        hw_d, dep, eff_d, _ = _engine(problem, c, r)
+        hw_d, dep, eff_d, _ = verdict_engine(problem, c, r)
         w = one_hot_weights(c, problem.grid)
         hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
         eff_p = mix_gpu(problem.efficiency, w[PREFILL_GPU])
@@ -252,7 +252,7 @@ def _speculative_itl(model, hw, dep, eff, wl, k, alpha, mtp, problem, chunk):
 def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np.ndarray):
     c, r = jnp.asarray(configs), jnp.asarray(replicas)
     if kind == "colocated":
-        return _colocated(problem, c, r)
+        return colocated_verdict_metrics(problem, c, r)
     if kind == "speculative":
         return _speculative(problem, c, r, bool(problem.draft_is_mtp))
     return _split(problem, c, r, kind == "split_speculative")
@@ -260,7 +260,9 @@ def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np
 
 @eqx.filter_jit
 def _probabilities(problem: Problem, metrics: SloMetrics):
-    return jax.vmap(lambda m: jnp.mean(holds(constraint_slacks(problem, m)).astype(float)))(metrics)
+    return jax.vmap(
+        lambda m: jnp.mean(constraints_hold(constraint_slacks(problem, m)).astype(float))
+    )(metrics)
 
 
 class Verified(NamedTuple):

@@ -212,7 +212,7 @@ def _serving_metrics(
     means_only,
     quadrature_nodes,
 ):
-    return _serving_metrics_impl(
+    return serving_metrics_with_corrections(
         model,
         hardware,
         deployment,
@@ -228,7 +228,7 @@ def _serving_metrics(
     )
 
 
-def _serving_metrics_impl(
+def serving_metrics_with_corrections(
     model: ModelSpec,
     hardware: HardwareSpec,
     deployment: Deployment,

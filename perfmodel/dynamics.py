@@ -35,9 +35,9 @@ from ._serving import (
     QUANTILES as QUANTILES,
     Percentiles as Percentiles,
     ServingMetrics as ServingMetrics,
-    _serving_metrics_impl,
     is_kv_bound as is_kv_bound,
     serving_metrics as serving_metrics,
+    serving_metrics_with_corrections as serving_metrics_with_corrections,
 )
 from ._serving_tail import LoadPoint as LoadPoint, open_loop as open_loop
 from ._traces import (
@@ -59,8 +59,3 @@ from .simulator import (
     simulate as simulate,
     summarize as summarize,
 )
-
-serving_metrics_with_corrections = _serving_metrics_impl
-"""``serving_metrics`` unjitted, with the closed form's discrepancy terms as an argument
-(``corrections=``; ``None``: the shipped ``CORRECTIONS``): the function that fitting them
-differentiates."""
