@@ -19,6 +19,7 @@ import numpy as np
 from ._evaluate import gpus_per_replica, meets_confidence, slo_probability
 from ._fleet import FleetProblem
 from ._problem import Problem
+from ._program_cache import cached_jit
 from ._search import SearchOptions, search
 from ._verify import ONE_OFF
 
@@ -51,7 +52,7 @@ def classes_from_trace(
     return out
 
 
-@eqx.filter_jit(compiler_options=ONE_OFF)  # a few rows per call: compile-bound
+@cached_jit(compiler_options=ONE_OFF)  # a few rows per call: compile-bound
 def replica_capacity(problem: Problem, config: jnp.ndarray) -> jnp.ndarray:
     """Largest arrival rate (requests/s) one replica of ``config`` serves within the chance
     constraints; 0 if even the smallest rate in range fails."""

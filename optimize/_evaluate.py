@@ -44,6 +44,7 @@ from ._split import split_slo_metrics
 
 MetricsFn = Callable[..., SloMetrics]
 from ._problem import Problem
+from ._program_cache import cached_jit
 
 Array = jnp.ndarray
 
@@ -305,7 +306,7 @@ def _bisection_steps(max_replicas: int) -> int:
     return max(1, (max_replicas - 1).bit_length())
 
 
-@eqx.filter_jit
+@cached_jit
 def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics) -> Array:
     """Fewest replicas (1..max) with SLO probability >= confidence, per config; ``max + 1`` when
     even ``max_replicas`` falls short.  ``configs``: shape (n, len(KNOBS))."""
@@ -332,7 +333,7 @@ def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_m
     return jax.vmap(one)(configs)
 
 
-@eqx.filter_jit
+@cached_jit
 def costs_at_min_replicas(
     problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics
 ) -> tuple[Array, Array]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._evaluate import cost_per_hour, meets_confidence, slo_probability
 from ._problem import Problem
+from ._program_cache import cached_jit
 from ._sharding import MeshLike, device_mesh, num_shards, replicate, shard_rows
 
 
@@ -28,7 +28,7 @@ class GridOptimum(NamedTuple):
     evaluated: int
 
 
-@eqx.filter_jit
+@cached_jit
 def _chunk_costs(problem: Problem, configs: jnp.ndarray) -> jnp.ndarray:
     reps = jnp.arange(1, problem.grid.max_replicas + 1, dtype=float)
 

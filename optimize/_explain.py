@@ -25,6 +25,7 @@ from ._evaluate import (
 )
 from ._grid import POOL, one_hot_weights
 from ._problem import Problem
+from ._program_cache import cached_jit
 
 Array = jnp.ndarray
 
@@ -105,7 +106,7 @@ def cost_elasticities(problem: Problem, config: Array) -> tuple[Array, Array]:
     return _elasticities(problem, jnp.asarray(config), bool(int(np.asarray(config)[POOL]) > 0))
 
 
-@eqx.filter_jit(compiler_options={"xla_backend_optimization_level": 0})  # run once: compile-bound
+@cached_jit(compiler_options={"xla_backend_optimization_level": 0})  # run once: compile-bound
 def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, Array]:
     """(continuous replicas r*, d log cost / d log theta for ``SENSITIVITIES``) at ``config``.
 
@@ -157,7 +158,7 @@ def binding_constraint(problem: Problem, slacks: np.ndarray) -> str:
     return CONSTRAINTS[int(np.argmin(q))]
 
 
-@eqx.filter_jit
+@cached_jit
 def _achievable(problem: Problem, configs: Array) -> Array:
     """Per config at ``max_replicas``, confidence-quantiles over draws of: the common factor by
     which every SLO bound must be relaxed, p95 TTFT, p95 TPOT, p95 ITL (inf where it is unstable

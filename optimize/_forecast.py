@@ -24,6 +24,7 @@ from ._evaluate import constraint_slacks, constraints_hold, gpus_per_replica, sp
 from ._grid import chunk_from_weights, deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import slo_metrics
 from ._problem import Problem
+from ._program_cache import cached_jit
 from ._sharding import MeshLike, device_mesh, num_shards, shard_draws, shard_rows
 from ._verify import ONE_OFF
 
@@ -118,7 +119,7 @@ def _check_no_missing_period(path: Path, periods: list[str]) -> None:
             )
 
 
-@eqx.filter_jit(compiler_options=ONE_OFF)  # a few rows per call: compile-bound
+@cached_jit(compiler_options=ONE_OFF)  # a few rows per call: compile-bound
 def replicas_per_draw(problem: Problem, config: jnp.ndarray, rates: jnp.ndarray) -> jnp.ndarray:
     """Fewest replicas (1..max_replicas) meeting every constraint in each draw d at arrival rate
     ``rates[d]``; ``max_replicas + 1`` where even that falls short; 0 where the rate is 0."""

@@ -34,6 +34,7 @@ from ._grid import GPU, Grid
 from ._metrics import Workload
 from ._pareto_points import ParetoResult, ParetoSweep, frontier_points
 from ._problem import Problem, make_problem
+from ._program_cache import cached_jit
 from ._verify import _per_draw, verdict_engine
 
 Array = jnp.ndarray
@@ -75,7 +76,7 @@ def _closed_loop(problem: Problem, hardware, deployment, efficiency, chunk):
     return m.output_tokens_per_s, m.tpot_s.mean, m.ttft_s.mean, m.tpot_s.p95, m.ttft_s.p95
 
 
-@eqx.filter_jit
+@cached_jit
 def sweep(problem: Problem, configs: Array) -> ParetoSweep:
     """Every row of ``configs`` (a ``pareto_grid`` problem) in every draw: one flat ``vmap`` over
     rows x draws (``_verify._per_draw``), one compile per grid shape."""

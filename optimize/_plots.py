@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +17,7 @@ import numpy as np
 from ._evaluate import constraint_slacks, constraints_hold, cost_per_hour, draw_metrics
 from ._grid import KNOBS, one_hot_weights
 from ._problem import Problem
+from ._program_cache import cached_jit
 from ._verify import ONE_OFF
 
 Array = jnp.ndarray
@@ -70,7 +70,7 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
     return np.asarray([idx[k] for k in KNOBS], dtype=np.int32)
 
 
-@eqx.filter_jit(compiler_options=ONE_OFF)
+@cached_jit(compiler_options=ONE_OFF)
 def _draw_table(problem: Problem, configs: Array, replicas: Array):
     """(SLO probability, p95 TTFT draws, p95 TPOT draws) of each (config, replicas) row: the
     plots' numbers in one program compiled once per shape (``slo_probability`` and

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -33,6 +32,7 @@ from ._evaluate import constraint_slacks, constraints_hold, draw_metrics
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
 from ._grid import POOL, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
 from ._problem import Problem
+from ._program_cache import cached_jit
 from ._search import SearchOptions, search
 from ._simcheck import simulate_check
 from ._verify import verify_replicas
@@ -292,7 +292,7 @@ def _engine_memory(problem: Problem, gpus: tuple[str, ...], described: dict, dep
     return one(described["gpu"])
 
 
-@eqx.filter_jit
+@cached_jit
 def _search_metrics(problem: Problem, config: jnp.ndarray, replicas: float):
     return draw_metrics(problem, one_hot_weights(config, problem.grid), replicas)
 

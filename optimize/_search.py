@@ -31,6 +31,7 @@ from ._evaluate import (
 )
 from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
+from ._program_cache import cached_jit
 from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, replicate
 
 Array = jnp.ndarray
@@ -148,7 +149,7 @@ def _init(problem: Problem, key: Array, options: SearchOptions) -> Relaxed:
     return Relaxed(logits, log_r)
 
 
-@eqx.filter_jit
+@cached_jit
 def relaxed_descent(
     problem: Problem, options: SearchOptions, key: Array, sharding=None
 ) -> tuple[Relaxed, Array]:

@@ -46,6 +46,7 @@ from ._grid import (
 )
 from ._metrics import SloMetrics, served_max_model_len, serving_slo_metrics
 from ._problem import Problem
+from ._program_cache import cached_jit
 
 VERIFY_FACTORS = (0.5, 1.0, 1.5, 2.0)
 """Replica counts the verdict model tries around the search model's count R: R*f, R-1, R+1, R+2."""
@@ -113,7 +114,7 @@ def _per_draw(problem: Problem, configs, replicas, fn):
     return jax.tree_util.tree_map(lambda x: x.reshape((rows, draws) + x.shape[1:]), out)
 
 
-@eqx.filter_jit  # full XLA optimisation: the verdict runs 3x faster than at level 0
+@cached_jit  # full XLA optimisation: the verdict runs 3x faster than at level 0
 def colocated_verdict_metrics(problem: Problem, configs, replicas) -> SloMetrics:
     """``serving_slo_metrics`` per (row, draw) of colocated engines (speculation ignored)."""
     problem = _open_loop(problem)
@@ -130,7 +131,7 @@ def colocated_verdict_metrics(problem: Problem, configs, replicas) -> SloMetrics
     )
 
 
-@eqx.filter_jit(compiler_options=ONE_OFF)
+@cached_jit(compiler_options=ONE_OFF)
 def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
     """``speculative_serving_metrics`` per (row, draw) of colocated engines with k > 0."""
     problem = _open_loop(problem)
@@ -174,7 +175,7 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
     return jax.vmap(one)(configs, replicas)
 
 
-@eqx.filter_jit(compiler_options=ONE_OFF)
+@cached_jit(compiler_options=ONE_OFF)
 def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics:
     """``split_serving`` per (row, draw) of p:d splits; ``speculative`` (static): the decode
     pool drafts k tokens per sequence (MTP heads or the problem's draft model) at the choice's
@@ -258,7 +259,7 @@ def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np
     return _split(problem, c, r, kind == "split_speculative")
 
 
-@eqx.filter_jit
+@cached_jit
 def _probabilities(problem: Problem, metrics: SloMetrics):
     return jax.vmap(
         lambda m: jnp.mean(constraints_hold(constraint_slacks(problem, m)).astype(float))
