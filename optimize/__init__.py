@@ -50,6 +50,7 @@ from ._pareto_points import (
 )
 from ._plots import fan_chart as fan_chart
 from ._problem import Problem as Problem, make_problem as make_problem
+from ._program_cache import cached_jit as cached_jit
 from ._recommend import Recommendation as Recommendation, recommend as recommend
 from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search
 from ._sharding import device_mesh as device_mesh, shard_draws as shard_draws

@@ -76,6 +76,7 @@ def verdicts(
     workload: Workload | None = None,
     chunked_prefill: bool = True,
     chunk_tokens: float | None = None,
+    metrics: ServingMetrics | None = None,
 ) -> dict[str, str]:
     """Four sentences: ``kv_or_queue``, ``decode_bandwidth``, ``prefix_reuse``, ``pp_or_interference``.
 
@@ -83,7 +84,8 @@ def verdicts(
     ``serving_metrics`` takes them), else Poisson arrivals at ``arrival_rate_per_s`` with
     fixed lengths, else none.  ``kv_or_queue`` reads ``ServingMetrics.kv_bound``,
     ``queue_bound``, ``seat_occupancy`` and ``utilization`` of that load: the same numbers
-    ``serving_metrics`` gives for it.
+    ``serving_metrics`` gives for it.  A caller that has already computed them (``metrics``,
+    ``serving_metrics`` of ``workload`` with these scheduler options) passes them instead.
     """
     seq = prompt_tokens + output_tokens
     ctx = prompt_tokens + output_tokens / 2.0
@@ -100,14 +102,18 @@ def verdicts(
         )
     m = None
     if workload is not None and seats >= 1.0:
-        m = serving_metrics(
-            model,
-            hardware,
-            deployment,
-            efficiency,
-            workload,
-            chunked_prefill=chunked_prefill,
-            chunk_tokens=chunk_tokens,
+        m = (
+            metrics
+            if metrics is not None
+            else serving_metrics(
+                model,
+                hardware,
+                deployment,
+                efficiency,
+                workload,
+                chunked_prefill=chunked_prefill,
+                chunk_tokens=chunk_tokens,
+            )
         )
     out["kv_or_queue"] = _kv_or_queue(seats, cap, m)
 

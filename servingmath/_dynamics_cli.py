@@ -13,6 +13,7 @@ import math
 import equinox as eqx
 
 import perfmodel as pm
+from optimize import cached_jit
 from perfmodel.dynamics import (
     Trace,
     Workload,
@@ -25,6 +26,9 @@ from ._options import positive
 from ._progress import Phases
 from ._types import nonnegative_float, positive_float, positive_int, workload_source
 from .errors import UsageError
+
+_serving_metrics = cached_jit(serving_metrics)
+"""``serving_metrics`` whose traced program a second run loads instead of tracing."""
 
 
 def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = False) -> None:
@@ -165,6 +169,21 @@ KNIFE_EDGE = 10.0
 """Elasticity above which the p95 tail is flagged as swinging with small load errors."""
 
 
+def load_metrics(args, model, hardware, deployment, efficiency, workload: Workload):
+    """``serving_metrics`` of ``workload`` under the parsed scheduler options (--chunked-prefill,
+    --chunk-tokens), its traced program loaded from disk when an earlier run kept it."""
+    return _serving_metrics(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        workload,
+        chunked_prefill=getattr(args, "chunked_prefill", True),
+        chunk_tokens=getattr(args, "chunk_tokens", None),
+        closed_loop=float(workload.concurrency) > 0,  # static, as serving_metrics decides it
+    )
+
+
 def dynamics_report(args, model, hardware, deployment, efficiency, workload: Workload) -> dict:
     """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded).
 
@@ -178,15 +197,7 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
     or more (docs/benchmarks-history.md, the queueing section)."""
 
     def metrics(w):
-        return serving_metrics(
-            model,
-            hardware,
-            deployment,
-            efficiency,
-            w,
-            chunked_prefill=args.chunked_prefill,
-            chunk_tokens=args.chunk_tokens,
-        )
+        return load_metrics(args, model, hardware, deployment, efficiency, w)
 
     m = metrics(workload)
     elasticity = None

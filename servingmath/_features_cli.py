@@ -18,6 +18,7 @@ import perfmodel as pm
 from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
 
 from ._disagg_cli import DisaggPools as DisaggPools, _disagg, _pools, disagg_pools as disagg_pools
+from ._dynamics_cli import load_metrics
 from ._types import finite_float, positive_float
 from .errors import UsageError
 
@@ -248,6 +249,7 @@ def feature_report(
         h = ft.host_tier(model, hardware, tier_dep, efficiency, sequence_tokens=prompt + output)
         out["host_tier"] = {k: float(v) for k, v in h.__dict__.items()}
 
+    judged = load if load is not None else workload
     out["verdicts"] = ft.verdicts(
         model,
         hardware,
@@ -258,9 +260,12 @@ def feature_report(
         arrival_rate_per_s=rate,
         shared_fraction=share,
         prefix_tokens=prefix,
-        workload=load if load is not None else workload,
+        workload=judged,
         chunked_prefill=getattr(args, "chunked_prefill", True),
         chunk_tokens=getattr(args, "chunk_tokens", None),
+        metrics=None
+        if judged is None
+        else load_metrics(args, model, hardware, deployment, efficiency, judged),
     )
     return out
 

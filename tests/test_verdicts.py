@@ -194,3 +194,22 @@ def test_explain_rejects_a_draft_larger_than_the_target():
             ]
         )
     assert "not smaller than" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_given_metrics_are_the_ones_judged():
+    """A caller's ``metrics`` (the CLI passes its load report's) stand in for computing them:
+    the same load's metrics give the same sentences, an overloaded load's make it queue-bound."""
+    from perfmodel import Workload, serving_metrics
+
+    dep = Deployment.create()
+    light = Workload(arrival_rate_per_s=2.0, prompt_tokens_mean=200.0, output_tokens_mean=100.0)
+    heavy = Workload(arrival_rate_per_s=50.0, prompt_tokens_mean=8000.0, output_tokens_mean=50.0)
+    kw = {"prompt_tokens": 200.0, "output_tokens": 100.0, "workload": light}
+    own = verdicts(LLAMA8B, H100, dep, EFF, **kw)
+    given = serving_metrics(LLAMA8B, H100, dep, EFF, light)
+    assert verdicts(LLAMA8B, H100, dep, EFF, **kw, metrics=given) == own
+    overloaded = serving_metrics(LLAMA8B, H100, dep, EFF, heavy)
+    assert not own["kv_or_queue"].startswith("queue-bound")
+    assert verdicts(LLAMA8B, H100, dep, EFF, **kw, metrics=overloaded)["kv_or_queue"].startswith(
+        "queue-bound"
+    )

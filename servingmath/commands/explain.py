@@ -6,11 +6,11 @@ import argparse
 import json
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 import perfmodel as pm
+from optimize import cached_jit
 
 from .._dynamics_cli import (
     add_dynamics_arguments,
@@ -71,12 +71,13 @@ INTERVAL_KEYS = (
 
 # One compiled program per sheet evaluation: run op by op, the sheet and its gradient dispatch
 # ~270 small XLA compiles (~35 ms each, each under the persistent cache's threshold, so every
-# run paid them again); compiled whole, they are three programs the compile cache keeps.
-_budget_sheet = eqx.filter_jit(pm.budget_sheet)
-_decode_elasticities = eqx.filter_jit(pm.decode_elasticities)
+# run paid them again); compiled whole, they are three programs the compile cache keeps, and
+# their traces are kept beside it (``cached_jit``), so a second run neither traces nor compiles.
+_budget_sheet = cached_jit(pm.budget_sheet)
+_decode_elasticities = cached_jit(pm.decode_elasticities)
 
 
-@eqx.filter_jit
+@cached_jit
 def _sheets_over_draws(model, hardware, deployment, draws, input_len, output_len):
     return jax.vmap(
         lambda e: pm.budget_sheet(model, hardware, deployment, e, input_len, output_len)
