@@ -17,7 +17,11 @@ from ._evaluate import (
     min_replicas as min_replicas,
     slo_probability as slo_probability,
 )
-from ._exhaustive import GridOptimum as GridOptimum, exhaustive_optimum as exhaustive_optimum
+from ._exhaustive import (
+    GridOptimum as GridOptimum,
+    exhaustive_costs as exhaustive_costs,
+    exhaustive_optimum as exhaustive_optimum,
+)
 from ._fleet import (
     FleetPlan as FleetPlan,
     FleetProblem as FleetProblem,

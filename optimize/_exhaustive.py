@@ -40,9 +40,13 @@ def _chunk_costs(problem: Problem, configs: jnp.ndarray) -> jnp.ndarray:
     return jax.vmap(one)(configs)
 
 
-def exhaustive_optimum(problem: Problem, *, chunk: int = 32, mesh: MeshLike = None) -> GridOptimum:
-    """Enumerate ``problem.grid`` (all legal configs x replicas 1..max) in chunks of ``chunk``
-    configurations (static shape: the last chunk is padded with the first config).
+def exhaustive_costs(
+    problem: Problem, *, chunk: int = 32, mesh: MeshLike = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(configs, costs): every legal configuration of ``problem.grid`` (n, len(KNOBS)) and its
+    $/hour at each replica count 1..max (n, max_replicas), ``inf`` where the chance constraints
+    fail; enumerated in chunks of ``chunk`` configurations (static shape: the last chunk is padded
+    with the first config).
 
     With several devices (``mesh``: see ``optimize._sharding.device_mesh``) each chunk is split
     over them (``chunk`` rounded up to a multiple of the device count); the answer is the same.
@@ -60,10 +64,16 @@ def exhaustive_optimum(problem: Problem, *, chunk: int = 32, mesh: MeshLike = No
             for i in range(0, len(padded), chunk)
         ]
     )[:n]
+    return configs, costs
+
+
+def exhaustive_optimum(problem: Problem, *, chunk: int = 32, mesh: MeshLike = None) -> GridOptimum:
+    """The cheapest (configuration, replicas) of ``exhaustive_costs`` (same arguments)."""
+    configs, costs = exhaustive_costs(problem, chunk=chunk, mesh=mesh)
     flat = int(np.argmin(costs))
     i, r = divmod(flat, costs.shape[1])
     best = float(costs[i, r])
-    evaluated = n * problem.grid.max_replicas
+    evaluated = costs.size
     if not np.isfinite(best):
         return GridOptimum(None, 0, float("inf"), evaluated)
     return GridOptimum(configs[i], r + 1, best, evaluated)
