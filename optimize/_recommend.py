@@ -212,6 +212,10 @@ def recommend(
     )
 
 
+_budget_sheet = cached_jit(budget_sheet)
+"""The answer's budget sheet as one program, its trace kept on disk (op by op: ~1 s warm)."""
+
+
 def _summary(q: np.ndarray) -> dict[str, float]:
     """Posterior median of each reported quantile (p50, p95, p99)."""
     med = np.median(np.asarray(q), axis=0)
@@ -246,7 +250,7 @@ def _explain(
     eff = _select(problem.efficiency, int(config[0]))
     eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
     dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
-    sheet = budget_sheet(
+    sheet = _budget_sheet(
         problem.model,
         hw,
         dep,
