@@ -8,6 +8,7 @@ from ._catalog import (
     hardware_ids as hardware_ids,
     load_hardware as load_hardware,
     load_model as load_model,
+    model_context_tokens as model_context_tokens,
     model_from_config as model_from_config,
     model_from_row as model_from_row,
     model_ids as model_ids,

@@ -372,3 +372,29 @@ def mtp_layers(name_or_path: str) -> int:
     counts = [cfg.get(k) for k in MTP_CONFIG_KEYS]
     given = [int(c) for c in counts if isinstance(c, (int, float)) and math.isfinite(c)]
     return max(given, default=0)
+
+
+LENGTH_SCALED_ROPE = ("linear", "dynamic", "yarn")
+"""RoPE scalings that stretch the trained context by their ``factor``; ``llama3``, ``longrope``
+and ``su`` configs already state the stretched length in ``max_position_embeddings``."""
+
+
+def model_context_tokens(name_or_path: str) -> int | None:
+    """The longest context the model's config.json admits, as vLLM derives its largest
+    ``--max-model-len``: ``max_position_embeddings``, times the RoPE scaling ``factor`` for
+    linear/dynamic scaling and for YaRN (from ``original_max_position_embeddings`` when given).
+    None when there is no config (a catalog row) or it states no length."""
+    _, config, _ = _model_source(name_or_path)
+    if config is None:
+        return None
+    cfg = text_config(config)
+    length = cfg.get("max_position_embeddings")
+    if not isinstance(length, (int, float)) or not math.isfinite(length) or length < 1:
+        return None
+    rope = cfg.get("rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    factor = rope.get("factor") if isinstance(rope, dict) else None
+    if kind in LENGTH_SCALED_ROPE and isinstance(factor, (int, float)) and factor >= 1:
+        base = rope.get("original_max_position_embeddings") if kind == "yarn" else None
+        length = (base if isinstance(base, (int, float)) and base >= 1 else length) * factor
+    return int(length)

@@ -3,8 +3,9 @@
 ITL is one gap between consecutive tokens (its p95 over gaps), TPOT a request's mean gap: where
 most gaps carry prefill work the ITL tail sits above the TPOT tail, the search model and
 ``serving_metrics`` agree on it, and a tight ITL bound buys a dearer deployment.  A context no
-candidate's KV cache can hold is one line and exit 2; a long one that fits is in every engine's
-flags and costs at least as much as the workload's own context."""
+candidate's KV cache can hold, or one above the model's own (config.json), is one line and exit
+2; a long one that fits is in every engine's flags and costs at least as much as the workload's
+own context."""
 
 import json
 
@@ -115,25 +116,46 @@ def test_tight_itl_bound_buys_a_dearer_answer(baseline, capsys):
 
 
 def test_long_context_that_fits_is_in_the_engine_flags_and_costs_at_least_as_much(baseline, capsys):
-    """One 1M-token sequence of 8B's bf16 KV is 128 GB: one H100 cannot hold it, so the answer
-    needs more devices per engine, and every engine is launched with that context."""
+    """8B's whole context, 131,072 tokens (config.json, RoPE llama3): one sequence of its bf16 KV
+    is 16 GiB, which one H100 holds beside the weights; every engine is launched with that
+    context, and serving it costs at least what the 8,192-token default does."""
     assert baseline["max_model_len"] == 8192
     assert "--max-model-len 8192" in baseline["engine_args"]["vllm"]
-    assert main([*BASE, "--max-model-len", "1000000"]) == 0
+    assert main([*BASE, "--max-model-len", "131072"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["feasible"] and out["max_model_len"] == 1_000_000
+    assert out["feasible"] and out["max_model_len"] == 131_072
     assert out["cost_per_hour"] >= baseline["cost_per_hour"]
-    assert out["tp"] * out["pp"] >= 2
     e = out["engine_args"]
-    assert "--max-model-len 1000000" in e["vllm"]
-    assert "--context-length 1000000" in e["sglang"]
-    assert "--max_seq_len 1000000" in e["trtllm"]
+    assert "--max-model-len 131072" in e["vllm"]
+    assert "--context-length 131072" in e["sglang"]
+    assert "--max_seq_len 131072" in e["trtllm"]
+
+
+@pytest.mark.parametrize(
+    "model, tokens",
+    [
+        ("meta-llama/Llama-3.1-8B", 131_072),  # RoPE llama3: max_position_embeddings as stated
+        ("meta-llama/Llama-2-7b-hf", 4_096),  # no RoPE scaling
+        ("deepseek-ai/DeepSeek-R1", 4_096 * 40),  # YaRN: original 4,096 x factor 40
+        ("openai/gpt-oss-120b", 4_096 * 32),  # YaRN: original 4,096 x factor 32
+        ("EleutherAI/gpt-j-6b", None),  # a catalog row without a config.json
+    ],
+)
+def test_model_context_is_the_configs_as_vllm_derives_it(model, tokens):
+    assert pm.model_context_tokens(model) == tokens
 
 
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--max-model-len", "50000000"], "raise TP / choose a larger GPU / lower --max-model-len"),
+        (
+            ["--model", "EleutherAI/gpt-j-6b", "--max-model-len", "50000000"],  # no config: KV
+            "raise TP / choose a larger GPU / lower --max-model-len",
+        ),
+        (
+            ["--max-model-len", "1000000"],
+            "exceeds meta-llama/Llama-3.1-8B's context of 131,072 tokens",
+        ),
         (["--max-model-len", "nan"], "--max-model-len"),
         (["--max-model-len", "0"], "--max-model-len"),
         (["--max-model-len", "-4096"], "--max-model-len"),
@@ -146,9 +168,9 @@ def test_long_context_that_fits_is_in_the_engine_flags_and_costs_at_least_as_muc
     ],
 )
 def test_bad_itl_and_context_are_one_line_exit_2(extra, message, capsys):
-    """No GPU holding one sequence of the context, or a bound or context that is not a positive
-    finite number (a whole number of tokens), is one line naming the flag and exit 2, before
-    the search (no traceback)."""
+    """No GPU holding one sequence of the context, a context above the model's own, or a bound
+    or context that is not a positive finite number (a whole number of tokens), is one line
+    naming the flag and exit 2, before the search (no traceback)."""
     assert main([*BASE, *extra]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()

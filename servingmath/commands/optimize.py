@@ -269,6 +269,14 @@ def resolve_common(args: argparse.Namespace):
         ]
     except CatalogError as exc:
         raise UsageError(str(exc)) from None
+    context = pm.model_context_tokens(args.model)
+    length = getattr(args, "max_model_len", None)
+    if length is not None and context is not None and length > context:
+        raise UsageError(
+            f"--max-model-len {int(length):,} exceeds {model.name}'s context of {context:,} "
+            "tokens (its config.json), above which vLLM refuses to start; "
+            f"lower --max-model-len to at most {context}"
+        )
     for g, h in zip(gpus, hardware):
         if not math.isfinite(float(h.price_per_gpu_hour)):
             raise UsageError(
