@@ -374,8 +374,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TOKENS",
         help="context length every engine must serve (vLLM --max-model-len, SGLang "
         "--context-length, TensorRT-LLM --max_seq_len; default: the workload's longest "
-        "requests); a configuration whose KV cache cannot hold one sequence this long is "
-        "infeasible",
+        "requests; at most the model's own context, from its config.json); a configuration "
+        "whose KV cache cannot hold one sequence this long is infeasible",
     )
     parser.add_argument(
         "--emit",
