@@ -77,6 +77,7 @@ def verdicts(
     chunked_prefill: bool = True,
     chunk_tokens: float | None = None,
     metrics: ServingMetrics | None = None,
+    prefill_interference: float | None = None,
 ) -> dict[str, str]:
     """Four sentences: ``kv_or_queue``, ``decode_bandwidth``, ``prefix_reuse``, ``pp_or_interference``.
 
@@ -84,8 +85,10 @@ def verdicts(
     ``serving_metrics`` takes them), else Poisson arrivals at ``arrival_rate_per_s`` with
     fixed lengths, else none.  ``kv_or_queue`` reads ``ServingMetrics.kv_bound``,
     ``queue_bound``, ``seat_occupancy`` and ``utilization`` of that load: the same numbers
-    ``serving_metrics`` gives for it.  A caller that has already computed them (``metrics``,
-    ``serving_metrics`` of ``workload`` with these scheduler options) passes them instead.
+    ``serving_metrics`` gives for it.  A caller that has already computed them passes them
+    instead: ``metrics`` (``serving_metrics`` of ``workload`` with these scheduler options) and
+    ``prefill_interference`` (``disaggregation``'s, with every pool this deployment, at these
+    lengths and ``arrival_rate_per_s``).
     """
     seq = prompt_tokens + output_tokens
     ctx = prompt_tokens + output_tokens / 2.0
@@ -119,7 +122,9 @@ def verdicts(
 
     running = float(m.seat_occupancy * m.seats) if m is not None else 0.0
     stretch = 1.0
-    if arrival_rate_per_s is not None and seats >= 1.0:
+    if arrival_rate_per_s is not None and seats >= 1.0 and prefill_interference is not None:
+        stretch = float(prefill_interference)
+    elif arrival_rate_per_s is not None and seats >= 1.0:
         co = disaggregation(
             model,
             efficiency,

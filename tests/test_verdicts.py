@@ -213,3 +213,30 @@ def test_given_metrics_are_the_ones_judged():
     assert verdicts(LLAMA8B, H100, dep, EFF, **kw, metrics=overloaded)["kv_or_queue"].startswith(
         "queue-bound"
     )
+
+
+def test_given_prefill_interference_is_the_one_quoted():
+    """The CLI passes the colocated interference it computed (one cached program): the same
+    value gives the same sentences, and the sentence quotes whatever stretch it is given."""
+    from perfmodel.features import disaggregation
+
+    dep = Deployment.create()
+    kw = {"prompt_tokens": 2000.0, "output_tokens": 200.0, "arrival_rate_per_s": 4.0}
+    own = verdicts(LLAMA8B, H100, dep, EFF, **kw)
+    pools = (H100, dep)
+    stretch = float(
+        disaggregation(
+            LLAMA8B,
+            EFF,
+            colocated=pools,
+            prefill=pools,
+            decode=pools,
+            prompt_tokens=2000.0,
+            output_tokens=200.0,
+            arrival_rate_per_s=4.0,
+        ).prefill_interference
+    )
+    assert f"{stretch:.2f}x" in own["pp_or_interference"]
+    assert verdicts(LLAMA8B, H100, dep, EFF, **kw, prefill_interference=stretch) == own
+    other = verdicts(LLAMA8B, H100, dep, EFF, **kw, prefill_interference=stretch + 0.5)
+    assert f"{stretch + 0.5:.2f}x" in other["pp_or_interference"]
