@@ -17,6 +17,9 @@ from perfmodel._fit_check import tp_divides_heads
 from ._types import positive_int, utilization
 from .errors import UsageError
 
+DEFAULT_MAX_MODEL_LEN = 8192
+"""``--max-model-len`` when none is given, unless the model's own context is shorter."""
+
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     """Model, hardware, parallelism, dtypes and engine memory knobs."""
@@ -41,8 +44,9 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-model-len",
         type=positive_int,
-        default=8192,
-        help="longest admitted sequence (tokens)",
+        default=None,
+        help=f"longest admitted sequence (tokens; default {DEFAULT_MAX_MODEL_LEN:,} or the "
+        "model's own context if shorter; at most that context, from its config.json)",
     )
     g.add_argument(
         "--block-size", type=positive_int, default=16, help="paged-KV block size (tokens)"
@@ -94,6 +98,21 @@ def resolve_model_and_gpu(args: argparse.Namespace) -> tuple[ModelSpec, Hardware
     return model, hardware
 
 
+def resolve_max_model_len(model: str, tokens: int | None) -> int:
+    """The context the engine admits: ``tokens``, or ``DEFAULT_MAX_MODEL_LEN`` capped at the
+    model's context (``pm.model_context_tokens``); a ``tokens`` above that context is a
+    ``UsageError`` (vLLM refuses to start there)."""
+    context = pm.model_context_tokens(model)
+    if tokens is None:
+        return DEFAULT_MAX_MODEL_LEN if context is None else min(DEFAULT_MAX_MODEL_LEN, context)
+    if context is not None and tokens > context:
+        raise UsageError(
+            f"--max-model-len {tokens:,} exceeds {model}'s context of {context:,} tokens (its "
+            f"config.json), above which vLLM refuses to start; pass at most {context}"
+        )
+    return tokens
+
+
 def resolve_deployment(
     args: argparse.Namespace,
     *,
@@ -102,6 +121,7 @@ def resolve_deployment(
 ) -> tuple[ModelSpec, HardwareSpec, Deployment]:
     """Specs for the deployment the arguments describe; bad combinations raise ``UsageError``."""
     model, hardware = resolve_model_and_gpu(args)
+    args.max_model_len = resolve_max_model_len(args.model, args.max_model_len)
     for flag in ("tp", "pp", "replicas", "max_model_len", "block_size"):
         positive(f"--{flag.replace('_', '-')}", getattr(args, flag))
     if not 0 < args.gpu_memory_utilization <= 1:

@@ -176,3 +176,35 @@ def test_bad_itl_and_context_are_one_line_exit_2(extra, message, capsys):
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert "Traceback" not in err and captured.out == ""
+
+
+LLAMA2 = ["--model", "meta-llama/Llama-2-7b-hf", "--gpu", "h100-sxm"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (  # Llama-2's context is 4,096 tokens: the default is capped there, not 8,192
+            ["explain", *LLAMA2, "--input-len", "3000", "--output-len", "2000"],
+            "exceeds --max-model-len 4096",
+        ),
+        (  # the simulator rejects prompts longer than the context, as vLLM does
+            ["simulate", *LLAMA2, "--input-len", "5000", "--rate", "1", "--requests", "10"],
+            "every prompt is longer than --max-model-len 4096",
+        ),
+        (
+            ["explain", "--model", MODEL, "--gpu", "h100-sxm", "--max-model-len", "200000"],
+            "exceeds meta-llama/Llama-3.1-8B's context of 131,072 tokens",
+        ),
+        (
+            ["simulate", "--model", MODEL, "--gpu", "h100-sxm", "--max-model-len", "200000"],
+            "exceeds meta-llama/Llama-3.1-8B's context of 131,072 tokens",
+        ),
+    ],
+)
+def test_explain_and_simulate_admit_at_most_the_models_context(argv, message, capsys):
+    """Without --max-model-len the engine admits 8,192 tokens or the model's context if shorter
+    (vLLM's default is the model's context); above the context is one line and exit 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err

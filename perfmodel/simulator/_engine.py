@@ -167,6 +167,8 @@ def run_engine(
                 waiting.append(nxt)
             nxt += 1
         if not running and not waiting:
+            if nxt >= n:  # every request has left: the last ones were rejected on arrival
+                break
             now = R.arrival[nxt]
             continue
         if decode_run_s is not None and not waiting and hooks.decode_tokens is None:
