@@ -16,7 +16,7 @@ import numpy as np
 from ._evaluate import cost_per_hour, meets_confidence, slo_probability
 from ._problem import Problem
 from ._program_cache import cached_jit
-from ._sharding import MeshLike, device_mesh, num_shards, replicate, shard_rows
+from ._sharding import MeshLike, device_mesh, num_shards, pad_rows, replicate, shard_rows
 
 
 class GridOptimum(NamedTuple):
@@ -56,8 +56,7 @@ def exhaustive_costs(
     problem = replicate(problem, mesh)
     configs = problem.grid.all_configs(problem.model)
     n = len(configs)
-    pad = (-n) % chunk
-    padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
+    padded = pad_rows(configs, chunk)
     costs = np.concatenate(
         [
             np.asarray(_chunk_costs(problem, shard_rows(jnp.asarray(padded[i : i + chunk]), mesh)))

@@ -32,7 +32,7 @@ from ._evaluate import (
 from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
 from ._program_cache import cached_jit
-from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, replicate
+from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, pad_rows, replicate
 
 Array = jnp.ndarray
 
@@ -271,7 +271,7 @@ def _score_new(
     new = [k for k in keys if k not in table]
     for i in range(0, len(new), chunk_rows):
         rows = np.asarray(new[i : i + chunk_rows], dtype=np.int32)
-        padded = np.concatenate([rows, np.repeat(rows[:1], chunk_rows - len(rows), axis=0)])
+        padded = pad_rows(rows, chunk_rows)
         if mesh is None:
             reps, cost = costs_at_min_replicas(problem, jnp.asarray(padded))
         else:
