@@ -133,6 +133,17 @@ def _binding(model, hardware, deployment, efficiency, workload):
     )
 
 
+def is_closed_loop(workload: Workload) -> bool:
+    """Whether ``serving_metrics`` treats ``workload`` as a closed loop: ``concurrency > 0``, or a
+    traced concurrency (e.g. under ``vmap``).  A concrete open-loop workload skips tracing the
+    closed-loop rate solve; the test is made on the leaf itself (numpy), since inside a jit trace
+    every jnp op is staged, even on constants."""
+    concurrency = workload.concurrency
+    if isinstance(concurrency, jax.core.Tracer):
+        return True
+    return bool(np.any(np.asarray(concurrency) > 0))
+
+
 def serving_metrics(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -172,15 +183,7 @@ def serving_metrics(
         and usable inside ``jit``, ``vmap`` and ``grad`` (finite gradients in the continuous
         leaves, also at the kinks and under overload).
     """
-    # a concrete open-loop workload skips tracing the closed-loop rate solve; the test is made on
-    # the leaf itself (numpy), since inside a jit trace every jnp op is staged, even on constants
-    concurrency = workload.concurrency
-    if closed_loop is not None:
-        closed_loop = bool(closed_loop)
-    elif isinstance(concurrency, jax.core.Tracer):
-        closed_loop = True
-    else:
-        closed_loop = bool(np.any(np.asarray(concurrency) > 0))
+    closed_loop = is_closed_loop(workload) if closed_loop is None else bool(closed_loop)
     return _serving_metrics(
         model,
         hardware,

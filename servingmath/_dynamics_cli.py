@@ -17,6 +17,7 @@ from optimize import cached_jit
 from perfmodel.dynamics import (
     Trace,
     Workload,
+    is_closed_loop,
     load_trace,
     serving_metrics,
     workload_from_trace,
@@ -180,7 +181,7 @@ def load_metrics(args, model, hardware, deployment, efficiency, workload: Worklo
         workload,
         chunked_prefill=getattr(args, "chunked_prefill", True),
         chunk_tokens=getattr(args, "chunk_tokens", None),
-        closed_loop=float(workload.concurrency) > 0,  # static, as serving_metrics decides it
+        closed_loop=is_closed_loop(workload),  # static: decided before the leaves are traced
     )
 
 
