@@ -35,7 +35,7 @@ a pool split or of speculative decoding is a different closed form, outside this
     python benchmarks/bench_referee.py --quick    # 1 small problem, 10 draws, coarse grid
 
 Wall times on the 2 development cores shared with other work (load 6-9): 7-13 min per problem (42 min for 70B RAG),
-about half in the pipeline's compiles; ``--quick`` 100 s with a warm compile cache, 4-7 min cold.
+about half in the pipeline's compiles; ``--quick`` 19 s with a warm compile cache, 2 min cold.
 """
 
 from __future__ import annotations
@@ -94,11 +94,20 @@ accepts there lowers the bound to its own cost)."""
 BLOCK = 5
 """Draws per row of the compiled referee function (a point's draws are scored block by block)."""
 
-ROWS = 256
-"""Rows per call of the compiled referee function (static shape; the last call is padded)."""
 
-GROUP = 2048
-"""Points whose engines are built at once (cheapest first)."""
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """Static shapes of the referee's compiled calls: ``rows`` (point, draw block) rows per call
+    of ``_failures`` (the last call is padded) and ``group`` points whose engines are built at
+    once, cheapest first.  Larger shapes mean fewer calls on a big grid; the smoke's dozen
+    points need small ones (the padding is scored like real rows)."""
+
+    rows: int
+    group: int
+
+
+FULL = Shapes(rows=256, group=2048)
+SMOKE = Shapes(rows=16, group=64)
 
 PROBLEMS = (
     # (label, servingmath optimize arguments); every one colocated (--pool-ratios none)
@@ -313,22 +322,24 @@ def allowed_failures(draws: int, confidence: float) -> int:
 
 class _Scorer:
     """Counts failing draws of (point, draw block) rows through ``_failures`` in calls of
-    ``ROWS`` rows."""
+    ``rows`` rows."""
 
-    def __init__(self, problem):
+    def __init__(self, problem, rows: int):
         self.problem = problem
+        self.rows = rows
         self.slo = jnp.asarray([problem.slo_ttft_p95_s, problem.slo_tpot_p95_s])
         self.evaluations = 0
 
     def __call__(self, engines, points: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         hw, dep, eff, chunk = engines
         out = np.zeros(len(points), dtype=int)
-        for i in range(0, len(points), ROWS):
-            p = points[i : i + ROWS]
-            b = blocks[i : i + ROWS]
+        rows = self.rows
+        for i in range(0, len(points), rows):
+            p = points[i : i + rows]
+            b = blocks[i : i + rows]
             n = len(p)
-            p = np.concatenate([p, np.repeat(p[:1], ROWS - n)])
-            b = np.concatenate([b, np.repeat(b[:1], ROWS - n)])
+            p = np.concatenate([p, np.repeat(p[:1], rows - n)])
+            b = np.concatenate([b, np.repeat(b[:1], rows - n)])
             cols = b[:, None] * BLOCK + np.arange(BLOCK)[None, :]
             fails = _failures(
                 self.problem.model,
@@ -340,11 +351,13 @@ class _Scorer:
                 chunk[p],
             )
             out[i : i + n] = np.asarray(fails)[:n]
-            self.evaluations += ROWS * BLOCK
+            self.evaluations += rows * BLOCK
         return out
 
 
-def referee(problem, rec_row: np.ndarray, rec_replicas: int, rec_cost: float) -> Referee:
+def referee(
+    problem, rec_row: np.ndarray, rec_replicas: int, rec_cost: float, shapes: Shapes = FULL
+) -> Referee:
     """Cheapest (configuration, replicas) of the grid the full load model accepts, among points
     costing at most ``BOUND`` x the recommendation's."""
     draws = problem.num_draws
@@ -361,22 +374,23 @@ def referee(problem, rec_row: np.ndarray, rec_replicas: int, rec_cost: float) ->
     cost = price[idx] * reps
     order = np.argsort(cost, kind="stable")
     idx, reps, cost = idx[order], reps[order], cost[order]
-    score = _Scorer(problem)
+    score = _Scorer(problem, shapes.rows)
+    group = shapes.group
 
     def engines(rows: np.ndarray, r: np.ndarray):
-        """Engines of the points (config rows ``rows``, replicas ``r``), padded to ``GROUP``."""
+        """Engines of the points (config rows ``rows``, replicas ``r``), padded to ``group``."""
         n = len(rows)
-        pad = GROUP - n
+        pad = group - n
         c = jnp.asarray(np.concatenate([rows, np.repeat(rows[:1], pad, 0)]))
         rr = jnp.asarray(np.concatenate([r, np.repeat(r[:1], pad)]).astype(float))
         hw, dep, eff, chunk, seats = _engines(problem, c, rr)
         return (hw, dep, eff, chunk), np.asarray(seats)[:n]
 
     best, best_at = np.inf, None
-    for start in range(0, len(idx), GROUP):
+    for start in range(0, len(idx), group):
         if cost[start] > best:
             break
-        sl = slice(start, start + GROUP)
+        sl = slice(start, start + group)
         eng, seats = engines(configs[idx[sl]], reps[sl])
         alive = np.flatnonzero((seats >= 1) & (cost[sl] <= best))
         fails = np.zeros(len(seats), dtype=int)
@@ -387,7 +401,7 @@ def referee(problem, rec_row: np.ndarray, rec_replicas: int, rec_cost: float) ->
         alive = alive[fails[alive] <= allowed]
         # the remaining blocks, cheapest points first; stop at the first accepted batch
         rest = blocks - first
-        per = max(1, ROWS // max(rest, 1))
+        per = max(1, shapes.rows // max(rest, 1))
         for j in range(0, len(alive), per):
             pts = alive[j : j + per]
             if cost[sl][pts[0]] > best:
@@ -402,7 +416,7 @@ def referee(problem, rec_row: np.ndarray, rec_replicas: int, rec_cost: float) ->
                 if cost[sl][k] < best:
                     best, best_at = float(cost[sl][k]), (idx[sl][k], int(reps[sl][k]))
         _say(
-            f"  referee: {min(start + GROUP, len(idx)):,} of {len(idx):,} points by cost, "
+            f"  referee: {min(start + group, len(idx)):,} of {len(idx):,} points by cost, "
             f"{score.evaluations:,} draw evaluations, cheapest accepted ${best:.2f}/h"
         )
     # the recommendation itself, every draw (its P under the referee)
@@ -417,7 +431,7 @@ def referee(problem, rec_row: np.ndarray, rec_replicas: int, rec_cost: float) ->
 # ------------------------------------------------------------------ one problem
 
 
-def run_one(label: str, argv: str, draws: int, requests: int) -> Outcome:
+def run_one(label: str, argv: str, draws: int, requests: int, shapes: Shapes = FULL) -> Outcome:
     t0 = time.perf_counter()
     _say(f"{label}: the optimize pipeline")
     problem, gpus, name = build_problem(argv, draws)
@@ -428,7 +442,7 @@ def run_one(label: str, argv: str, draws: int, requests: int) -> Outcome:
     assert out["feasible"], f"{label}: no recommendation"
     row = config_row(problem, gpus, out)
     _say(f"{label}: the referee ({t1 - t0:.0f} s)")
-    ref = referee(problem, row, int(out["replicas"]), float(out["cost_per_hour"]))
+    ref = referee(problem, row, int(out["replicas"]), float(out["cost_per_hour"]), shapes)
     t2 = time.perf_counter()
     _say(f"{label}: the simulator ({t2 - t1:.0f} s)")
     sim = simulate_check(problem, row, int(out["replicas"]), requests)
@@ -517,7 +531,7 @@ def main() -> None:
     outcomes = []
     print(HEADER, flush=True)
     for label, argv in problems:  # each row as its problem finishes
-        outcomes.append(run_one(label, argv, draws, requests))
+        outcomes.append(run_one(label, argv, draws, requests, SMOKE if args.quick else FULL))
         print(row(outcomes[-1]), flush=True)
     print_summary(outcomes, draws, requests)
 
