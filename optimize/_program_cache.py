@@ -100,7 +100,18 @@ def _load(path: Path, compiler_options) -> _Program | None:
         exported = jax.export.deserialize(blob)
     except Exception:  # noqa: BLE001 (a partial or foreign file: trace again, overwrite it)
         return None
-    return _Program(jax.jit(exported.call, compiler_options=compiler_options), positions)
+    return _Program(_named_jit(exported, compiler_options), positions)
+
+
+def _named_jit(exported, compiler_options) -> Callable:
+    """``jax.jit`` of the exported program under the traced function's own name (compile logs
+    and profiles then say which program compiled, not ``call``)."""
+
+    def run(*arrays):
+        return exported.call(*arrays)
+
+    run.__name__ = run.__qualname__ = exported.fun_name
+    return jax.jit(run, compiler_options=compiler_options)
 
 
 def _export(fn: Callable, treedef, static, leaves: list, path: Path, compiler_options):
@@ -112,6 +123,8 @@ def _export(fn: Callable, treedef, static, leaves: list, path: Path, compiler_op
         out, out_tree = jax.tree.flatten(fn(*args, **kwargs))
         out_trees.append(out_tree)
         return out
+
+    flat.__name__ = flat.__qualname__ = getattr(fn, "__name__", "flat")
 
     shapes = [jax.ShapeDtypeStruct(np.shape(x), x.dtype, weak_type=_weak(x)) for x in leaves]
     try:
@@ -127,7 +140,7 @@ def _export(fn: Callable, treedef, static, leaves: list, path: Path, compiler_op
         tmp.replace(path)
     except OSError:
         pass
-    return _Program(jax.jit(exported.call, compiler_options=compiler_options), positions)
+    return _Program(_named_jit(exported, compiler_options), positions)
 
 
 def cached_jit(fn: Callable | None = None, *, compiler_options: dict | None = None):
