@@ -7,7 +7,12 @@ import numpy as np
 from ._requests import blocks_for
 
 FAST_FORWARD_MAX = 256
-"""Most decode-only iterations evaluated in one ``decode_run_s`` call."""
+"""Most decode-only iterations one fast-forward runs."""
+
+DECODE_RUN_CHUNK = 32
+"""Iterations per ``decode_run_s`` call (its one compiled shape): a fast-forward asks for more
+chunks only while the next arrival is still ahead, so an open loop (tens of decode steps between
+arrivals) needs one call and a closed loop at most ``FAST_FORWARD_MAX / DECODE_RUN_CHUNK``."""
 
 
 def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
@@ -33,9 +38,15 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
         grow = int((blocks_for(R.kv[run] - R.shared[run] + k, blk) - R.blocks[run]).sum())
         if grow > free:
             return None
-    times = decode_run_s(len(run), float(R.kv[run].mean()), k)
-    cum = np.cumsum(times)
-    k = int(min(np.searchsorted(cum, next_arrival - now) + 1, k))
+    context, gap = float(R.kv[run].mean()), next_arrival - now
+    chunks: list[np.ndarray] = []
+    done, elapsed = 0, 0.0
+    while done < k and (not chunks or elapsed < gap):  # times up to the next arrival, by chunk
+        times = decode_run_s(len(run), context + done, min(DECODE_RUN_CHUNK, k - done))
+        chunks.append(times)
+        done, elapsed = done + len(times), elapsed + float(times.sum())
+    cum = np.cumsum(np.concatenate(chunks))
+    k = int(min(np.searchsorted(cum, gap) + 1, len(cum)))
     if lim.static_tokens is None:
         new_blocks = blocks_for(R.kv[run] - R.shared[run] + k, blk)
         grow = int((new_blocks - R.blocks[run]).sum())

@@ -13,6 +13,7 @@ from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from .._traces import Trace
 from .._workload import Workload, sample_arrivals, sample_lengths
 from ._engine import EngineHooks, EngineLimits, run_engine
+from ._fast_forward import DECODE_RUN_CHUNK
 from ._features import FeatureCounts, PrefixCaching, Speculation, gather_reused, replica_hooks
 from ._records import SimResult
 from ._speculative import speculative_step_function
@@ -69,8 +70,9 @@ def step_function(model, hardware, deployment, efficiency) -> Callable[..., floa
 def decode_run_function(
     model, hardware, deployment, efficiency
 ) -> Callable[[int, float, int], np.ndarray]:
-    """Times of k consecutive decode-only iterations at context c, c + 1, ... (one vmapped
-    ``iteration_s`` call, padded to a power of two so each size compiles once)."""
+    """Times of k <= ``DECODE_RUN_CHUNK`` consecutive decode-only iterations at context c, c + 1,
+    ... (one vmapped ``iteration_s`` call, always padded to ``DECODE_RUN_CHUNK`` rows: one shape,
+    so one trace and compile per run)."""
 
     @jax.jit
     def f(seqs, contexts):
@@ -79,8 +81,7 @@ def decode_run_function(
         )
 
     def run(seqs, context, k):
-        size = 1 << max(int(k - 1).bit_length(), 3)
-        ctx = context + np.arange(size, dtype=np.float64)
+        ctx = context + np.arange(DECODE_RUN_CHUNK, dtype=np.float64)
         return np.asarray(f(np.float64(seqs), ctx))[:k]
 
     return run
