@@ -9,6 +9,8 @@ budget, decode roofline, the Che prefix-cache hit rate, the colocated interferen
 from __future__ import annotations
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 
 from ._disagg import disaggregation
 from ._memory import max_concurrent_requests
@@ -24,6 +26,66 @@ REAL_PREFIX_SPEEDUP = 1.1
 
 HARMFUL_INTERFERENCE = 1.2
 """Decode-gap stretch from colocated prefills above which interference is called the issue."""
+
+
+class VerdictBudgets(eqx.Module):
+    """The budgets the verdicts quote, for one deployment at one prompt/output length.
+
+    ``seats``: sequences of ``prompt + output`` tokens the KV cache holds per replica;
+    ``decode_*_s``: the decode step (memory, compute, communication, total) at the batch
+    ``max(min(seats, max_num_seqs), 1)`` and the mid-output context ``prompt + output / 2``;
+    ``pp_tokens_per_s`` / ``replica_tokens_per_s``: the decode ceiling with the GPUs doubled as
+    pipeline stages or as replicas (0 where not one sequence fits); ``pp_seats``: the seats per
+    replica at doubled PP.
+    """
+
+    seats: jax.Array
+    decode_memory_s: jax.Array
+    decode_compute_s: jax.Array
+    decode_comm_s: jax.Array
+    decode_total_s: jax.Array
+    pp_tokens_per_s: jax.Array
+    replica_tokens_per_s: jax.Array
+    pp_seats: jax.Array
+
+
+def verdict_budgets(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    prompt_tokens,
+    output_tokens,
+) -> VerdictBudgets:
+    """The verdicts' budgets as one pure function (jit it once instead of dozens of eager ops):
+    ``max_concurrent_requests``, ``decode_step`` and ``decode_tokens_per_s_max`` of the deployment
+    and of its two doublings."""
+    seats = max_concurrent_requests(model, hardware, deployment, prompt_tokens + output_tokens)
+    batch = jnp.maximum(jnp.minimum(seats, deployment.max_num_seqs), 1.0)
+    step = decode_step(
+        model, hardware, deployment, efficiency, batch, prompt_tokens + output_tokens / 2.0
+    )
+    doubled_pp = eqx.tree_at(
+        lambda d: (d.pp, d.microbatches), deployment, (deployment.pp * 2.0, deployment.pp * 2.0)
+    )
+    doubled_rep = eqx.tree_at(lambda d: d.replicas, deployment, deployment.replicas * 2.0)
+    tps_rep = decode_tokens_per_s_max(
+        model, hardware, doubled_rep, efficiency, prompt_tokens, output_tokens
+    )
+    return VerdictBudgets(
+        seats=seats,
+        decode_memory_s=step.memory_s,
+        decode_compute_s=step.compute_s,
+        decode_comm_s=step.comm_s,
+        decode_total_s=step.total_s,
+        pp_tokens_per_s=decode_tokens_per_s_max(
+            model, hardware, doubled_pp, efficiency, prompt_tokens, output_tokens
+        ),
+        replica_tokens_per_s=jnp.where(seats >= 1.0, tps_rep, 0.0),
+        pp_seats=max_concurrent_requests(
+            model, hardware, doubled_pp, prompt_tokens + output_tokens
+        ),
+    )
 
 
 def _pct(x: float) -> str:
@@ -78,6 +140,7 @@ def verdicts(
     chunk_tokens: float | None = None,
     metrics: ServingMetrics | None = None,
     prefill_interference: float | None = None,
+    budgets: VerdictBudgets | None = None,
 ) -> dict[str, str]:
     """Four sentences: ``kv_or_queue``, ``decode_bandwidth``, ``prefix_reuse``, ``pp_or_interference``.
 
@@ -88,11 +151,13 @@ def verdicts(
     ``serving_metrics`` gives for it.  A caller that has already computed them passes them
     instead: ``metrics`` (``serving_metrics`` of ``workload`` with these scheduler options) and
     ``prefill_interference`` (``disaggregation``'s, with every pool this deployment, at these
-    lengths and ``arrival_rate_per_s``).
+    lengths and ``arrival_rate_per_s``) and ``budgets`` (``verdict_budgets`` at these lengths).
     """
-    seq = prompt_tokens + output_tokens
-    ctx = prompt_tokens + output_tokens / 2.0
-    seats = float(max_concurrent_requests(model, hardware, deployment, seq))
+    if budgets is None:
+        budgets = verdict_budgets(
+            model, hardware, deployment, efficiency, prompt_tokens, output_tokens
+        )
+    seats = float(budgets.seats)
     cap = float(deployment.max_num_seqs)
     batch = max(min(seats, cap), 1.0)
     out: dict[str, str] = {}
@@ -137,13 +202,12 @@ def verdicts(
         )
         stretch = float(co.prefill_interference)
 
-    step = decode_step(model, hardware, deployment, efficiency, batch, ctx)
-    mem, comp = float(step.memory_s), float(step.compute_s)
+    mem, comp = float(budgets.decode_memory_s), float(budgets.decode_compute_s)
     kind = "bandwidth-limited" if mem >= comp else "compute-limited"
     out["decode_bandwidth"] = (
         f"Decode is {kind}: at batch {batch:.0f} a step reads memory for {mem * 1e3:.2f} ms and "
-        f"computes for {comp * 1e3:.2f} ms (step {float(step.total_s) * 1e3:.2f} ms incl. "
-        f"{float(step.comm_s) * 1e3:.2f} ms communication)."
+        f"computes for {comp * 1e3:.2f} ms (step {float(budgets.decode_total_s) * 1e3:.2f} ms "
+        f"incl. {float(budgets.decode_comm_s) * 1e3:.2f} ms communication)."
     )
 
     if shared_fraction > 0.0 and prefix_tokens > 0.0:
@@ -172,27 +236,17 @@ def verdicts(
             "No prefix reuse: no shared prefix was given (unique prompts gain nothing)."
         )
 
-    out["pp_or_interference"] = _pp_or_interference(
-        model, hardware, deployment, efficiency, prompt_tokens, output_tokens, seats, cap, stretch
-    )
+    out["pp_or_interference"] = _pp_or_interference(deployment, budgets, stretch)
     return out
 
 
-def _pp_or_interference(model, hardware, deployment, efficiency, p, o, seats, cap, stretch):
-    doubled_pp = eqx.tree_at(
-        lambda d: (d.pp, d.microbatches), deployment, (deployment.pp * 2.0, deployment.pp * 2.0)
-    )
-    doubled_rep = eqx.tree_at(lambda d: d.replicas, deployment, deployment.replicas * 2.0)
-    tps_pp = float(decode_tokens_per_s_max(model, hardware, doubled_pp, efficiency, p, o))
-    tps_rep = (
-        float(decode_tokens_per_s_max(model, hardware, doubled_rep, efficiency, p, o))
-        if seats >= 1
-        else 0.0
-    )
-    pp_seats = float(max_concurrent_requests(model, hardware, doubled_pp, p + o))
+def _pp_or_interference(deployment, budgets: VerdictBudgets, stretch: float) -> str:
+    tps_pp = float(budgets.pp_tokens_per_s)
+    tps_rep = float(budgets.replica_tokens_per_s)
     compare = (
-        f"doubling the GPUs as PP = {float(doubled_pp.pp):.0f} gives {tps_pp:.0f} decode tok/s "
-        f"({pp_seats:.0f} KV seats per replica) against {tps_rep:.0f} from twice the replicas"
+        f"doubling the GPUs as PP = {float(deployment.pp) * 2.0:.0f} gives {tps_pp:.0f} decode "
+        f"tok/s ({float(budgets.pp_seats):.0f} KV seats per replica) against {tps_rep:.0f} from "
+        f"twice the replicas"
     )
     if stretch >= HARMFUL_INTERFERENCE:
         return (

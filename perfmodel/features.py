@@ -48,4 +48,8 @@ from ._speculative import (
     load_acceptance as load_acceptance,
     speculative_decode as speculative_decode,
 )
-from ._verdicts import verdicts as verdicts
+from ._verdicts import (
+    VerdictBudgets as VerdictBudgets,
+    verdict_budgets as verdict_budgets,
+    verdicts as verdicts,
+)

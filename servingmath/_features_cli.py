@@ -198,6 +198,10 @@ def _colocated_interference(model, hardware, deployment, efficiency, prompt, out
     ).prefill_interference
 
 
+_verdict_budgets = cached_jit(ft.verdict_budgets)
+"""The verdicts' budgets as one program kept on disk (op by op: ~90 small compiles a run)."""
+
+
 def feature_report(
     args: argparse.Namespace,
     model: ModelSpec,
@@ -293,6 +297,13 @@ def feature_report(
             deployment,
             efficiency,
             *(jnp.asarray(float(v)) for v in (prompt, output, rate)),
+        ),
+        budgets=_verdict_budgets(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            *(jnp.asarray(float(v)) for v in (prompt, output)),
         ),
     )
     return out
