@@ -240,3 +240,25 @@ def test_given_prefill_interference_is_the_one_quoted():
     assert verdicts(LLAMA8B, H100, dep, EFF, **kw, prefill_interference=stretch) == own
     other = verdicts(LLAMA8B, H100, dep, EFF, **kw, prefill_interference=stretch + 0.5)
     assert f"{stretch + 0.5:.2f}x" in other["pp_or_interference"]
+
+
+def test_verdict_budgets_jitted_are_the_budgets_the_sentences_quote():
+    # one compiled program gives the numbers decode_step and max_concurrent_requests give eagerly
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from perfmodel._verdicts import verdict_budgets
+
+    dep = Deployment.create(tp=2)
+    b = eqx.filter_jit(verdict_budgets)(
+        LLAMA70B, H100, dep, EFF, jnp.asarray(1000.0), jnp.asarray(500.0)
+    )
+    seats = float(max_concurrent_requests(LLAMA70B, H100, dep, 1500.0))
+    batch = max(min(seats, float(dep.max_num_seqs)), 1.0)
+    step = decode_step(LLAMA70B, H100, dep, EFF, batch, 1250.0)
+    assert abs(float(b.seats) - seats) <= 1e-9 * seats
+    assert abs(float(b.decode_total_s) - float(step.total_s)) <= 1e-9 * float(step.total_s)
+    # doubling PP halves the weights per GPU, so the doubled-PP replica holds more seats
+    assert float(b.pp_seats) > seats
+    v = verdicts(LLAMA70B, H100, dep, EFF, prompt_tokens=1000.0, output_tokens=500.0, budgets=b)
+    assert f"step {float(step.total_s) * 1e3:.2f} ms" in v["decode_bandwidth"]
