@@ -7,7 +7,10 @@ spec pytrees, raising ``UsageError`` with a one-line fix for anything a user can
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+
+import jax.numpy as jnp
 
 import perfmodel as pm
 from perfmodel import CatalogError, Deployment, HardwareSpec, ModelSpec
@@ -161,11 +164,21 @@ def resolve_deployment(
     return model, hardware, deployment
 
 
+@functools.cache
+def _seats_program():
+    """``max_concurrent_requests`` as one program kept on disk (op by op: ~15 small compiles)."""
+    from optimize import cached_jit  # optimize imports optax; only commands that price need it
+
+    return cached_jit(pm.max_concurrent_requests)
+
+
 def require_fit(
     model: ModelSpec, hardware: HardwareSpec, deployment: Deployment, sequence_tokens: float
 ) -> None:
     """Raise a ``UsageError`` naming the smallest TP x PP that fits when this one does not."""
-    concurrent = float(pm.max_concurrent_requests(model, hardware, deployment, sequence_tokens))
+    concurrent = float(
+        _seats_program()(model, hardware, deployment, jnp.asarray(float(sequence_tokens)))
+    )
     if concurrent >= 1.0:
         return
     tp, pp = int(deployment.tp), int(deployment.pp)

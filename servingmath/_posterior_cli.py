@@ -10,6 +10,7 @@ import argparse
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import perfmodel as pm
 
@@ -59,12 +60,12 @@ def resolve_efficiency(
             f"cannot use posterior {args.posterior or '(bundled)'}: {exc}; "
             "pass --posterior FILE.nc, or --prior for spec-sheet defaults"
         ) from None
-    median = jax.tree.map(lambda x: jnp.median(x, axis=0), draws)
+    median = jax.tree.map(lambda x: np.median(np.asarray(x), axis=0), draws)
     label = f"posterior {posterior.path} ({args.draws} draws, {hardware.name})"
     return median, draws, label
 
 
 def quantiles(values: jnp.ndarray) -> dict[str, float]:
     """{"p05", "p50", "p95"} of posterior draws."""
-    q = jnp.quantile(values, jnp.asarray(INTERVAL_QUANTILES))
+    q = np.quantile(np.asarray(values), INTERVAL_QUANTILES)
     return {f"p{round(p * 100):02d}": float(v) for p, v in zip(INTERVAL_QUANTILES, q)}
