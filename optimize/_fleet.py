@@ -74,6 +74,7 @@ def _violation(fp: FleetProblem, n: np.ndarray) -> float:
 def fleet_milp(fp: FleetProblem) -> FleetPlan:
     """The exact integer optimum (``scipy.optimize.milp``, HiGHS branch and bound)."""
     from scipy.optimize import Bounds, LinearConstraint, milp  # ~0.4 s; only the fleet needs it
+
     c_count, g_count = fp.capacity.shape
     usable = fp.capacity > 0
     upper = np.where(usable, np.ceil(fp.rates[:, None] / np.where(usable, fp.capacity, 1.0)), 0.0)
