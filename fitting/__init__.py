@@ -15,7 +15,7 @@ import importlib
 
 _EXPORTS = {
     "._diagnostics": ("Diagnostics", "diagnose"),
-    "._fit": ("FitResult", "fit_table", "read_tables", "subsample"),
+    "._fit": ("FitResult", "fit_table", "read_tables", "skipped_summary", "subsample"),
     "._groups": ("noise_key", "notes_dict"),
     "._holdout": ("holdout_scores", "score_rows"),
     "._model": ("PRIORS", "calibration_model"),
@@ -36,7 +36,13 @@ _EXPORTS = {
     "._predictive": ("predictive_log_draws",),
     "._rows": ("Prepared", "prepare"),
     "._serving_stage": ("E2E_SCENARIOS", "add_serving_stage", "without_serving_stage"),
-    "._update": ("MAX_SERVING_ROWS", "update_posterior", "user_hardware", "without_gpu"),
+    "._update": (
+        "MAX_SERVING_ROWS",
+        "MAX_TREE_DEPTH",
+        "update_posterior",
+        "user_hardware",
+        "without_gpu",
+    ),
     "._update_report": ("UpdateReport", "update_report"),
     "._validate": ("format_report", "score_draws", "validate"),
     ".ingest": (

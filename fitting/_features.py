@@ -15,11 +15,12 @@ from functools import lru_cache
 import pandas as pd
 
 import perfmodel
-from perfmodel import HardwareSpec, ModelSpec
-from perfmodel._constants import DTYPE_BYTES
-from perfmodel._ops import (
+from perfmodel import (
     ATTENTION_QUERY_TILE as ATTN_TILE,
     COLLECTIVE_KINDS,
+    DTYPE_BYTES,
+    HardwareSpec,
+    ModelSpec,
     attention_tile_flops,
     prefill_attention_flops,
 )

@@ -3,8 +3,7 @@ path needs only these)."""
 
 from __future__ import annotations
 
-from perfmodel import Efficiency
-from perfmodel._ops import KERNEL_FIELDS
+from perfmodel import KERNEL_FIELDS, Efficiency
 
 OFFSET_FIELDS = ("time_scale",)
 """``Efficiency`` fields that the fit carries as (source, engine) cell offsets, not per GPU."""

@@ -17,8 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import Efficiency
-from perfmodel._ops import KERNEL_FIELDS
+from perfmodel import KERNEL_FIELDS, Efficiency
 
 from ._names import EFFICIENCY_FIELDS, PARAM_NAMES
 

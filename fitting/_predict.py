@@ -13,7 +13,7 @@ for one of seven vectorised blocks, built only from ``perfmodel`` budgets:
 * ``step``: ``prefill``, ``decode_step`` and ``static_batch`` rows -> ``perfmodel.prefill_step`` /
   ``decode_step`` vmapped over stacked per-row specs.
 * ``closed``: ``serving`` rows at a ``concurrency`` and ``saturated`` (offline) rows ->
-  ``perfmodel._closed_loop.closed_loop_metrics``, one evaluation per run (its rows pick a column).
+  ``perfmodel.dynamics.closed_loop_metrics``, one evaluation per run (its rows pick a column).
 * ``open``: ``serving`` rows at a ``request_rate`` -> ``perfmodel.serving_metrics`` (open loop).
 
 Every block's time comes from the same per-operator step (``perfmodel.forward_step`` and the
@@ -31,14 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import Efficiency, Workload
-from perfmodel._closed_loop import closed_loop_metrics
-from perfmodel._ops import (
+from perfmodel import (
+    Efficiency,
+    Workload,
     attention_time_s,
     collective_time_s,
     elementwise_time_s,
     gemm_time_s,
 )
+from perfmodel.dynamics import closed_loop_metrics
 
 from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _rows)
     EFFICIENCY_FIELDS,

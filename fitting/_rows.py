@@ -19,9 +19,7 @@ import numpy as np
 import pandas as pd
 
 import perfmodel
-from perfmodel import Deployment, HardwareSpec, ModelSpec
-from perfmodel._constants import DTYPE_BYTES
-from perfmodel._ops import KERNEL_FIELDS  # noqa: F401  (re-exported)
+from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, ModelSpec  # noqa: F401  (re-exported)
 
 from ._features import (  # noqa: F401  (re-exported)
     ACT_BYTES,

@@ -52,6 +52,7 @@ from ._model import (
 )
 from ._posterior import Posterior, _default_value, stand_in_cell
 from ._predict import predict_log, prepare
+from ._serving_stage import E2E_SCENARIOS
 from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
 
 SIGMA_LOG_SD = 0.5
@@ -70,9 +71,6 @@ MAX_TREE_DEPTH = 8
 """NUTS tree depth cap of an update (NumPyro's default is 10): updates on a few end-to-end runs
 took 127-255 leapfrog steps per draw, each a closed-loop solve and its gradient per run, so 255
 bounds the cost without cutting the trajectories they need."""
-
-E2E_SCENARIOS = ("serving", "saturated")
-"""Scenarios of end-to-end runs (predicted by the load models)."""
 
 
 def _link(name: str, theta: np.ndarray) -> np.ndarray:

@@ -6,6 +6,9 @@ from ._classes import (
     fleet_problem as fleet_problem,
     replica_capacity as replica_capacity,
 )
+from ._describe import describe_config as describe_config
+from ._draws import efficiency_draws_for as efficiency_draws_for
+from ._engine_args import ENGINES as ENGINES, flag_table as flag_table
 from ._evaluate import (
     CONSTRAINTS as CONSTRAINTS,
     constraint_slacks as constraint_slacks,
@@ -43,7 +46,9 @@ from ._metrics import (
 )
 from ._pareto import (
     DEFAULT_CONCURRENCIES as DEFAULT_CONCURRENCIES,
+    check_fits as check_fits,
     pareto_frontier as pareto_frontier,
+    pareto_grid as pareto_grid,
     pareto_problem as pareto_problem,
 )
 from ._pareto_points import (
@@ -52,7 +57,6 @@ from ._pareto_points import (
     ParetoSweep as ParetoSweep,
     non_dominated as non_dominated,
 )
-from ._plots import fan_chart as fan_chart
 from ._problem import Problem as Problem, make_problem as make_problem
 from ._program_cache import cached_jit as cached_jit
 from ._recommend import Recommendation as Recommendation, recommend as recommend
@@ -63,3 +67,4 @@ from ._verify import (
     colocated_verdict_metrics as colocated_verdict_metrics,
     verdict_engine as verdict_engine,
 )
+from .plots import fan_chart as fan_chart

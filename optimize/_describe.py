@@ -13,7 +13,9 @@ from ._metrics import served_max_model_len
 from ._problem import Problem
 
 
-def describe(problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replicas: int) -> dict:
+def describe_config(
+    problem: Problem, gpus: tuple[str, ...], config: np.ndarray, replicas: int
+) -> dict:
     """Knob values of an index vector, plus GPU counts.  A p:d pool split reports ``replicas`` as
     engines in both pools and ``disaggregation`` as {"prefill": {"gpu", "num_gpus", "tp",
     "replicas"}, "decode": {...}, "kv_transfer_s"}; ``gpu`` is then the decode pool's."""

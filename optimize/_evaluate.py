@@ -18,11 +18,11 @@ import jax.numpy as jnp
 
 from perfmodel import (
     kv_bytes_per_sequence,
+    kv_shard_fraction,
     max_concurrent_requests,
     weight_bytes_per_gpu,
     workspace_bytes_per_gpu,
 )
-from perfmodel._memory import kv_shard_fraction
 from perfmodel.features import expected_tokens_per_step
 
 from ._grid import (

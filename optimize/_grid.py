@@ -18,8 +18,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import DTYPE_BYTES, Deployment, ModelSpec
-from perfmodel._constants import COMPUTE_DTYPES, WEIGHT_DTYPE_COMPUTE
+from perfmodel import COMPUTE_DTYPES, DTYPE_BYTES, WEIGHT_DTYPE_COMPUTE, Deployment, ModelSpec
 
 KNOBS: tuple[str, ...] = (
     "gpu",

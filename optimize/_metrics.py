@@ -36,9 +36,10 @@ from perfmodel import (
     decode_step,
     forward_step,
     max_concurrent_requests,
+    smooth_ceil,
+    smooth_min,
 )
-from perfmodel._smooth import smooth_ceil, smooth_min
-from perfmodel._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
+from perfmodel.features import MTP_LAYERS_PER_DRAFT_TOKEN
 
 from ._engine_args import DEFAULT_MAX_MODEL_LEN
 

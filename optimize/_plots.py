@@ -44,7 +44,7 @@ def _pyplot():
 
 
 def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray:
-    """Index vector (``KNOBS`` order) of a described configuration (``_recommend.describe``)."""
+    """Index vector (``KNOBS`` order) of a described configuration (``describe_config``)."""
     g = problem.grid
     choices = {
         "gpu": list(gpus),

@@ -26,7 +26,7 @@ from perfmodel import (
     workspace_bytes_per_gpu,
 )
 
-from ._describe import _select, describe
+from ._describe import _select, describe_config
 from ._engine_args import engine_args
 from ._evaluate import constraint_slacks, constraints_hold, draw_metrics
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
@@ -191,7 +191,7 @@ def recommend(
     alternatives = []
     for i in uniq[1:]:
         if np.isfinite(costs[i]):
-            d = describe(problem, gpus, cands[i], int(reps[i]))
+            d = describe_config(problem, gpus, cands[i], int(reps[i]))
             alternatives.append(
                 {
                     **d,
@@ -243,7 +243,7 @@ def _explain(
         shadow[name.removeprefix("slo_")] = (
             cost * elastic[name] / bound if math.isfinite(bound) else 0.0
         )
-    described = describe(problem, gpus, config, replicas)
+    described = describe_config(problem, gpus, config, replicas)
     if described["speculative"] and draft_name:
         described["speculative"]["draft_model"] = draft_name
     hw = _select(problem.hardware, int(config[0]))
@@ -304,7 +304,9 @@ def _search_metrics(problem: Problem, config: jnp.ndarray, replicas: float):
 def _infeasible(problem: Problem, gpus: tuple[str, ...], seconds: float) -> Recommendation:
     near = closest_achievable(problem)
     r = problem.grid.max_replicas
-    near["configs"] = {k: describe(problem, gpus, c, r) for k, c in near.get("configs", {}).items()}
+    near["configs"] = {
+        k: describe_config(problem, gpus, c, r) for k, c in near.get("configs", {}).items()
+    }
     return Recommendation(
         feasible=False,
         config=None,

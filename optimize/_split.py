@@ -28,11 +28,10 @@ from perfmodel import (
     ModelSpec,
     max_concurrent_requests,
     prefill_step,
+    smooth_min,
 )
-from perfmodel._disagg import DECODE_POOL_ENTRY_STEPS
-from perfmodel._smooth import smooth_min
 from perfmodel.dynamics import Workload
-from perfmodel.features import kv_transfer_s
+from perfmodel.features import DECODE_POOL_ENTRY_STEPS, kv_transfer_s
 
 from ._metrics import (
     TAIL_PROBABILITY,

@@ -2,6 +2,7 @@
 
 from . import dynamics as dynamics, features as features
 from ._catalog import (
+    MTP_CONFIG_KEYS as MTP_CONFIG_KEYS,
     CatalogError as CatalogError,
     data_dir as data_dir,
     hardware_from_row as hardware_from_row,
@@ -12,6 +13,7 @@ from ._catalog import (
     model_from_config as model_from_config,
     model_from_row as model_from_row,
     model_ids as model_ids,
+    mtp_layers as mtp_layers,
 )
 from ._compute import (
     StepTime as StepTime,
@@ -20,7 +22,14 @@ from ._compute import (
     linear_flops as linear_flops,
     peak_flops_per_s as peak_flops_per_s,
 )
-from ._constants import DTYPE_BYTES as DTYPE_BYTES, GB as GB, TERA as TERA, GiB as GiB
+from ._constants import (
+    COMPUTE_DTYPES as COMPUTE_DTYPES,
+    DTYPE_BYTES as DTYPE_BYTES,
+    GB as GB,
+    TERA as TERA,
+    WEIGHT_DTYPE_COMPUTE as WEIGHT_DTYPE_COMPUTE,
+    GiB as GiB,
+)
 from ._fit_check import (
     TP_CHOICES as TP_CHOICES,
     smallest_fitting_parallelism as smallest_fitting_parallelism,
@@ -33,18 +42,23 @@ from ._memory import (
     kv_bytes_per_token_per_gpu as kv_bytes_per_token_per_gpu,
     kv_capacity_tokens as kv_capacity_tokens,
     kv_free_bytes_per_gpu as kv_free_bytes_per_gpu,
+    kv_shard_fraction as kv_shard_fraction,
     max_concurrent_requests as max_concurrent_requests,
     weight_bytes as weight_bytes,
     weight_bytes_per_gpu as weight_bytes_per_gpu,
     workspace_bytes_per_gpu as workspace_bytes_per_gpu,
 )
 from ._ops import (
+    ATTENTION_QUERY_TILE as ATTENTION_QUERY_TILE,
     COLLECTIVE_KINDS as COLLECTIVE_KINDS,
+    KERNEL_FIELDS as KERNEL_FIELDS,
     KernelEfficiency as KernelEfficiency,
+    attention_tile_flops as attention_tile_flops,
     attention_time_s as attention_time_s,
     collective_time_s as collective_time_s,
     elementwise_time_s as elementwise_time_s,
     gemm_time_s as gemm_time_s,
+    prefill_attention_flops as prefill_attention_flops,
 )
 from ._parallel import (
     pp_bubble_fraction as pp_bubble_fraction,
@@ -61,6 +75,7 @@ from ._sheet import (
     decode_elasticities as decode_elasticities,
     decode_tokens_per_s_max as decode_tokens_per_s_max,
 )
+from ._smooth import smooth_ceil as smooth_ceil, smooth_min as smooth_min
 from ._specs import (
     Deployment as Deployment,
     Efficiency as Efficiency,

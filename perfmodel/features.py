@@ -3,6 +3,7 @@ parallelism choice, expert parallelism, prefill/decode disaggregation, a host KV
 verdicts that say which one matters for a deployment."""
 
 from ._disagg import (
+    DECODE_POOL_ENTRY_STEPS as DECODE_POOL_ENTRY_STEPS,
     DEFAULT_ORCHESTRATION_S as DEFAULT_ORCHESTRATION_S,
     DEFAULT_TRANSFER_LATENCY_S as DEFAULT_TRANSFER_LATENCY_S,
     Disaggregation as Disaggregation,
@@ -40,6 +41,7 @@ from ._reuse import (
     reusable_prefix_tokens as reusable_prefix_tokens,
 )
 from ._speculative import (
+    MTP_LAYERS_PER_DRAFT_TOKEN as MTP_LAYERS_PER_DRAFT_TOKEN,
     AcceptanceRecord as AcceptanceRecord,
     SpeculativeBudget as SpeculativeBudget,
     acceptance_from_length as acceptance_from_length,

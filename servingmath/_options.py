@@ -13,9 +13,15 @@ import math
 import jax.numpy as jnp
 
 import perfmodel as pm
-from perfmodel import CatalogError, Deployment, HardwareSpec, ModelSpec
-from perfmodel._catalog import MTP_CONFIG_KEYS, mtp_layers
-from perfmodel._fit_check import tp_divides_heads
+from perfmodel import (
+    MTP_CONFIG_KEYS,
+    CatalogError,
+    Deployment,
+    HardwareSpec,
+    ModelSpec,
+    mtp_layers,
+    tp_divides_heads,
+)
 
 from ._types import positive_int, utilization
 from .errors import UsageError

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import perfmodel as pm
-from perfmodel._traces import trace_path
+from perfmodel.dynamics import trace_path
 
 
 def _checked(kind: type, ok: Callable[[float], bool], wanted: str, hint: str):

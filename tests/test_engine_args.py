@@ -452,13 +452,13 @@ def test_a_recommendation_passes_its_memory_to_every_engine(split):
     import numpy as np
     from optimize_problems import small_problem
 
-    from optimize._describe import describe
+    from optimize import describe_config
     from optimize._grid import deployment_from_weights, grid_tables, one_hot_weights
     from optimize._recommend import _engine_memory
 
     problem = small_problem(max_replicas=4, num_draws=2)
     config = np.zeros(len(problem.grid.sizes()), dtype=np.int32)
-    described = describe(problem, ("h100-sxm",), config, 2)
+    described = describe_config(problem, ("h100-sxm",), config, 2)
     if split:
         described["disaggregation"] = {
             **POOLS,

@@ -10,9 +10,8 @@ from demand_files import write_demand
 from optimize_problems import WORKLOAD, small_problem
 from report_checks import assert_renders, assert_self_contained, parse_yaml, sheet, table_rows
 
-from optimize import make_problem
+from optimize import describe_config, make_problem
 from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
-from optimize._recommend import describe
 from perfmodel import load_model
 from servingmath.cli import main
 
@@ -173,14 +172,16 @@ def test_plot_helpers_agree_with_the_model():
     problem = small_problem(max_replicas=8, num_draws=16, gpus=gpus)
     grid = problem.grid
     config = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.int32)
-    assert np.array_equal(config_index(problem, gpus, describe(problem, gpus, config, 3)), config)
+    assert np.array_equal(
+        config_index(problem, gpus, describe_config(problem, gpus, config, 3)), config
+    )
     split_grid = grid._replace(num_gpus=2, pool_ratios=((1, 1), (2, 1)), chunk_sizes=(512, 2048))
     two = ("h100-sxm", "l40s")
     split = make_problem(
         load_model("meta-llama/Llama-3.1-8B"), two, WORKLOAD, grid=split_grid, num_draws=4
     )
     c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1], dtype=np.int32)  # 2:1, prefill on l40s
-    d = describe(split, two, c, 3)
+    d = describe_config(split, two, c, 3)
     assert d["disaggregation"]["prefill"] == {
         "gpu": "l40s",
         "num_gpus": 12,

@@ -98,7 +98,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Before any measurement is read: the posterior that --prior updates exists."""
     if args.prior is None:
         return
-    from fitting._posterior import default_posterior_path
+    from fitting import default_posterior_path
 
     path = Path(args.prior) if args.prior else default_posterior_path()
     if not path.is_file():
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
     jax.config.update("jax_enable_x64", True)
     import fitting
-    from fitting._fit import skipped_summary
+    from fitting import skipped_summary
 
     try:
         ids = None
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prior is not None:
         return _update(args, result)
     t0 = time.perf_counter()
-    from fitting._update import user_hardware
+    from fitting import user_hardware
 
     try:
         with user_hardware(args.hardware_csv):
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             "servingmath validate"
         )
     if args.plot:
-        from fitting._plots import write_plots
+        from fitting import write_plots
 
         for path in write_plots(
             fr.posterior, args.plot, table=result.table, hardware_csv=args.hardware_csv
@@ -180,9 +180,13 @@ def run(args: argparse.Namespace) -> int:
 def _update(args: argparse.Namespace, result) -> int:
     """``--prior``: condition a fitted posterior on a few rows of one GPU (``fitting._update.update_posterior``)."""
     import fitting
-    from fitting._fit import skipped_summary
-    from fitting._update import E2E_SCENARIOS, MAX_TREE_DEPTH, update_posterior
-    from fitting._update_report import update_report
+    from fitting import (
+        E2E_SCENARIOS,
+        MAX_TREE_DEPTH,
+        skipped_summary,
+        update_posterior,
+        update_report,
+    )
 
     table = result.table
     no_engine = table["scenario"].isin(E2E_SCENARIOS) & (table["engine"] == "")
@@ -242,7 +246,7 @@ def _update(args: argparse.Namespace, result) -> int:
     )
     print(render_update_report(report))
     if args.plot:
-        from fitting._plots import write_plots
+        from fitting import write_plots
 
         for path in write_plots(
             post, args.plot, table=result.table, hardware_csv=args.hardware_csv

@@ -151,7 +151,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     result["assumptions"] = provenance.assumptions(args, gpus, hardware)
     phases.done()
     if args.report:
-        from optimize._plots import fleet_figure
+        from optimize.plots import fleet_figure
 
         from ..reports.pages import fleet_page
 
@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     if args.plot:
         import os
 
-        from optimize._plots import NAMES, fleet_chart
+        from optimize.plots import NAMES, fleet_chart
 
         path = fleet_chart(result, os.path.join(args.plot, NAMES["fleet"]))
         print(f"figure: {path}", file=sys.stderr)

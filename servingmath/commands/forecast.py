@@ -80,9 +80,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, phases: Phases) -> int:
     import numpy as np
 
-    from optimize import search
-    from optimize._evaluate import costs_at_min_replicas
-    from optimize._forecast import DemandError, forecast_gpus, read_demand
+    from optimize import DemandError, costs_at_min_replicas, forecast_gpus, read_demand, search
 
     try:
         demand = read_demand(args.demand)
@@ -137,7 +135,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     phases.done()
     result = _clean(result)
     if args.report:
-        from optimize._plots import fan_figure
+        from optimize.plots import fan_figure
 
         from ..reports.pages import forecast_page
 
@@ -152,7 +150,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     if args.png:
         figures.append(_fan_chart(args.png, result))
     if args.plot:
-        from optimize._plots import NAMES
+        from optimize.plots import NAMES
 
         figures.append(_fan_chart(os.path.join(args.plot, NAMES["fan"]), result))
     if args.json:
@@ -195,6 +193,6 @@ def _write_csv(path: str, result: dict) -> None:
 
 
 def _fan_chart(path: str, result: dict):
-    from optimize._plots import fan_chart
+    from optimize.plots import fan_chart
 
     return fan_chart(result, path)

@@ -251,7 +251,7 @@ def check_slo_arguments(args: argparse.Namespace) -> None:
 
 def resolve_common(args: argparse.Namespace):
     """(model, gpu ids, loaded hardware, efficiency draws) with one-line errors for bad input."""
-    from optimize._draws import efficiency_draws_for
+    from optimize import efficiency_draws_for
 
     if not 0.0 < args.confidence < 1.0:
         raise UsageError(
@@ -436,7 +436,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    from optimize._recommend import recommend
+    from optimize import recommend
 
     phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
@@ -477,7 +477,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
 
         write_report(args.report, optimize_page(out, [(c, f) for _, c, f in figures]))
     if args.plot:
-        from optimize._plots import save_figure
+        from optimize.plots import save_figure
 
         phases.done()
         for name, _, fig in figures:
@@ -515,7 +515,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def _figures(problem, gpus, out: dict) -> list[tuple[str, str, object]]:
     """(file name, caption, open Figure) of both optimize figures, from one ``plot_numbers``."""
-    from optimize._plots import NAMES, latency_figure, plot_numbers, tradeoff_figure
+    from optimize.plots import NAMES, latency_figure, plot_numbers, tradeoff_figure
 
     numbers = plot_numbers(problem, gpus, out)
     return [
@@ -774,9 +774,9 @@ def render(out: dict, args: argparse.Namespace) -> str:
 
 def _describe_short(problem, gpus, config) -> str:
     """One line: TP/PP, dtypes and token budget of a configuration."""
-    from optimize._recommend import describe
+    from optimize import describe_config
 
-    d = describe(problem, gpus, config, 1)
+    d = describe_config(problem, gpus, config, 1)
     return (
         f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
         f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"

@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _setup(args: argparse.Namespace):
     """(workload, sweep grid) with one-line errors for bad lengths or dtypes."""
-    from optimize._pareto import pareto_grid
+    from optimize import pareto_grid
 
     dtypes = grid_from_args(args, 1, 1)
     grid = pareto_grid(
@@ -82,7 +82,7 @@ def _setup(args: argparse.Namespace):
 def check_arguments(args: argparse.Namespace) -> None:
     """Before the posterior loads: --report is writable, known GPUs and model, and the model
     fits on one of them."""
-    from optimize._pareto import check_fits
+    from optimize import check_fits
 
     check_output_paths(args, files=("report",))
     workload, grid = _setup(args)
@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     phases(f"sweeping configurations x {len(args.concurrency)} concurrencies x {args.draws} draws")
     result = pareto_frontier(problem, gpus, model.name)
     if args.plot:
-        from optimize._pareto_plot import write_pareto_plot
+        from optimize.plots import write_pareto_plot
 
         phases("drawing the figure")
         path = write_pareto_plot(result, args.plot)
@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     out["question"]["concurrency"] = list(args.concurrency)
     out["assumptions"] = provenance.assumptions(args, gpus, hardware)
     if args.report:
-        from optimize._pareto_plot import pareto_figure
+        from optimize.plots import pareto_figure
 
         from ..reports.pages import pareto_page
 

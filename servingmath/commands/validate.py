@@ -78,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from fitting._update import user_hardware
-    from fitting._validate import format_report, validate
+    from fitting import format_report, user_hardware, validate
 
     phases = phases_for(args)
     try:
@@ -113,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print(format_report(result))
     if args.plot:
-        from fitting._plots import write_plots
+        from fitting import write_plots
 
         paths = write_plots(
             posterior,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from optimize._engine_args import ENGINES, flag_table
+from optimize import ENGINES, flag_table
 
 from . import yaml_text
 
