@@ -23,7 +23,9 @@ E2E_BREAKDOWN = ("scenario", "metric", "engine", "gpu")
 
 def score_rows(posterior: Posterior, rows: pd.DataFrame, *, num_draws: int, seed: int):
     """Per-row (table, APE, in-50 %, in-90 %) of ``posterior``'s predictive on ``rows``; rows no
-    budget covers are dropped (their count is returned)."""
+    budget covers are dropped (their count is returned).  A measured run the model calls overloaded
+    (no finite median prediction: it finished, so the model is wrong) stays in, as a miss: APE
+    infinite, inside neither interval."""
     prep = prepare(
         rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
     )
@@ -36,13 +38,14 @@ def score_rows(posterior: Posterior, rows: pd.DataFrame, *, num_draws: int, seed
             len(prep.skipped),
         )
     draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
-    q = np.quantile(draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+    with np.errstate(invalid="ignore"):  # an overloaded row's draws are inf: inf - inf inside
+        q = np.quantile(draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
     y = prep.log_value
-    ape = np.abs(np.exp(q[2] - y) - 1.0)
-    in50 = (y >= q[1]) & (y <= q[3])
-    in90 = (y >= q[0]) & (y <= q[4])
-    ok = np.isfinite(q[2])
-    return prep.table[ok], ape[ok], in50[ok], in90[ok], len(prep.skipped) + int((~ok).sum())
+    finite = np.isfinite(q[2])
+    ape = np.where(finite, np.abs(np.exp(np.where(finite, q[2], y) - y) - 1.0), np.inf)
+    in50 = finite & (y >= q[1]) & (y <= q[3])
+    in90 = finite & (y >= q[0]) & (y <= q[4])
+    return prep.table, ape, in50, in90, len(prep.skipped)
 
 
 def holdout_scores(

@@ -124,3 +124,21 @@ def test_chunked_draws_equal_one_vmapped_call():
     assert chunked.shape == whole.shape == (10, 60)
     np.testing.assert_allclose(chunked, whole, rtol=1e-12, atol=0.0)
     assert np.all(np.ptp(whole, axis=0) > 0.0)  # the draws differ, so an order slip would show
+
+
+def test_held_out_scores_keep_a_predicted_overload_as_a_miss(monkeypatch):
+    """A measured run finished, so a prediction of overload (no finite latency) is the model's
+    error: the held-out scores count it (APE infinite, in neither interval) instead of dropping
+    it; the other rows score as before."""
+    import fitting._holdout as holdout
+
+    post = fitting.load_posterior()
+    table = _rows().iloc[:5]
+    prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
+    draws = np.tile(prep.log_value + np.log(1.1), (40, 1))  # every draw 10 % high
+    draws[:, 0] = np.inf
+    monkeypatch.setattr(holdout, "predictive_log_draws", lambda *a, **k: draws)
+    tab, ape, in50, in90, skipped = holdout.score_rows(post, table, num_draws=40, seed=0)
+    assert len(tab) == 5 and skipped == 0
+    assert ape[0] == np.inf and not in50[0] and not in90[0]
+    assert ape[1:] == pytest.approx(0.1) and not in90[1:].any()
