@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import equinox as eqx
 import jax.numpy as jnp
 
-from perfmodel import Efficiency, HardwareSpec, ModelSpec, load_hardware
+from perfmodel import Efficiency, HardwareSpec, ModelSpec, load_hardware, unnamed
 from perfmodel.features import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY_S
 
 from ._draws import efficiency_draws_for
@@ -86,9 +86,7 @@ def stack_hardware(specs: list[HardwareSpec]) -> HardwareSpec:
 
 def anonymous_model(model: ModelSpec) -> ModelSpec:
     """The same spec without its (static) name, so one compiled search serves every model."""
-    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(ModelSpec)}
-    fields["name"] = "model"
-    return ModelSpec(**fields)
+    return unnamed(model, "model")
 
 
 def make_problem(

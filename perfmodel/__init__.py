@@ -82,6 +82,7 @@ from ._specs import (
     HardwareSpec as HardwareSpec,
     ModelSpec as ModelSpec,
     compute_dtype_weights as compute_dtype_weights,
+    unnamed as unnamed,
 )
 from ._step import (
     decode_step as decode_step,

@@ -43,7 +43,7 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     open_loop,
 )
 from ._sheet import binding_budget
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, unnamed
 from ._workload import Workload
 
 Array = jnp.ndarray
@@ -185,8 +185,8 @@ def serving_metrics(
     """
     closed_loop = is_closed_loop(workload) if closed_loop is None else bool(closed_loop)
     return _serving_metrics(
-        model,
-        hardware,
+        unnamed(model),
+        unnamed(hardware),
         deployment,
         efficiency,
         workload,

@@ -6,6 +6,9 @@ Continuous quantities are traced array leaves (``eqx.field(converter=jnp.asarray
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TypeVar
+
 import equinox as eqx
 import jax.numpy as jnp
 
@@ -106,6 +109,16 @@ class HardwareSpec(eqx.Module):
     gpus_per_node: jnp.ndarray = _arr()
     internode_bytes_per_s: jnp.ndarray = _arr()
     price_per_gpu_hour: jnp.ndarray = _arr()
+
+
+Named = TypeVar("Named", "ModelSpec", "HardwareSpec")
+
+
+def unnamed(spec: Named, name: str = "") -> Named:
+    """The same spec under a neutral name.  The name is the spec's one static field, so a
+    compiled function of it is traced and compiled once per name; no budget reads the name, and
+    under this one every model (or GPU) of the same structure shares the compiled program."""
+    return dataclasses.replace(spec, name=name)
 
 
 class Efficiency(eqx.Module):

@@ -357,3 +357,36 @@ def test_fewer_quadrature_nodes_are_the_same_laws_coarser_in_the_tails():
         assert float(c.mean) == pytest.approx(float(a.mean), rel=0.01)
         assert 0.8 * float(a.p95) < float(c.p95) < 1.01 * float(a.p95)
     assert float(coarse.utilization) == pytest.approx(float(full.utilization), rel=0.01)
+
+
+_TRACING = {"on": False, "traces": 0}
+
+
+def _count_traces(event, duration, **kwargs):
+    if _TRACING["on"] and event.endswith("jaxpr_trace_duration"):
+        _TRACING["traces"] += kwargs.get("fun_name") == "_serving_metrics"
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_traces)
+
+
+def test_one_program_serves_every_model_and_gpu_of_the_same_structure():
+    """A spec's name is its one static field; ``serving_metrics`` leaves it out of the compiled
+    call, so another dense model on another GPU reuses the program (no new trace) and still gets
+    its own numbers."""
+    load = eqx.tree_at(lambda w: w.arrival_rate_per_s, BASE, 2.0)
+    first = serving_metrics(MODEL, GPU, DEP, EFF, load)
+    _TRACING.update(on=True, traces=0)
+    try:
+        other = serving_metrics(
+            load_model("meta-llama/Llama-3.1-70B"),
+            load_hardware("a100-sxm-80gb"),
+            Deployment.create(tp=4),
+            EFF,
+            load,
+        )
+    finally:
+        _TRACING["on"] = False
+    assert _TRACING["traces"] == 0
+    # 70B on four A100s: ~9x the weights over 4 GPUs of ~2/3 the bandwidth, a slower decode step
+    assert float(other.tpot_s.mean) > 1.5 * float(first.tpot_s.mean)
