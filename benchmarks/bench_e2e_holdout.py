@@ -22,6 +22,7 @@ jax.config.update("jax_enable_x64", True)
 
 import fitting
 from fitting import holdout_scores
+from servingmath.cli import enable_compile_cache
 
 E2E_FILES = (
     "data/measurements/aic_serving_h100.csv",
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="300 rows per file, 20 draws")
     args = ap.parse_args()
+    enable_compile_cache()  # a second run loads its compiled programs
     base = fitting.load_posterior(None)
     table = fitting.load_measurements(list(E2E_FILES)).table
     draws = args.draws

@@ -27,6 +27,7 @@ import numpy as np
 
 import fitting
 from fitting import fit_bundled
+from servingmath.cli import enable_compile_cache
 
 CHECKED_PARAMETERS = (
     "compute_fraction_max",
@@ -43,6 +44,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 rows per stratum, 10 + 10 draws")
     args = ap.parse_args()
+    enable_compile_cache()  # a second run loads its compiled programs
     t0 = time.time()
     bundled = fitting.load_posterior()
     table = fitting.load_measurements(fitting.bundled_measurements()).table

@@ -34,6 +34,7 @@ from optimize import (
     one_hot_weights,
 )
 from perfmodel import load_model
+from servingmath.cli import enable_compile_cache
 
 PROBLEMS = (
     # (model, gpu, rate, prompt, output, ttft SLO, tpot SLO)
@@ -120,6 +121,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="one problem, two draws (smoke run)")
     args = ap.parse_args()
+    enable_compile_cache()  # a second run loads its compiled programs
     problems = PROBLEMS[:1] if args.quick else PROBLEMS
     draws = 2 if args.quick else args.draws
     print(

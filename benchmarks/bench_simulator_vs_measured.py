@@ -54,6 +54,7 @@ from fitting import (
 from perfmodel import Efficiency, Workload
 from perfmodel.dynamics import closed_loop_metrics
 from perfmodel.simulator import simulate
+from servingmath.cli import enable_compile_cache
 
 FILES = (
     "data/measurements/aic_serving_h100.csv",
@@ -266,6 +267,7 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true", help="4 runs, at most 200 requests each")
     args = ap.parse_args()
+    enable_compile_cache()  # a second run loads its compiled programs
     if args.quick:
         args.runs, args.max_requests = 4, 200
     start = time.perf_counter()
