@@ -381,12 +381,12 @@ def test_one_program_serves_every_model_and_gpu_of_the_same_structure():
         other = serving_metrics(
             load_model("meta-llama/Llama-3.1-70B"),
             load_hardware("a100-sxm-80gb"),
-            Deployment.create(tp=4),
+            Deployment.create(tp=4, replicas=4),
             EFF,
             load,
         )
     finally:
         _TRACING["on"] = False
     assert _TRACING["traces"] == 0
-    # 70B on four A100s: ~9x the weights over 4 GPUs of ~2/3 the bandwidth, a slower decode step
+    # 70B on 4 x TP4 A100s: ~9x the weights over 4 GPUs of ~2/3 the bandwidth, a slower decode step
     assert bool(other.stable) and float(other.tpot_s.mean) > 1.5 * float(first.tpot_s.mean)
