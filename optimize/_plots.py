@@ -72,8 +72,8 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
 
 @cached_jit(compiler_options=ONE_OFF)
 def _draw_table(problem: Problem, configs: Array, replicas: Array):
-    """(SLO probability, p95 TTFT draws, p95 TPOT draws) of each (config, replicas) row: the
-    plots' numbers in one program compiled once per shape (``slo_probability`` and
+    """(SLO probability, p95 TTFT, p95 TPOT and p95 ITL draws) of each (config, replicas) row:
+    the plots' numbers in one program compiled once per shape (``slo_probability`` and
     ``draw_metrics`` of each row)."""
 
     def one(c, r):
@@ -82,6 +82,7 @@ def _draw_table(problem: Problem, configs: Array, replicas: Array):
             jnp.mean(constraints_hold(constraint_slacks(problem, m)).astype(float)),
             m.ttft_p95_s,
             m.tpot_p95_s,
+            m.itl_p95_s,
         )
 
     return jax.vmap(one)(configs, replicas)
@@ -118,29 +119,30 @@ def _costs(problem: Problem, config: np.ndarray, reps: np.ndarray) -> np.ndarray
 
 def latency_draws(
     problem: Problem, config: np.ndarray, replicas: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """p95 TTFT and p95 TPOT (seconds) of ``config`` in every posterior draw (search model)."""
-    _, ttft, tpot = draw_table(problem, config, [float(replicas)])
-    return ttft[0], tpot[0]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """p95 TTFT, p95 TPOT and p95 ITL (seconds) of ``config`` in every posterior draw (search
+    model)."""
+    _, ttft, tpot, itl = draw_table(problem, config, [float(replicas)])
+    return ttft[0], tpot[0], itl[0]
 
 
 def plot_numbers(problem: Problem, gpus: tuple[str, ...], out: dict) -> dict:
     """Every number both ``optimize`` figures show, from one ``draw_table`` call: the trade-off
     line (cost, probability at 1..max_replicas), each listed configuration's probability at its
-    replicas (recommendation first), and the recommendation's p95 TTFT / TPOT draws."""
+    replicas (recommendation first), and the recommendation's p95 TTFT / TPOT / ITL draws."""
     best = config_index(problem, gpus, out)
     line_c, line_r = _tradeoff_rows(problem, best)
     rows = [("recommended", out)] + [(f"alt {i + 1}", a) for i, a in enumerate(out["alternatives"])]
     listed_c = np.stack([config_index(problem, gpus, d) for _, d in rows])
     listed_r = np.asarray([float(d["replicas"]) for _, d in rows])
-    prob, ttft, tpot = draw_table(
+    prob, ttft, tpot, itl = draw_table(
         problem, np.concatenate([line_c, listed_c]), np.concatenate([line_r, listed_r])
     )
     n = len(line_r)
     return {
         "line": (_costs(problem, best, line_r), prob[:n]),
         "listed": [(label, d, p) for (label, d), p in zip(rows, prob[n:])],
-        "latency": (ttft[n], tpot[n]),
+        "latency": (ttft[n], tpot[n], itl[n]),
     }
 
 
@@ -209,19 +211,23 @@ def plot_latency(
 
 
 def latency_figure(problem: Problem, gpus: tuple[str, ...], out: dict, numbers=None):
-    """Histograms over the posterior draws of p95 TTFT and p95 TPOT of the recommendation, with
-    the SLO bounds (where given) as vertical lines.  ``numbers``: ``plot_numbers``' (or None).
-    Returns the open matplotlib Figure."""
+    """Histograms over the posterior draws of p95 TTFT and p95 TPOT of the recommendation, and
+    of p95 ITL when the question bounds it, with the SLO bounds (where given) as vertical lines.
+    ``numbers``: ``plot_numbers``' (or None).  Returns the open matplotlib Figure."""
     plt = _pyplot()
     if numbers is None:
-        ttft, tpot = latency_draws(problem, config_index(problem, gpus, out), out["replicas"])
+        draws = latency_draws(problem, config_index(problem, gpus, out), out["replicas"])
     else:
-        ttft, tpot = numbers["latency"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, values, bound, name in (
-        (axes[0], ttft, float(problem.slo_ttft_p95_s), "p95 TTFT"),
-        (axes[1], tpot, float(problem.slo_tpot_p95_s), "p95 TPOT"),
-    ):
+        draws = numbers["latency"]
+    panels = [
+        (draws[0], float(problem.slo_ttft_p95_s), "p95 TTFT"),
+        (draws[1], float(problem.slo_tpot_p95_s), "p95 TPOT"),
+    ]
+    itl_bound = float(getattr(problem, "slo_itl_p95_s", math.inf))
+    if math.isfinite(itl_bound):  # ITL is a constraint of this question only when bounded
+        panels.append((draws[2], itl_bound, "p95 ITL"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6))
+    for ax, (values, bound, name) in zip(axes, panels):
         finite = values[np.isfinite(values) & (values > 0)] * 1e3
         if len(finite):  # log-spaced bins: a draw near saturation can sit decades out
             lo, hi = finite.min(), max(finite.max(), finite.min() * 1.01)

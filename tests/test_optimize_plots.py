@@ -3,6 +3,7 @@
 
 import html
 import json
+import math
 
 import numpy as np
 import pytest
@@ -199,8 +200,9 @@ def test_plot_helpers_agree_with_the_model():
     price = float(problem.hardware.price_per_gpu_hour[0])
     np.testing.assert_allclose(cost, np.arange(1, 9) * 2 * price)  # TP 2: two GPUs per replica
     assert np.all(np.diff(prob) >= 0)  # more replicas never lower the SLO probability
-    ttft1, _ = latency_draws(problem, config, 1)
-    ttft8, _ = latency_draws(problem, config, 8)
+    ttft1, _, itl1 = latency_draws(problem, config, 1)
+    ttft8, _, _ = latency_draws(problem, config, 8)
+    assert itl1.shape == (16,) and np.all(itl1 > 0)
     assert ttft1.shape == (16,)
     assert np.all(ttft8 <= ttft1 + 1e-12)  # less load per replica, shorter queues
 
@@ -222,3 +224,24 @@ def test_fleet_chart_from_a_fleet_result(tmp_path):
     }
     path = fleet_chart(result, tmp_path / "figs" / NAMES["fleet"])
     assert _is_png(path)
+
+
+def test_latency_figure_shows_itl_only_when_the_question_bounds_it():
+    """Two panels (p95 TTFT, p95 TPOT) without an ITL bound; a third, p95 ITL with its bound as
+    the red line, when the question has one.  The figure draws the numbers it is given."""
+    from types import SimpleNamespace
+
+    from optimize._plots import latency_figure
+
+    rng = np.random.default_rng(0)
+    draws = tuple(np.exp(rng.normal(np.log(x), 0.1, 64)) for x in (0.4, 0.03, 0.05))
+    out = {"replicas": 2, "gpu": "h100-sxm", "tp": 1, "pp": 1}
+    loose = SimpleNamespace(slo_ttft_p95_s=1.0, slo_tpot_p95_s=0.05, slo_itl_p95_s=math.inf)
+    tight = SimpleNamespace(slo_ttft_p95_s=1.0, slo_tpot_p95_s=0.05, slo_itl_p95_s=0.06)
+    two = latency_figure(loose, ("h100-sxm",), out, {"latency": draws})
+    three = latency_figure(tight, ("h100-sxm",), out, {"latency": draws})
+    assert [a.get_xlabel() for a in two.axes] == ["p95 TTFT (ms)", "p95 TPOT (ms)"]
+    assert three.axes[2].get_xlabel() == "p95 ITL (ms)"
+    red = [ln.get_xdata()[0] for ln in three.axes[2].get_lines()]
+    assert red == pytest.approx([60.0])
+    assert sum(p.get_height() for p in three.axes[2].patches) == 64  # every draw binned

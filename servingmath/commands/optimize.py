@@ -531,8 +531,8 @@ def _figures(problem, gpus, out: dict) -> list[tuple[str, str, object]]:
         (
             NAMES["latency"],
             (
-                "p95 TTFT and p95 TPOT of the recommendation in each posterior draw, with the SLO "
-                "bounds."
+                "p95 TTFT and p95 TPOT (and p95 ITL where the question bounds it) of the "
+                "recommendation in each posterior draw, with the SLO bounds."
             ),
             latency_figure(problem, gpus, out, numbers),
         ),
