@@ -10,6 +10,8 @@ its GPU's posterior-median efficiency.
 
 from __future__ import annotations
 
+from math import inf
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -44,8 +46,9 @@ def _median_efficiency(problem: Problem, gpu: int) -> Efficiency:
 def simulate_check(
     problem: Problem, config: np.ndarray, replicas: int, num_requests: int, seed: int = 0
 ) -> dict:
-    """TTFT/TPOT percentiles of ``num_requests`` simulated requests at the workload's rate, and
-    whether their p95s meet the SLO bounds; ``kind`` says which simulator ran."""
+    """TTFT/TPOT/ITL percentiles of ``num_requests`` simulated requests at the workload's rate,
+    and whether their p95s meet the SLO bounds (ITL's where the question bounds it: the bound
+    is inf otherwise); ``kind`` says which simulator ran."""
     import equinox as eqx
 
     from perfmodel.dynamics import simulate, summarize
@@ -106,15 +109,18 @@ def simulate_check(
     s = summarize(res)
     ttft = {q: _num(s["ttft_s"][q]) for q in ("p50", "p95", "p99")}
     tpot = {q: _num(s["tpot_s"][q]) for q in ("p50", "p95", "p99")}
+    itl = {q: _num(s["itl_s"][q]) for q in ("p50", "p95", "p99")}
     out = {
         "requests": num_requests,
         "kind": kind,
         "ttft_s": ttft,
         "tpot_s": tpot,
+        "itl_s": itl,
         "meets_slo": bool(
             ttft["p95"] is not None
             and ttft["p95"] <= float(problem.slo_ttft_p95_s)
             and (tpot["p95"] is None or tpot["p95"] <= float(problem.slo_tpot_p95_s))
+            and (itl["p95"] is None or itl["p95"] <= float(getattr(problem, "slo_itl_p95_s", inf)))
         ),
     }
     if res.spec_tokens_per_step is not None:

@@ -215,6 +215,7 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
     return {
         "ttft_s": _pct(m.ttft_s),
         "tpot_s": _pct(m.tpot_s),
+        "itl_s": _pct(m.itl_s),
         "e2e_s": _pct(m.e2e_s),
         "utilization": float(m.utilization),
         "stable": bool(m.stable),
@@ -263,6 +264,7 @@ def simulation_report(result, summary: dict) -> dict:
     return {
         "ttft_s": _pct(summary["ttft_s"]),
         "tpot_s": _pct(summary["tpot_s"]),
+        "itl_s": _pct(summary["itl_s"]),
         "e2e_s": _pct(summary["e2e_s"]),
         "busy_fraction": summary["busy_fraction"],
         "stable": summary["stable"],
@@ -296,6 +298,7 @@ def render_dynamics(report: dict) -> str:
     rows = [
         ("TTFT", pct(report["ttft_s"])),
         ("TPOT", pct(report["tpot_s"])),
+        ("ITL (over gaps)", pct(report["itl_s"])),
         ("E2E", pct(report["e2e_s"])),
         (
             "utilization",

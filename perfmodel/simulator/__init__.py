@@ -23,6 +23,7 @@ from ._prefix_cache import (
 )
 from ._records import (
     STABLE_GROWTH_SHARE as STABLE_GROWTH_SHARE,
+    DecodeGaps as DecodeGaps,
     SimResult as SimResult,
     backlog_growth_share as backlog_growth_share,
     kept_requests as kept_requests,

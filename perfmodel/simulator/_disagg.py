@@ -104,4 +104,5 @@ def simulate_disaggregated(
         rejected=first.rejected,
         reused_tokens=first.reused_tokens,
         spec_tokens_per_step=second.spec_tokens_per_step,
+        decode_gaps=second.decode_gaps,  # every token after the first comes from the decode pool
     )

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._fast_forward import fast_forward
+from ._records import DecodeGaps
 from ._requests import RequestState, blocks_for
 
 
@@ -78,7 +79,7 @@ def run_engine(
     concurrency: int = 0,
     progress: Callable[[int, int], None] | None = None,
     decode_run_s: Callable[[int, float, int], np.ndarray] | None = None,
-) -> tuple[RequestState, int, float, float, float]:
+) -> tuple[RequestState, int, float, float, float, DecodeGaps]:
     """Simulate until every request finishes.
 
     Args:
@@ -93,7 +94,8 @@ def run_engine(
 
     Returns:
         (request state, iterations, busy seconds, summed decode batch over iterations,
-        decode-sequence-seconds = sum over iterations of decode batch x iteration time).
+        decode-sequence-seconds = sum over iterations of decode batch x iteration time, the
+        decode iterations' ``DecodeGaps``).
     """
     lim = limits
     n = len(prompt_tokens)
@@ -108,6 +110,9 @@ def run_engine(
     waiting: deque[int] = deque()
     running: list[int] = []
     now, nxt, finished, iters, busy, dec_sum, dec_area = 0.0, 0, 0, 0, 0.0, 0.0, 0.0
+    gap_end: list[np.ndarray] = []  # per decode iteration: end time, duration, sequences
+    gap_s: list[np.ndarray] = []
+    gap_seqs: list[np.ndarray] = []
     next_closed = min(concurrency, n)
 
     def hold(tokens):
@@ -176,7 +181,10 @@ def run_engine(
                 R, running, decode_run_s, now, R.arrival[nxt] if nxt < n else np.inf, free, blk, lim
             )
             if ran is not None:
-                k, elapsed, grow, done_now = ran
+                k, elapsed, grow, done_now, times = ran
+                gap_end.append(now + np.cumsum(times))
+                gap_s.append(times)
+                gap_seqs.append(np.full(k, float(len(running))))
                 now += elapsed
                 busy += elapsed
                 iters += k
@@ -251,6 +259,10 @@ def run_engine(
         iters += 1
         dec_sum += len(dec)
         dec_area += dt * len(dec)
+        if len(dec):
+            gap_end.append(np.asarray([now]))
+            gap_s.append(np.asarray([dt]))
+            gap_seqs.append(np.asarray([float(len(dec))]))
 
         done_now = []
         if len(pf):
@@ -269,4 +281,5 @@ def run_engine(
         retire(done_now, now)
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
-    return R, iters, busy, dec_sum, dec_area
+    gaps = DecodeGaps(*(np.concatenate(x or [np.zeros(0)]) for x in (gap_end, gap_s, gap_seqs)))
+    return R, iters, busy, dec_sum, dec_area, gaps

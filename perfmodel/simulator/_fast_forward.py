@@ -21,7 +21,8 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
     The iteration times are those of k single decode steps at context c, c + 1, ... (same
     ``forward_step``), so the result equals stepping one by one.
 
-    Returns (iterations, elapsed s, blocks taken, finished ids) or None to take a single step.
+    Returns (iterations, elapsed s, blocks taken, finished ids, each iteration's seconds) or
+    None to take a single step.
     """
     if not running:
         return None
@@ -53,4 +54,5 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
         R.blocks[run] = new_blocks
     R.kv[run] += k
     R.gen[run] += k
-    return k, float(cum[k - 1]), grow, run[R.gen[run] >= R.output[run]].tolist()
+    finished = run[R.gen[run] >= R.output[run]].tolist()
+    return k, float(cum[k - 1]), grow, finished, np.diff(cum[:k], prepend=0.0)

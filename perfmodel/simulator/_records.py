@@ -1,10 +1,32 @@
-"""Per-request records of a simulation and their summary (TTFT, TPOT, E2E percentiles)."""
+"""Per-request records of a simulation and their summary (TTFT, TPOT, ITL, E2E percentiles)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class DecodeGaps:
+    """The inter-token gaps of a run, per decode iteration: its end time (s), its duration (the
+    gap every sequence decoding in it waited for this token, or this streamed chunk under
+    speculation) and how many sequences decoded in it.  ITL over gaps is the durations'
+    distribution weighted by sequences (a sequence that sat out an iteration, preempted or over
+    the sequence cap, waited longer than the one gap counted for it)."""
+
+    end_s: np.ndarray
+    gap_s: np.ndarray
+    sequences: np.ndarray
+
+    @staticmethod
+    def join(parts: list[DecodeGaps]) -> DecodeGaps:
+        """One record of several engines' (replicas run side by side on the same clock)."""
+        parts = parts or [DecodeGaps(np.zeros(0), np.zeros(0), np.zeros(0))]
+        return DecodeGaps(*(np.concatenate([getattr(p, f) for p in parts]) for f in _GAP_FIELDS))
+
+
+_GAP_FIELDS = ("end_s", "gap_s", "sequences")
 
 
 @dataclass(frozen=True)
@@ -17,7 +39,8 @@ class SimResult:
     (by Little's law, the sum over requests of time spent decoding).  ``output_tokens`` are the
     tokens served (capped at ``max_model_len``); ``rejected`` marks prompts longer than
     ``max_model_len`` (no latency: NaN times).  ``reused_tokens`` (prefix cache) and
-    ``spec_tokens_per_step`` (speculation) are set when those features ran.
+    ``spec_tokens_per_step`` (speculation) are set when those features ran.  ``decode_gaps``:
+    every decode iteration's duration and decoding sequences (``DecodeGaps``), for ITL.
     """
 
     arrival_s: np.ndarray
@@ -35,6 +58,7 @@ class SimResult:
     rejected: np.ndarray | None = None
     reused_tokens: np.ndarray | None = None
     spec_tokens_per_step: float | None = None
+    decode_gaps: DecodeGaps | None = None
 
     @property
     def num_rejected(self) -> int:
@@ -61,6 +85,31 @@ def _pct(x: np.ndarray) -> dict[str, float]:
         return {"mean": float("nan"), "p50": float("nan"), "p95": float("nan"), "p99": float("nan")}
     p50, p95, p99 = np.percentile(x, [50, 95, 99])
     return {"mean": float(x.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
+
+
+def _itl(result: SimResult, keep: np.ndarray) -> dict[str, float]:
+    """Mean and p50/p95/p99 over gaps of the decode iterations that ended while the kept
+    requests were in the system (first kept arrival to last kept finish): each iteration's
+    duration weighted by the sequences it decoded."""
+    gaps, none = result.decode_gaps, _pct(np.zeros(0))
+    if gaps is None or not len(keep) or not len(gaps.gap_s):
+        return none
+    finish = result.finish_s[keep]
+    start, stop = result.arrival_s[keep].min(), finish[np.isfinite(finish)].max(initial=-np.inf)
+    inside = (gaps.end_s >= start) & (gaps.end_s <= stop) & (gaps.sequences > 0)
+    gap, weight = gaps.gap_s[inside], gaps.sequences[inside]
+    if not weight.sum() > 0:
+        return none
+    order = np.argsort(gap, kind="stable")
+    gap, cum = gap[order], np.cumsum(weight[order])
+    at = np.searchsorted(cum, np.asarray([0.5, 0.95, 0.99]) * cum[-1], side="left")
+    p50, p95, p99 = gap[np.minimum(at, len(gap) - 1)]
+    return {
+        "mean": float(np.sum(gap * weight[order]) / cum[-1]),
+        "p50": float(p50),
+        "p95": float(p95),
+        "p99": float(p99),
+    }
 
 
 def kept_requests(result: SimResult, warmup_fraction: float = 0.1) -> np.ndarray:
@@ -131,6 +180,7 @@ def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
     return {
         "ttft_s": _pct(result.ttft_s[keep]),
         "tpot_s": _pct(result.tpot_s[keep]),
+        "itl_s": _itl(result, keep),
         "e2e_s": _pct(result.e2e_s[keep]),
         "busy_fraction": float(result.busy_s / (result.replicas * span)),
         "stable": queue_stable(result, warmup_fraction),

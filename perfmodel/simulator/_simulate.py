@@ -15,7 +15,7 @@ from .._workload import Workload, sample_arrivals, sample_lengths
 from ._engine import EngineHooks, EngineLimits, run_engine
 from ._fast_forward import DECODE_RUN_CHUNK
 from ._features import FeatureCounts, PrefixCaching, Speculation, gather_reused, replica_hooks
-from ._records import SimResult
+from ._records import DecodeGaps, SimResult
 from ._speculative import speculative_step_function
 
 
@@ -182,6 +182,7 @@ def simulate(
     rejected = np.zeros(n, bool)
     counts = FeatureCounts(np.zeros(n))
     iters, busy, dec_sum, dec_area = 0, 0.0, 0.0, 0.0
+    gap_parts: list[DecodeGaps] = []
     arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
     for k in range(replicas):
         idx = np.flatnonzero(owner == k)
@@ -205,7 +206,7 @@ def simulate(
             decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
             shared_prefix_blocks=prefix is not None or hooks.shared_prefix_blocks,
         )
-        R, it, b, ds, da = run_engine(
+        R, it, b, ds, da, gaps = run_engine(
             step_s,
             arrival[idx],
             trace.prompt_tokens[idx],
@@ -220,6 +221,7 @@ def simulate(
         served[idx], rejected[idx] = R.output, R.rejected
         arrival[idx] = R.arrival
         iters, busy, dec_sum, dec_area = iters + it, busy + b, dec_sum + ds, dec_area + da
+        gap_parts.append(gaps)
     done = finish[np.isfinite(finish)]
     makespan = float(done.max() - arrival.min()) if done.size else 0.0
     return SimResult(
@@ -240,4 +242,5 @@ def simulate(
         spec_tokens_per_step=(counts.spec_tokens / max(counts.spec_steps, 1))
         if speculation is not None
         else None,
+        decode_gaps=DecodeGaps.join(gap_parts),
     )

@@ -763,7 +763,13 @@ def render(out: dict, args: argparse.Namespace) -> str:
         text += (
             f"\nsimulator ({sim.get('kind', 'colocated')}, {sim['requests']} requests, median "
             f"efficiency): TTFT {_pct(sim['ttft_s'])}, "
-            f"TPOT {_pct(sim['tpot_s'])}; SLO {'met' if sim['meets_slo'] else 'NOT met'}"
+            f"TPOT {_pct(sim['tpot_s'])}"
+            + (
+                f", ITL {_pct(sim['itl_s'])}"
+                if out.get("question", {}).get("slo_itl_p95_s")
+                else ""
+            )
+            + f"; SLO {'met' if sim['meets_slo'] else 'NOT met'}"
         )
     e = out["engine_args"]
     text += f"\nengine flags\n  {e['vllm']}\n  {e['sglang']}\n  {e['trtllm']}"

@@ -82,7 +82,12 @@ STABLE_WORDS = {True: "yes", False: "no (the queue grew over the run)", None: "t
 
 def _render(r: dict) -> str:
     rows = []
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+    for key, label in (
+        ("ttft_s", "TTFT"),
+        ("tpot_s", "TPOT"),
+        ("itl_s", "ITL (over gaps)"),
+        ("e2e_s", "E2E"),
+    ):
         p = r[key]
         rows.append(
             (
