@@ -24,6 +24,8 @@ The words ``utilization``, ``stable``, ``seat_occupancy``, ``kv_bound``, ``queue
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -194,10 +196,20 @@ def serving_metrics(
         chunk_tokens,
         temperature,
         closed_loop,
-        DecodeCost() if decode_cost is None else decode_cost,
+        _unnamed_cost(decode_cost),
         means_only,
         (int(quadrature_nodes[0]), int(quadrature_nodes[1])),
     )
+
+
+def _unnamed_cost(decode_cost: DecodeCost | None) -> DecodeCost:
+    """The decode cost with its draft model (if any) under a neutral name, as ``unnamed`` does
+    for the target: one compiled program serves every draft of the same structure."""
+    if decode_cost is None:
+        return DecodeCost()
+    if decode_cost.draft_model is None:
+        return decode_cost
+    return dataclasses.replace(decode_cost, draft_model=unnamed(decode_cost.draft_model))
 
 
 @eqx.filter_jit
