@@ -16,6 +16,7 @@ from ._posterior import Posterior
 from ._predict import prepare
 from ._predictive import predictive_log_draws
 from ._serving_stage import E2E_SCENARIOS, add_serving_stage, without_serving_stage
+from ._validate import row_scores
 
 E2E_BREAKDOWN = ("scenario", "metric", "engine", "gpu")
 """Columns the held-out report groups by (with ``source``)."""
@@ -38,13 +39,7 @@ def score_rows(posterior: Posterior, rows: pd.DataFrame, *, num_draws: int, seed
             len(prep.skipped),
         )
     draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
-    with np.errstate(invalid="ignore"):  # an overloaded row's draws are inf: inf - inf inside
-        q = np.quantile(draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
-    y = prep.log_value
-    finite = np.isfinite(q[2])
-    ape = np.where(finite, np.abs(np.exp(np.where(finite, q[2], y) - y) - 1.0), np.inf)
-    in50 = finite & (y >= q[1]) & (y <= q[3])
-    in90 = finite & (y >= q[0]) & (y <= q[4])
+    ape, in50, in90 = row_scores(draws, prep.log_value)
     return prep.table, ape, in50, in90, len(prep.skipped)
 
 

@@ -43,12 +43,24 @@ def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, fl
     }
 
 
+def row_scores(
+    log_draws: np.ndarray, log_value: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row (APE of the predictive median, inside the 50 % interval, inside the 90 %) from
+    predictive draws (draws, rows).  A row without a finite median (the model calls the load
+    overloaded) is a miss: APE infinite, inside neither interval."""
+    with np.errstate(invalid="ignore"):  # an overloaded row's draws are inf: inf - inf inside
+        q = np.quantile(log_draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+        finite = np.isfinite(q[2])
+        ape = np.where(finite, np.abs(np.exp(q[2] - log_value) - 1.0), np.inf)
+    in50 = finite & (log_value >= q[1]) & (log_value <= q[3])
+    in90 = finite & (log_value >= q[0]) & (log_value <= q[4])
+    return ape, in50, in90
+
+
 def score_draws(table: pd.DataFrame, log_draws: np.ndarray, log_value: np.ndarray) -> dict:
     """Scores overall and by scenario / GPU / source from predictive draws (draws, rows)."""
-    q = np.quantile(log_draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
-    ape = np.abs(np.exp(q[2] - log_value) - 1.0)
-    in50 = (log_value >= q[1]) & (log_value <= q[3])
-    in90 = (log_value >= q[0]) & (log_value <= q[4])
+    ape, in50, in90 = row_scores(log_draws, log_value)
     out = _scores(ape, in50, in90)
     for key, col in BREAKDOWNS:
         labels = table[col].astype(str).to_numpy()

@@ -223,7 +223,7 @@ def latency_figure(problem: Problem, gpus: tuple[str, ...], out: dict, numbers=N
         (draws[0], float(problem.slo_ttft_p95_s), "p95 TTFT"),
         (draws[1], float(problem.slo_tpot_p95_s), "p95 TPOT"),
     ]
-    itl_bound = float(getattr(problem, "slo_itl_p95_s", math.inf))
+    itl_bound = float(problem.slo_itl_p95_s)
     if math.isfinite(itl_bound):  # ITL is a constraint of this question only when bounded
         panels.append((draws[2], itl_bound, "p95 ITL"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6))

@@ -10,8 +10,6 @@ its GPU's posterior-median efficiency.
 
 from __future__ import annotations
 
-from math import inf
-
 import jax.numpy as jnp
 import numpy as np
 
@@ -120,7 +118,7 @@ def simulate_check(
             ttft["p95"] is not None
             and ttft["p95"] <= float(problem.slo_ttft_p95_s)
             and (tpot["p95"] is None or tpot["p95"] <= float(problem.slo_tpot_p95_s))
-            and (itl["p95"] is None or itl["p95"] <= float(getattr(problem, "slo_itl_p95_s", inf)))
+            and (itl["p95"] is None or itl["p95"] <= float(problem.slo_itl_p95_s))
         ),
     }
     if res.spec_tokens_per_step is not None:

@@ -24,8 +24,6 @@ The words ``utilization``, ``stable``, ``seat_occupancy``, ``kv_bound``, ``queue
 
 from __future__ import annotations
 
-import dataclasses
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -45,7 +43,7 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     open_loop,
 )
 from ._sheet import binding_budget
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, unnamed
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, without_names
 from ._workload import Workload
 
 Array = jnp.ndarray
@@ -186,9 +184,12 @@ def serving_metrics(
         leaves, also at the kinks and under overload).
     """
     closed_loop = is_closed_loop(workload) if closed_loop is None else bool(closed_loop)
+    model, hardware, decode_cost = without_names(  # one program per structure, not per name
+        (model, hardware, DecodeCost() if decode_cost is None else decode_cost)
+    )
     return _serving_metrics(
-        unnamed(model),
-        unnamed(hardware),
+        model,
+        hardware,
         deployment,
         efficiency,
         workload,
@@ -196,20 +197,10 @@ def serving_metrics(
         chunk_tokens,
         temperature,
         closed_loop,
-        _unnamed_cost(decode_cost),
+        decode_cost,
         means_only,
         (int(quadrature_nodes[0]), int(quadrature_nodes[1])),
     )
-
-
-def _unnamed_cost(decode_cost: DecodeCost | None) -> DecodeCost:
-    """The decode cost with its draft model (if any) under a neutral name, as ``unnamed`` does
-    for the target: one compiled program serves every draft of the same structure."""
-    if decode_cost is None:
-        return DecodeCost()
-    if decode_cost.draft_model is None:
-        return decode_cost
-    return dataclasses.replace(decode_cost, draft_model=unnamed(decode_cost.draft_model))
 
 
 @eqx.filter_jit

@@ -10,6 +10,7 @@ import dataclasses
 from typing import TypeVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from ._constants import COMPUTE_DTYPES, DTYPE_BYTES, WEIGHT_DTYPE_COMPUTE
@@ -119,6 +120,17 @@ def unnamed(spec: Named, name: str = "") -> Named:
     compiled function of it is traced and compiled once per name; no budget reads the name, and
     under this one every model (or GPU) of the same structure shares the compiled program."""
     return dataclasses.replace(spec, name=name)
+
+
+def without_names(tree):
+    """``tree`` with every ``ModelSpec`` and ``HardwareSpec`` in it ``unnamed`` (a target, a
+    draft model nested in a decode cost, ...)."""
+    named = (ModelSpec, HardwareSpec)
+    return jax.tree.map(
+        lambda x: unnamed(x) if isinstance(x, named) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, named),
+    )
 
 
 class Efficiency(eqx.Module):

@@ -32,14 +32,16 @@ class VerdictBudgets(eqx.Module):
     """The budgets the verdicts quote, for one deployment at one prompt/output length.
 
     ``seats``: sequences of ``prompt + output`` tokens the KV cache holds per replica;
-    ``decode_*_s``: the decode step (memory, compute, communication, total) at the batch
-    ``max(min(seats, max_num_seqs), 1)`` and the mid-output context ``prompt + output / 2``;
+    ``decode_batch``: ``max(min(seats, max_num_seqs), 1)``; ``decode_*_s``: the decode step
+    (memory, compute, communication, total) at that batch and the mid-output context
+    ``prompt + output / 2``;
     ``pp_tokens_per_s`` / ``replica_tokens_per_s``: the decode ceiling with the GPUs doubled as
     pipeline stages or as replicas (0 where not one sequence fits); ``pp_seats``: the seats per
     replica at doubled PP.
     """
 
     seats: jax.Array
+    decode_batch: jax.Array
     decode_memory_s: jax.Array
     decode_compute_s: jax.Array
     decode_comm_s: jax.Array
@@ -74,6 +76,7 @@ def verdict_budgets(
     )
     return VerdictBudgets(
         seats=seats,
+        decode_batch=batch,
         decode_memory_s=step.memory_s,
         decode_compute_s=step.compute_s,
         decode_comm_s=step.comm_s,
@@ -159,7 +162,6 @@ def verdicts(
         )
     seats = float(budgets.seats)
     cap = float(deployment.max_num_seqs)
-    batch = max(min(seats, cap), 1.0)
     out: dict[str, str] = {}
 
     if workload is None and arrival_rate_per_s is not None:
@@ -205,9 +207,10 @@ def verdicts(
     mem, comp = float(budgets.decode_memory_s), float(budgets.decode_compute_s)
     kind = "bandwidth-limited" if mem >= comp else "compute-limited"
     out["decode_bandwidth"] = (
-        f"Decode is {kind}: at batch {batch:.0f} a step reads memory for {mem * 1e3:.2f} ms and "
-        f"computes for {comp * 1e3:.2f} ms (step {float(budgets.decode_total_s) * 1e3:.2f} ms "
-        f"incl. {float(budgets.decode_comm_s) * 1e3:.2f} ms communication)."
+        f"Decode is {kind}: at batch {float(budgets.decode_batch):.0f} a step reads memory for "
+        f"{mem * 1e3:.2f} ms and computes for {comp * 1e3:.2f} ms (step "
+        f"{float(budgets.decode_total_s) * 1e3:.2f} ms incl. "
+        f"{float(budgets.decode_comm_s) * 1e3:.2f} ms communication)."
     )
 
     if shared_fraction > 0.0 and prefix_tokens > 0.0:

@@ -110,9 +110,9 @@ def run_engine(
     waiting: deque[int] = deque()
     running: list[int] = []
     now, nxt, finished, iters, busy, dec_sum, dec_area = 0.0, 0, 0, 0, 0.0, 0.0, 0.0
-    gap_end: list[np.ndarray] = []  # per decode iteration: end time, duration, sequences
-    gap_s: list[np.ndarray] = []
-    gap_seqs: list[np.ndarray] = []
+    gap_end: list[float] = []  # per decode iteration: end time, duration, sequences
+    gap_s: list[float] = []
+    gap_seqs: list[float] = []
     next_closed = min(concurrency, n)
 
     def hold(tokens):
@@ -182,9 +182,9 @@ def run_engine(
             )
             if ran is not None:
                 k, elapsed, grow, done_now, times = ran
-                gap_end.append(now + np.cumsum(times))
-                gap_s.append(times)
-                gap_seqs.append(np.full(k, float(len(running))))
+                gap_end.extend((now + np.cumsum(times)).tolist())
+                gap_s.extend(times.tolist())
+                gap_seqs.extend([float(len(running))] * k)
                 now += elapsed
                 busy += elapsed
                 iters += k
@@ -260,9 +260,9 @@ def run_engine(
         dec_sum += len(dec)
         dec_area += dt * len(dec)
         if len(dec):
-            gap_end.append(np.asarray([now]))
-            gap_s.append(np.asarray([dt]))
-            gap_seqs.append(np.asarray([float(len(dec))]))
+            gap_end.append(now)
+            gap_s.append(dt)
+            gap_seqs.append(float(len(dec)))
 
         done_now = []
         if len(pf):
@@ -281,5 +281,5 @@ def run_engine(
         retire(done_now, now)
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
-    gaps = DecodeGaps(*(np.concatenate(x or [np.zeros(0)]) for x in (gap_end, gap_s, gap_seqs)))
+    gaps = DecodeGaps(*(np.asarray(x, dtype=np.float64) for x in (gap_end, gap_s, gap_seqs)))
     return R, iters, busy, dec_sum, dec_area, gaps

@@ -46,7 +46,8 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
         times = decode_run_s(len(run), context + done, min(DECODE_RUN_CHUNK, k - done))
         chunks.append(times)
         done, elapsed = done + len(times), elapsed + float(times.sum())
-    cum = np.cumsum(np.concatenate(chunks))
+    times = np.concatenate(chunks)
+    cum = np.cumsum(times)
     k = int(min(np.searchsorted(cum, gap) + 1, len(cum)))
     if lim.static_tokens is None:
         new_blocks = blocks_for(R.kv[run] - R.shared[run] + k, blk)
@@ -54,5 +55,4 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
         R.blocks[run] = new_blocks
     R.kv[run] += k
     R.gen[run] += k
-    finished = run[R.gen[run] >= R.output[run]].tolist()
-    return k, float(cum[k - 1]), grow, finished, np.diff(cum[:k], prepend=0.0)
+    return k, float(cum[k - 1]), grow, run[R.gen[run] >= R.output[run]].tolist(), times[:k]

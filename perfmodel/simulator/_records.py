@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -22,11 +22,12 @@ class DecodeGaps:
     @staticmethod
     def join(parts: list[DecodeGaps]) -> DecodeGaps:
         """One record of several engines' (replicas run side by side on the same clock)."""
-        parts = parts or [DecodeGaps(np.zeros(0), np.zeros(0), np.zeros(0))]
-        return DecodeGaps(*(np.concatenate([getattr(p, f) for p in parts]) for f in _GAP_FIELDS))
-
-
-_GAP_FIELDS = ("end_s", "gap_s", "sequences")
+        return DecodeGaps(
+            *(
+                np.concatenate([np.zeros(0)] + [getattr(p, f.name) for p in parts])
+                for f in fields(DecodeGaps)
+            )
+        )
 
 
 @dataclass(frozen=True)
