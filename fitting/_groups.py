@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ._names import ENGINE_ALL_REDUCE_CELL
+
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "gemm")
 ELEMENTWISE_OPS = (
     "emb",
@@ -133,8 +135,16 @@ COMM_SCENARIOS = ("prefill", "decode_step", "static_batch")
 their engine effects from the serving stage instead)."""
 
 
+E2E_SCENARIOS_WITH_ENGINE_ALL_REDUCE = ("serving", "saturated")
+"""End-to-end scenarios whose steps use ``ENGINE_ALL_REDUCE_CELL``'s latency."""
+
+
 def comm_cell(row: pd.Series) -> str | None:
-    """``"<source>:<engine>|comm:latency"`` for a multi-GPU whole-model row, else None."""
+    """The cell whose offset scales a row's TP all-reduce latency: ``"<source>:<engine>|
+    comm:latency"`` for a multi-GPU whole-model row, ``ENGINE_ALL_REDUCE_CELL`` for an end-to-end
+    run, else None."""
+    if row["scenario"] in E2E_SCENARIOS_WITH_ENGINE_ALL_REDUCE:
+        return ENGINE_ALL_REDUCE_CELL
     if row["scenario"] not in COMM_SCENARIOS:
         return None
     tp, pp = (float(row[c]) if pd.notna(row[c]) else 1.0 for c in ("tp", "pp"))

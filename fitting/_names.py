@@ -13,3 +13,10 @@ EFFICIENCY_FIELDS = tuple(
 """Per-GPU fitted ``Efficiency`` fields."""
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 """Every fitted parameter: the per-GPU efficiencies, then the kernel efficiencies."""
+
+ENGINE_ALL_REDUCE_CELL = "aiconfigurator:vllm_graph|collective:all_reduce"
+"""Cell whose latency offset prices a serving engine's TP all-reduce.  Under load vLLM, SGLang and
+TensorRT-LLM replay their decode iterations as CUDA graphs and all-reduce within a node with a
+peer-memory custom kernel (one or two barriers, not NCCL's ring of 2(p - 1) hops); the CUDA-graph
+custom all-reduce that aiconfigurator timed costs ~0.4x the nccl-tests latency (4.3-4.7 us for
+2-8 H100s at small messages), so end-to-end rows take that cell's scale on alpha and alpha_0."""

@@ -19,7 +19,7 @@ import numpy as np
 import perfmodel
 from perfmodel import KERNEL_FIELDS, Efficiency
 
-from ._names import EFFICIENCY_FIELDS, PARAM_NAMES
+from ._names import EFFICIENCY_FIELDS, ENGINE_ALL_REDUCE_CELL, PARAM_NAMES
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
 """Bundled posterior, relative to ``perfmodel.data_dir()``."""
@@ -366,7 +366,9 @@ def efficiency_draws(
     An unseen ``gpu`` draws from the population (mu, tau).  ``source`` (``"vidur:sarathi"``,
     ``"trtllm-docs-v0.9:trtllm"``, ... as in ``posterior.sources``) sets ``time_scale`` to that
     source's offset e^delta, which scales every iteration's kernel and communication time; None
-    or an unseen source draws delta from N(0, tau_src), widening the spread.  ``weight_dtype`` is
+    or an unseen source draws delta from N(0, tau_src), widening the spread.  The TP all-reduce
+    latencies take the source's ``comm:latency`` offset, else a serving engine's
+    (``ENGINE_ALL_REDUCE_CELL``: CUDA-graph custom all-reduce).  ``weight_dtype`` is
     accepted for compatibility: the FP8/FP4 derate is applied by the step model from the
     deployment's GEMM dtype (``low_precision_compute_ratio``).
     """
@@ -377,7 +379,9 @@ def efficiency_draws(
     fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
     fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
     comm = f"{source}|comm:latency"
-    if source is not None and comm in posterior.cells:  # the source's own TP all-reduce latency
+    if source is None or comm not in posterior.cells:
+        comm = ENGINE_ALL_REDUCE_CELL  # a serving engine's CUDA-graph custom all-reduce
+    if comm in posterior.cells:  # the TP all-reduce latency of that source (or engine)
         lat = np.exp(posterior.flat("cell_offset")[idx, posterior.cells.index(comm)])
         for f in ("collective_latency_s", "collective_base_latency_s"):
             fields[f] = fields[f] * lat

@@ -190,36 +190,28 @@ def predict_log(
                 b["units"],
                 b.get("tile", 0.0),
             )
-        elif name == "closed":
-            y = _closed_block(b, eff)
-        elif name == "open":
-            y = _open_block(b, eff)
+        elif name in ("closed", "open"):
+            # a serving engine's TP all-reduces: the latency scale of its comm cell
+            eff = _latency_scaled(eff, jnp.exp(comm_off[b["pos"]]))
+            y = (_closed_block if name == "closed" else _open_block)(b, eff)
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
             lat = jnp.exp(jnp.where(lat_cell, row_off, 0.0)[b["pos"]])
-            y = collective_time_s(
-                b["kind"],
-                b["msg"],
-                b["p"],
-                link,
-                eqx_replace(
-                    eff,
-                    collective_latency_s=eff.collective_latency_s * lat,
-                    collective_base_latency_s=eff.collective_base_latency_s * lat,
-                ),
-                ker,
-            )
-        else:
-            lat = jnp.exp(comm_off[b["pos"]])  # the source's collective-latency scale (COMM_GROUP)
-            eff = eqx_replace(
-                eff,
-                collective_latency_s=eff.collective_latency_s * lat,
-                collective_base_latency_s=eff.collective_base_latency_s * lat,
-            )
-            y = _step_block(b, eff)
+            y = collective_time_s(b["kind"], b["msg"], b["p"], link, _latency_scaled(eff, lat), ker)
+        else:  # the source's collective-latency scale (COMM_GROUP)
+            y = _step_block(b, _latency_scaled(eff, jnp.exp(comm_off[b["pos"]])))
         out = out.at[b["pos"]].add(jnp.log(y))
     return out
+
+
+def _latency_scaled(eff: Efficiency, scale: jnp.ndarray) -> Efficiency:
+    """``eff`` with the collective latencies alpha and alpha_0 times ``scale``."""
+    return eqx_replace(
+        eff,
+        collective_latency_s=eff.collective_latency_s * scale,
+        collective_base_latency_s=eff.collective_base_latency_s * scale,
+    )
 
 
 def default_params(gpus: tuple[str, ...]) -> dict[str, jnp.ndarray]:

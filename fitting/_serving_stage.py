@@ -127,12 +127,16 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     idx = draw_indices(pobj, PARAM_DRAWS, rng0)
     draws0 = parameter_draws(pobj, prep.gpus, idx, rng0)
     params = {n: jnp.asarray(np.median(v, axis=0)) for n, v in draws0.items()}
+    # the NUTS cells' median offsets (the engine all-reduce latency the runs' steps read); the
+    # runs' own cells are new here and start at zero
+    fitted = np.median(np.asarray(post["cell_offset"].values).reshape(-1, len(cells)), axis=0)
+    offsets = np.concatenate([fitted, np.zeros(len(prep.cells) - len(cells))])
     # one call, compile-bound: XLA's backend optimisation off halves the compile (as optimize does)
     run_once = jax.jit(
-        lambda p: predict_log(prep, p, None),
+        lambda p, o: predict_log(prep, p, o),
         compiler_options={"xla_backend_optimization_level": 0},
     )
-    loc = np.asarray(run_once(params))
+    loc = np.asarray(run_once(params, jnp.asarray(offsets)))
     resid = prep.log_value - loc
     ok = np.isfinite(resid)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])

@@ -21,6 +21,7 @@ from fitting._model import (
     prior_center_unconstrained,
     to_natural,
 )
+from fitting._names import ENGINE_ALL_REDUCE_CELL
 
 GPUS = ("a100-sxm-80gb", "h100-sxm")
 
@@ -115,7 +116,9 @@ def test_nuts_recovers_known_efficiencies_from_simulated_data():
     assert np.all((lo <= 0.03) & (0.03 <= hi)), (lo, hi)
 
 
-def _toy_posterior(num_draws=50):
+def _toy_posterior(num_draws=50, engine_all_reduce_scale=None):
+    """Two GPUs' draws and one cell (``splitwise|decode_step:time``); with
+    ``engine_all_reduce_scale`` a second cell, ``ENGINE_ALL_REDUCE_CELL``, at that constant scale."""
     rng = np.random.default_rng(0)
     post = {}
     for name in PARAM_NAMES:
@@ -134,7 +137,25 @@ def _toy_posterior(num_draws=50):
         "cell": ["splitwise|decode_step:time"],
         "noise_key": ["decode_step:time"],
     }
+    if engine_all_reduce_scale is not None:
+        scale = np.full((1, num_draws, 1), np.log(engine_all_reduce_scale))
+        post["cell_offset"] = np.concatenate([post["cell_offset"], scale], axis=2)
+        coords["cell"].append(ENGINE_ALL_REDUCE_CELL)
     return fitting.Posterior(az.from_dict(posterior=post, coords=coords, dims=dims))
+
+
+def test_efficiency_draws_price_the_all_reduce_at_the_engine_custom_latency():
+    """Without a source's own ``comm:latency`` cell, the draws' collective latencies alpha and
+    alpha_0 carry the engine all-reduce cell's scale (CUDA-graph custom all-reduce); every other
+    field is untouched."""
+    plain = fitting.efficiency_draws(_toy_posterior(), "h100-sxm", 100, seed=2)
+    engine = fitting.efficiency_draws(
+        _toy_posterior(engine_all_reduce_scale=0.4), "h100-sxm", 100, seed=2
+    )
+    for f in ("collective_latency_s", "collective_base_latency_s"):
+        np.testing.assert_allclose(getattr(engine, f), 0.4 * getattr(plain, f), rtol=1e-12)
+    np.testing.assert_array_equal(engine.compute_fraction_max, plain.compute_fraction_max)
+    np.testing.assert_array_equal(engine.time_scale, plain.time_scale)
 
 
 def test_posterior_netcdf_round_trip(tmp_path):

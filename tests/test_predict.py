@@ -429,3 +429,44 @@ def test_requests_per_client_reads_a_multiple_or_a_total(notes, concurrency, exp
 
     row = pd.Series({"notes": notes, "concurrency": concurrency})
     assert _requests_per_client(row) == pytest.approx(expected)
+
+
+def test_serving_runs_price_tp_all_reduce_at_the_engine_custom_all_reduce_latency():
+    """A serving run's TP all-reduces are the CUDA-graph custom all-reduce: its rows point at
+    ``ENGINE_ALL_REDUCE_CELL``, whose offset scales alpha and alpha_0 of every step of the load
+    model (and nothing else): the prediction equals the one with those latencies scaled by hand,
+    and a cheaper all-reduce makes a TP-8 closed loop strictly faster."""
+    from fitting._names import ENGINE_ALL_REDUCE_CELL
+
+    serving = row(
+        source="lab",
+        engine="vllm",
+        gpu="h100-sxm",
+        scenario="serving",
+        model="meta-llama/Llama-3.1-70B",
+        num_gpus=8,
+        tp=8,
+        weight_dtype="bf16",
+        kv_dtype="bf16",
+        input_len=1024.0,
+        output_len=256.0,
+        concurrency=8.0,
+        request_rate=np.inf,
+        metric="tpot",
+        stat="mean",
+        value=0.02,
+    )
+    prep = prepare(pd.DataFrame([serving]))
+    j = prep.cells.index(ENGINE_ALL_REDUCE_CELL)
+    assert list(prep.comm_idx) == [j]
+    params = default_params(prep.gpus)
+    offsets = np.zeros(len(prep.cells))
+    base = float(predict_log(prep, params, jnp.asarray(offsets))[0])
+    offsets[j] = np.log(0.4)
+    cheaper = float(predict_log(prep, params, jnp.asarray(offsets))[0])
+    by_hand = dict(params)
+    for f in ("collective_latency_s", "collective_base_latency_s"):
+        by_hand[f] = params[f] * 0.4
+    expected = float(predict_log(prep, by_hand, jnp.zeros(len(prep.cells)))[0])
+    assert cheaper == pytest.approx(expected, rel=1e-9)
+    assert cheaper < base
