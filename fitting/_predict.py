@@ -82,12 +82,14 @@ def _step_block(b: dict, eff: Efficiency) -> jnp.ndarray:
     return jnp.take_along_axis(table, b["metric"].astype(int)[:, None], axis=1)[:, 0]
 
 
-def _workloads(b: dict) -> Workload:
+def _workloads(b: dict, prompt_z: jnp.ndarray) -> Workload:
+    """The runs' workloads; a prompt mean nobody recorded is drawn log-normal around its median,
+    inp * exp(log_sd * z) (``MLPERF_PROMPT_LOG_SD``; z = 0 gives the median)."""
     return Workload(
         arrival_rate_per_s=b["rate"],
         concurrency=b["conc"],
         interarrival_cv=np.ones_like(b["inp"]),
-        prompt_tokens_mean=b["inp"],
+        prompt_tokens_mean=b["inp"] * jnp.exp(b["inp_log_sd"] * prompt_z),
         prompt_tokens_cv=b["inp_cv"],
         output_tokens_mean=b["out"],
         output_tokens_cv=b["out_cv"],
@@ -95,7 +97,7 @@ def _workloads(b: dict) -> Workload:
     )
 
 
-def _closed_block(b: dict, eff: Efficiency) -> jnp.ndarray:
+def _closed_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
     """Closed-loop serving and saturated (offline) rows through ``closed_loop_metrics``."""
     model, hw, dep = b["specs"]
 
@@ -104,7 +106,7 @@ def _closed_block(b: dict, eff: Efficiency) -> jnp.ndarray:
         thr = jnp.stack([r.output_tokens_per_s, r.total_tokens_per_s, r.requests_per_s])
         return jnp.concatenate([r.ttft_s, r.tpot_s, r.itl_s, r.e2e_s, thr])
 
-    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b))
+    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
     return table[b["config"], b["col"].astype(int)]
 
 
@@ -115,7 +117,7 @@ def _config_efficiency(b: dict, eff: Efficiency) -> Efficiency:
     return jax.tree.map(lambda x: x[first], eff)
 
 
-def _open_block(b: dict, eff: Efficiency) -> jnp.ndarray:
+def _open_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
     """Open-loop serving rows (Poisson arrivals at ``request_rate``) through ``serving_metrics``;
     an overloaded point predicts ``inf`` latency and its saturated throughput."""
     model, hw, dep = b["specs"]
@@ -132,7 +134,7 @@ def _open_block(b: dict, eff: Efficiency) -> jnp.ndarray:
         )
         return jnp.concatenate(lat + [thr])
 
-    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b))
+    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
     return table[b["config"], b["col"].astype(int)]
 
 
@@ -147,7 +149,10 @@ def eqx_replace(module, **changes):
 
 
 def predict_log(
-    prep: Prepared, params: dict[str, jnp.ndarray], cell_offset: jnp.ndarray | None = None
+    prep: Prepared,
+    params: dict[str, jnp.ndarray],
+    cell_offset: jnp.ndarray | None = None,
+    prompt_z: jnp.ndarray | float = 0.0,
 ) -> jnp.ndarray:
     """log of the predicted value of every covered row (seconds, or tokens/s for throughputs).
 
@@ -159,6 +164,8 @@ def predict_log(
             scales its latencies alpha and alpha_0 (``latency_cells``), a ``comm:latency`` cell
             those inside its source's multi-GPU steps (``prep.comm_idx``); any other adds to
             log time.
+        prompt_z: standard-normal draw of the prompt means nobody recorded (MLPerf), 0 for
+            their median.
     """
     n = len(prep.log_value)
     lat_cell = np.concatenate([latency_cells(prep.cells), [False]])[prep.cell_idx]
@@ -193,7 +200,7 @@ def predict_log(
         elif name in ("closed", "open"):
             # a serving engine's TP all-reduces: the latency scale of its comm cell
             eff = _latency_scaled(eff, jnp.exp(comm_off[b["pos"]]))
-            y = (_closed_block if name == "closed" else _open_block)(b, eff)
+            y = (_closed_block if name == "closed" else _open_block)(b, eff, prompt_z)
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))

@@ -58,6 +58,9 @@ def gpu_group_draws(
     return out
 
 
+PROMPT_STREAM = 1
+"""Second seed word of the generator that draws unrecorded prompt means (``prompt_z``)."""
+
 CLOSED_ROWS_PER_OPEN_ROW = 100
 """Memory of one open-loop row's evaluation in closed-loop rows (quadrature nodes vs a scan)."""
 
@@ -92,7 +95,8 @@ def predictive_log_draws(
 
     log y = log f(theta_g; delta_cell) + eta_gk + sigma_group * t_nu (the cell offset adds to log time, or
     scales a collective's latency); unseen GPUs and cells take population draws (an unseen group's
-    sigma is the largest fitted one).
+    sigma is the largest fitted one), and a prompt mean the row does not record is drawn from its
+    log-normal (``MLPERF_PROMPT_LOG_SD``).
     """
     rng = np.random.default_rng(seed)
     idx = draw_indices(posterior, num_draws, rng)
@@ -108,14 +112,21 @@ def predictive_log_draws(
         [sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1) for k in prep.noise_keys],
         axis=1,
     )
-    xs = ({k: jnp.asarray(v) for k, v in params.items()}, jnp.asarray(offsets))
+    # the prompt mean an MLPerf row does not record, one standard-normal draw per posterior draw
+    # (its own stream: the parameter and noise draws stay those of the same seed)
+    prompt_z = np.random.default_rng((seed, PROMPT_STREAM)).standard_normal(len(idx))
+    xs = (
+        {k: jnp.asarray(v) for k, v in params.items()},
+        jnp.asarray(offsets),
+        jnp.asarray(prompt_z),
+    )
     # the open-loop closed form holds ~1 MB of quadrature nodes per row and draw, a closed-loop
     # row a few kB: chunk the draws so one chunk stays near SERVING_ROW_DRAWS_PER_CHUNK row-draws
     n_open = len(prep.blocks["open"]["inp"]) if "open" in prep.blocks else 0
     n_closed = len(prep.blocks["closed"]["inp"]) if "closed" in prep.blocks else 0
     n_serving = n_open + n_closed // CLOSED_ROWS_PER_OPEN_ROW
     batch = max(1, SERVING_ROW_DRAWS_PER_CHUNK // n_serving) if n_serving else num_draws
-    loc = map_chunks(lambda p, o: predict_log(prep, p, o), xs, min(batch, num_draws))
+    loc = map_chunks(lambda p, o, z: predict_log(prep, p, o, z), xs, min(batch, num_draws))
     eta = gpu_group_draws(posterior, prep.gpus, prep.noise_keys, idx, rng)
     loc = loc + eta[:, prep.gpu_idx, prep.noise_idx]
     if not noise:

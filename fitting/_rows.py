@@ -157,22 +157,26 @@ serve`` defaults send 10 x concurrency prompts)."""
 UNIFORM_LENGTH_LOW = 0.8
 """InferenceMAX draws lengths uniform in [0.8 L, L] (``--random-range-ratio 0.8``)."""
 MLPERF_PROMPT_TOKENS = 256.0
-"""Prompt length assumed for MLPerf rows, whose files carry no input length: the geometric middle
-of the datasets' [64, 1024]-token prompts (an assumption, not a measured mean; the prediction's
-interval does not yet include this uncertainty)."""
+"""Median of the uncertain mean prompt length of MLPerf rows, whose files carry no input length:
+the geometric middle of the datasets' [64, 1024]-token prompts (not a measured mean)."""
+MLPERF_PROMPT_LOG_SD = math.log(4.0) / 1.645
+"""Log-normal spread of that mean: 90 % of its mass in [64, 1024] tokens (256 / 4, 256 x 4), the
+range of the datasets' prompts.  The posterior predictive draws it (``prompt_z``), so an MLPerf
+row's interval carries the length nobody recorded; the cut stage reads its median."""
 
 
-def _lengths(row: pd.Series) -> tuple[float, float, float, float]:
-    """(prompt mean, prompt CV, output mean, output CV) as the benchmark drew them."""
+def _lengths(row: pd.Series) -> tuple[float, float, float, float, float]:
+    """(prompt mean, prompt CV, output mean, output CV, log-sd of an unrecorded prompt mean) as
+    the benchmark drew them."""
     inp, out = _f(row["input_len"]), _f(row["output_len"])
     notes = str(row.get("notes", ""))
     if "uniform" in notes and "len_def=nominal" in notes:
         mean_share = (1.0 + UNIFORM_LENGTH_LOW) / 2.0
         cv = (1.0 - UNIFORM_LENGTH_LOW) / math.sqrt(12.0) / mean_share
-        return inp * mean_share, cv, out * mean_share, cv
+        return inp * mean_share, cv, out * mean_share, cv, 0.0
     if not inp > 0 and str(row["source"]).startswith("mlperf"):
-        inp = MLPERF_PROMPT_TOKENS
-    return inp, 0.0, out, 0.0
+        return MLPERF_PROMPT_TOKENS, 0.0, out, 0.0, MLPERF_PROMPT_LOG_SD
+    return inp, 0.0, out, 0.0, 0.0
 
 
 def _requests_per_client(row: pd.Series) -> float:
@@ -213,7 +217,7 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
         raise ValueError(f"no prediction for {scenario} metric {metric!r}")
     if open_loop and not (rate > 0 and math.isfinite(rate)):
         raise ValueError("serving rows need a concurrency or a finite request_rate")
-    inp, inp_cv, out, out_cv = _lengths(row)
+    inp, inp_cv, out, out_cv, inp_log_sd = _lengths(row)
     if not (inp > 0 and out > 0):
         raise ValueError("end-to-end rows need input_len and output_len (or a dataset default)")
     wdt = row["weight_dtype"] if row["weight_dtype"] in DTYPE_BYTES else "bf16"
@@ -234,6 +238,7 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     return specs, {
         "inp": inp,
         "inp_cv": inp_cv,
+        "inp_log_sd": inp_log_sd,
         "out": out,
         "out_cv": out_cv,
         "conc": conc if conc > 0 else (1e9 if scenario == "saturated" else 0.0),

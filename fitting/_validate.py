@@ -30,6 +30,10 @@ BREAKDOWNS = (
 OVERLOAD_REASON = "the model predicts overload at this load (utilisation >= 1: no finite latency)"
 
 
+OVERLOADED_LOG_DRAW = 1.0e6
+"""Log value that ranks an overloaded (+inf) draw above every finite one when taking quantiles."""
+
+
 def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, float | int]:
     n = len(ape)
     if n == 0:
@@ -48,11 +52,18 @@ def row_scores(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row (APE of the predictive median, inside the 50 % interval, inside the 90 %) from
     predictive draws (draws, rows).  A row without a finite median (the model calls the load
-    overloaded) is a miss: APE infinite, inside neither interval."""
-    with np.errstate(invalid="ignore"):  # an overloaded row's draws are inf: inf - inf inside
-        q = np.quantile(log_draws, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
-        finite = np.isfinite(q[2])
-        ape = np.where(finite, np.abs(np.exp(q[2] - log_value) - 1.0), np.inf)
+    overloaded) is a miss: APE infinite, inside neither interval.  Draws that are overloaded
+    (+inf) rank above every finite one, so an interval reaching into them is open above."""
+    # a finite stand-in for +inf: quantiles interpolate between draws, and inf - inf is nan
+    ranked = np.where(np.isposinf(log_draws), OVERLOADED_LOG_DRAW, log_draws)
+    q = np.quantile(ranked, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
+    # a quantile that takes any share of an overloaded draw is unbounded (no run lasts e^1000 s)
+    q = np.where(q >= OVERLOADED_LOG_DRAW * 1e-3, np.inf, q)
+    finite = np.isfinite(q[2])
+    with np.errstate(over="ignore"):
+        ape = np.where(
+            finite, np.abs(np.exp(np.where(finite, q[2], 0.0) - log_value) - 1.0), np.inf
+        )
     in50 = finite & (log_value >= q[1]) & (log_value <= q[3])
     in90 = finite & (log_value >= q[0]) & (log_value <= q[4])
     return ape, in50, in90

@@ -470,3 +470,43 @@ def test_serving_runs_price_tp_all_reduce_at_the_engine_custom_all_reduce_latenc
     expected = float(predict_log(prep, by_hand, jnp.zeros(len(prep.cells)))[0])
     assert cheaper == pytest.approx(expected, rel=1e-9)
     assert cheaper < base
+
+
+def test_an_unrecorded_mlperf_prompt_is_drawn_log_normal_around_its_median():
+    """An MLPerf Offline row has no input length: its prediction at prompt_z = 0 is that of the
+    same run with the median prompt (``MLPERF_PROMPT_TOKENS``) written in, and at z = +-1.645 that
+    of the run with 4x / 0.25x the prompt (the 90 % range [64, 1024] tokens); a row that records
+    its prompt ignores z.  Longer prompts cost more prefill: throughput falls."""
+    from fitting._rows import MLPERF_PROMPT_TOKENS
+
+    common = dict(
+        source="mlperf-inference-v4.1",
+        engine="trtllm",
+        gpu="h100-sxm",
+        scenario="saturated",
+        model="meta-llama/Llama-2-70b-hf",
+        num_gpus=8,
+        tp=2,
+        weight_dtype="fp8",
+        kv_dtype="fp8",
+        output_len=290.0,
+        request_rate=np.inf,
+        metric="output_throughput",
+        stat="",
+        unit="tokens/s",
+        value=24000.0,
+    )
+    unknown = prepare(pd.DataFrame([row(input_len=np.nan, **common)]))
+    params = default_params(unknown.gpus)
+
+    def known(tokens):
+        prep = prepare(pd.DataFrame([row(input_len=tokens, **common)]))
+        return [float(predict_log(prep, params, None, z)[0]) for z in (0.0, 1.645)]
+
+    at = [float(predict_log(unknown, params, None, z)[0]) for z in (0.0, 1.645, -1.645)]
+    assert at[0] == pytest.approx(known(MLPERF_PROMPT_TOKENS)[0], rel=1e-12)
+    assert at[1] == pytest.approx(known(4 * MLPERF_PROMPT_TOKENS)[0], rel=1e-9)
+    assert at[2] == pytest.approx(known(MLPERF_PROMPT_TOKENS / 4)[0], rel=1e-9)
+    assert at[2] > at[0] > at[1]
+    recorded = known(512.0)
+    assert recorded[0] == recorded[1]

@@ -142,3 +142,20 @@ def test_held_out_scores_keep_a_predicted_overload_as_a_miss(monkeypatch):
     assert len(tab) == 5 and skipped == 0
     assert ape[0] == np.inf and not in50[0] and not in90[0]
     assert ape[1:] == pytest.approx(0.1) and not in90[1:].any()
+
+
+def test_an_interval_that_reaches_overloaded_draws_is_open_above():
+    """Overloaded draws (+inf) rank above every finite one: with 20 of 100 draws overloaded the
+    median is finite and the 90 % interval is [q05, inf), so a slow measured run inside it is
+    covered (not lost to inf - inf = nan); with 60 of 100 the median is overloaded, a miss."""
+    from fitting._validate import row_scores
+
+    finite = np.log(np.linspace(1.0, 2.0, 100))
+    draws = np.stack([finite, finite], axis=1)
+    draws[80:, 0] = np.inf
+    draws[40:, 1] = np.inf
+    measured = np.log(np.array([50.0, 50.0]))  # far above every finite draw
+    ape, in50, in90 = row_scores(draws, measured)
+    assert in90[0] and not in50[0]
+    assert np.isfinite(ape[0]) and ape[0] == pytest.approx(1.0 - np.exp(np.median(finite)) / 50)
+    assert ape[1] == np.inf and not in90[1] and not in50[1]
