@@ -43,6 +43,7 @@ import pandas as pd
 import fitting
 import perfmodel
 from fitting import (
+    ENGINE_ALL_REDUCE_CELL,
     MEDIAN_PARAM_DRAWS,
     PARAM_NAMES,
     draw_indices,
@@ -139,16 +140,21 @@ def stratified_order(runs: pd.DataFrame, seed: int) -> list[list[int]]:
 
 def median_efficiencies(gpus: list[str]) -> dict[str, Efficiency]:
     """Posterior-median ``Efficiency`` per GPU, as the cut stage takes it (seed 0, 64 draws;
-    population draws for a GPU the NUTS stage never saw; ``time_scale`` 1: no offset)."""
+    population draws for a GPU the NUTS stage never saw; ``time_scale`` 1: no offset; the TP
+    all-reduce latencies at the engines' custom all-reduce, ``ENGINE_ALL_REDUCE_CELL``)."""
     post = fitting.load_posterior()
     names = tuple(post.gpus) + tuple(sorted(set(gpus) - set(post.gpus)))
     rng = np.random.default_rng(0)
     idx = draw_indices(post, MEDIAN_PARAM_DRAWS, rng)
     draws = parameter_draws(post, names, idx, rng)
+    offsets = post.flat("cell_offset")
+    latency = float(np.exp(np.median(offsets[:, post.cells.index(ENGINE_ALL_REDUCE_CELL)])))
     out = {}
     for g in gpus:
         j = names.index(g)
         fields = {f: float(np.median(draws[f][:, j])) for f in PARAM_NAMES}
+        for f in ("collective_latency_s", "collective_base_latency_s"):
+            fields[f] *= latency
         out[g] = Efficiency(**fields, time_scale=1.0)
     return out
 

@@ -19,7 +19,7 @@ _EXPORTS = {
     "._groups": ("noise_key", "notes_dict"),
     "._holdout": ("holdout_scores", "score_rows"),
     "._model": ("PRIORS", "calibration_model"),
-    "._names": ("PARAM_NAMES",),
+    "._names": ("ENGINE_ALL_REDUCE_CELL", "PARAM_NAMES"),
     "._plots": ("write_plots",),
     "._posterior": (
         "Posterior",
