@@ -13,6 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from statistics import NormalDist
 
 import jax
 import numpy as np
@@ -159,9 +160,11 @@ UNIFORM_LENGTH_LOW = 0.8
 MLPERF_PROMPT_TOKENS = 256.0
 """Median of the uncertain mean prompt length of MLPerf rows, whose files carry no input length:
 the geometric middle of the datasets' [64, 1024]-token prompts (not a measured mean)."""
-MLPERF_PROMPT_LOG_SD = math.log(4.0) / 1.645
-"""Log-normal spread of that mean: 90 % of its mass in [64, 1024] tokens (256 / 4, 256 x 4), the
-range of the datasets' prompts.  The posterior predictive draws it (``prompt_z``), so an MLPerf
+MLPERF_PROMPT_RANGE_FACTOR = 4.0
+"""The datasets' prompts span [64, 1024] tokens: the median / 4 to the median x 4."""
+MLPERF_PROMPT_LOG_SD = math.log(MLPERF_PROMPT_RANGE_FACTOR) / NormalDist().inv_cdf(0.95)
+"""Log-normal spread of that mean: 90 % of its mass in [64, 1024] tokens, the range of the
+datasets' prompts.  The posterior predictive draws it (``prompt_z``), so an MLPerf
 row's interval carries the length nobody recorded; the cut stage reads its median."""
 
 
