@@ -77,8 +77,10 @@ def _fit_table(train, args):
 def _line(label: str, s: dict, seconds: float) -> str:
     if not s["n"]:
         return f"{label:<28} n=0"
+    med = "overload" if s["median_ape"] is None else f"{100 * s['median_ape']:5.1f}%"
+    mape = "-" if s["mape"] is None else f"{100 * s['mape']:5.1f}%"
     return (
-        f"{label:<28} n={s['n']:>5}  median APE {100 * s['median_ape']:5.1f}%  MAPE {100 * s['mape']:5.1f}%"
+        f"{label:<28} n={s['n']:>5}  median APE {med}  MAPE {mape}"
         f"  cov50 {100 * s['coverage_50']:4.0f}%  cov90 {100 * s['coverage_90']:4.0f}%  ({seconds:.0f} s)"
     )
 

@@ -40,10 +40,9 @@ def _pick(rows, n: int, seed: int):
 
 
 def _cells(s: dict) -> str:
-    return (
-        f"{s['n']:>5} {100 * s['median_ape']:7.1f}% {100 * s['mape']:7.1f}% "
-        f"{100 * s['coverage_50']:6.0f}% {100 * s['coverage_90']:6.0f}%"
-    )
+    med = "overload" if s["median_ape"] is None else f"{100 * s['median_ape']:7.1f}%"
+    mape = "-" if s["mape"] is None else f"{100 * s['mape']:7.1f}%"
+    return f"{s['n']:>5} {med} {mape} {100 * s['coverage_50']:6.0f}% {100 * s['coverage_90']:6.0f}%"
 
 
 def main(argv=None) -> int:

@@ -27,23 +27,35 @@ BREAKDOWNS = (
 )
 """The report's breakdowns: result key and the table column it groups by."""
 
-OVERLOAD_REASON = "the model predicts overload at this load (utilisation >= 1: no finite latency)"
-
 
 OVERLOADED_LOG_DRAW = 1.0e6
 """Log value that ranks an overloaded (+inf) draw above every finite one when taking quantiles."""
 
 
-def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, float | int]:
+def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, float | int | None]:
+    """n, median and mean APE, 50/90 % coverage and the ``overloaded`` count.  A measured run the
+    model calls overloaded (infinite APE) is a miss: it counts in n, ranks above every finite APE
+    in the median and lies outside both intervals; the mean is over the finite APEs (an infinite
+    mean says nothing), and a median that falls on an overloaded row is None."""
     n = len(ape)
     if n == 0:
-        return {"n": 0, "median_ape": None, "mape": None, "coverage_50": None, "coverage_90": None}
+        return {
+            "n": 0,
+            "median_ape": None,
+            "mape": None,
+            "coverage_50": None,
+            "coverage_90": None,
+            "overloaded": 0,
+        }
+    finite = np.isfinite(ape)
+    median = float(np.median(ape))
     return {
         "n": n,
-        "median_ape": float(np.median(ape)),
-        "mape": float(np.mean(ape)),
+        "median_ape": median if np.isfinite(median) else None,
+        "mape": float(np.mean(ape[finite])) if finite.any() else None,
         "coverage_50": float(np.mean(in50)),
         "coverage_90": float(np.mean(in90)),
+        "overloaded": int(n - finite.sum()),
     }
 
 
@@ -129,10 +141,11 @@ def validate(
         extra_skipped: rows an earlier stage (ingest) skipped, counted in ``skipped``.
 
     Returns:
-        dict with ``n``, ``median_ape``, ``mape``, ``coverage_50``, ``coverage_90``, ``skipped``
-        (count), ``skipped_reasons`` (reason -> count), ``by_scenario``, ``by_gpu``, ``by_source``,
-        ``by_metric``, ``by_engine`` (each label -> the same five scores), ``subsample`` (None or
-        a description).
+        dict with ``n``, ``median_ape``, ``mape``, ``coverage_50``, ``coverage_90``,
+        ``overloaded`` (measured runs the model calls overloaded, scored as misses: see
+        ``_scores``), ``skipped`` (count), ``skipped_reasons`` (reason -> count), ``by_scenario``,
+        ``by_gpu``, ``by_source``, ``by_metric``, ``by_engine`` (each label -> the same six
+        scores), ``subsample`` (None or a description).
     """
     table, notes = cap_rows(table, max_rows, MAX_SERVING_ROWS, seed)
     note = "; ".join(notes) or None
@@ -142,9 +155,7 @@ def validate(
     skipped = list(prep.skipped) + list(extra_skipped or [])
     if len(prep.log_value):
         draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
-        finite = np.isfinite(np.median(draws, axis=0))
-        skipped += [(i, OVERLOAD_REASON) for i in prep.table.index[~finite]]
-        out = score_draws(prep.table[finite], draws[:, finite], prep.log_value[finite])
+        out = score_draws(prep.table, draws, prep.log_value)
     else:
         out = _scores(np.zeros(0), np.zeros(0), np.zeros(0))
         out |= {key: {} for key, _ in BREAKDOWNS}
@@ -157,19 +168,30 @@ def validate(
 def format_report(result: dict) -> str:
     """Human-readable table of a ``validate`` result."""
 
+    def pct(x: float | None) -> str:
+        return f"{'overload':>9}" if x is None else f"{100 * x:>8.1f}%"
+
     def line(label: str, s: dict) -> str:
         if not s["n"]:
             return f"  {label:<34} {0:>6}"
         return (
-            f"  {label:<34} {s['n']:>6} {100 * s['median_ape']:>8.1f}% {100 * s['mape']:>8.1f}%"
+            f"  {label:<34} {s['n']:>6} {pct(s['median_ape'])} {pct(s['mape'])}"
             f" {100 * s['coverage_50']:>7.0f}% {100 * s['coverage_90']:>7.0f}%"
+            f" {s.get('overloaded', 0):>9}"
         )
 
-    head = f"  {'':<34} {'n':>6} {'medAPE':>9} {'MAPE':>9} {'cov50':>8} {'cov90':>8}"
+    head = (
+        f"  {'':<34} {'n':>6} {'medAPE':>9} {'MAPE':>9} {'cov50':>8} {'cov90':>8} {'overload':>9}"
+    )
     rows = [head, line("overall", result)]
     for key, title in BREAKDOWNS:
         rows.append(f"  by {title}:")
         rows += [line("  " + lab, s) for lab, s in result[key].items()]
+    if result.get("overloaded"):
+        rows.append(
+            f"  {result['overloaded']} measured runs the model calls overloaded count as misses "
+            "(outside both intervals; MAPE is over the others)"
+        )
     if result.get("subsample"):
         rows.append(f"  note: {result['subsample']}")
     if result["skipped"]:

@@ -159,3 +159,33 @@ def test_an_interval_that_reaches_overloaded_draws_is_open_above():
     assert in90[0] and not in50[0]
     assert np.isfinite(ape[0]) and ape[0] == pytest.approx(1.0 - np.exp(np.median(finite)) / 50)
     assert ape[1] == np.inf and not in90[1] and not in50[1]
+
+
+def test_validate_scores_an_overloaded_finished_run_as_a_miss_in_plain_json():
+    """A finished run the model calls overloaded stays in validate's scores: n counts it, it ranks
+    above every finite APE in the median, lies outside both intervals and is counted in
+    ``overloaded``; the mean is over the finite APEs, and a median that lands on overloaded rows
+    is None (JSON null), never Infinity."""
+    import json
+
+    table = pd.DataFrame(
+        {
+            "scenario": ["serving"] * 3,
+            "gpu": ["a"] * 3,
+            "source": ["s"] * 3,
+            "metric": ["ttft"] * 3,
+            "engine": ["x"] * 3,
+        }
+    )
+    draws = np.log(np.tile([1.1, 1.2, 1.0], (100, 1)))
+    draws[:, 2] = np.inf
+    out = score_draws(table, draws, np.zeros(3))
+    assert out["n"] == 3 and out["overloaded"] == 1
+    assert out["median_ape"] == pytest.approx(0.2)  # 0.1, 0.2, inf
+    assert out["mape"] == pytest.approx(0.15)
+    assert out["coverage_90"] == 0.0
+    draws[:, 1] = np.inf
+    worse = score_draws(table, draws, np.zeros(3))
+    assert worse["median_ape"] is None and worse["overloaded"] == 2
+    assert "Infinity" not in json.dumps(worse) and "NaN" not in json.dumps(worse)
+    assert "overload" in fitting.format_report(worse | {"skipped": 0, "subsample": None})
