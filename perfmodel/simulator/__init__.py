@@ -5,6 +5,7 @@ from ._disagg import simulate_disaggregated as simulate_disaggregated
 from ._engine import (
     EngineHooks as EngineHooks,
     EngineLimits as EngineLimits,
+    EngineRun as EngineRun,
     run_engine as run_engine,
 )
 from ._features import (

@@ -69,6 +69,27 @@ class EngineHooks:
     decode_tokens: Callable[[np.ndarray], np.ndarray] | None = None
 
 
+@dataclass(frozen=True)
+class EngineRun:
+    """What one replica's run leaves behind.
+
+    Attributes:
+        requests: per-request state (arrival, first token, finish, tokens served, preemptions).
+        iterations: engine iterations run.
+        busy_s: seconds the engine spent in iterations.
+        decode_seqs_summed: decode batch summed over iterations (/ iterations: the mean batch).
+        decode_seq_seconds: sum over iterations of decode batch x iteration seconds.
+        gaps: the decode iterations' inter-token gaps (``DecodeGaps``).
+    """
+
+    requests: RequestState
+    iterations: int
+    busy_s: float
+    decode_seqs_summed: float
+    decode_seq_seconds: float
+    gaps: DecodeGaps
+
+
 def run_engine(
     step_s: Callable[[float, float, float, float, float], float],
     arrival_s: np.ndarray,
@@ -79,7 +100,7 @@ def run_engine(
     concurrency: int = 0,
     progress: Callable[[int, int], None] | None = None,
     decode_run_s: Callable[[int, float, int], np.ndarray] | None = None,
-) -> tuple[RequestState, int, float, float, float, DecodeGaps]:
+) -> EngineRun:
     """Simulate until every request finishes.
 
     Args:
@@ -93,9 +114,7 @@ def run_engine(
             queue and no prefill in one call (same times as k single steps).
 
     Returns:
-        (request state, iterations, busy seconds, summed decode batch over iterations,
-        decode-sequence-seconds = sum over iterations of decode batch x iteration time, the
-        decode iterations' ``DecodeGaps``).
+        the run's ``EngineRun``.
     """
     lim = limits
     n = len(prompt_tokens)
@@ -282,4 +301,4 @@ def run_engine(
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
     gaps = DecodeGaps(*(np.asarray(x, dtype=np.float64) for x in (gap_end, gap_s, gap_seqs)))
-    return R, iters, busy, dec_sum, dec_area, gaps
+    return EngineRun(R, iters, busy, dec_sum, dec_area, gaps)

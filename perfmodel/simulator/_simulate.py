@@ -206,7 +206,7 @@ def simulate(
             decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
             shared_prefix_blocks=prefix is not None or hooks.shared_prefix_blocks,
         )
-        R, it, b, ds, da, gaps = run_engine(
+        run = run_engine(
             step_s,
             arrival[idx],
             trace.prompt_tokens[idx],
@@ -217,11 +217,15 @@ def simulate(
             progress,
             decode_run,
         )
-        first[idx], finish[idx], preempted[idx] = R.first, R.finish, R.preempted
-        served[idx], rejected[idx] = R.output, R.rejected
-        arrival[idx] = R.arrival
-        iters, busy, dec_sum, dec_area = iters + it, busy + b, dec_sum + ds, dec_area + da
-        gap_parts.append(gaps)
+        req = run.requests
+        first[idx], finish[idx], preempted[idx] = req.first, req.finish, req.preempted
+        served[idx], rejected[idx] = req.output, req.rejected
+        arrival[idx] = req.arrival
+        iters += run.iterations
+        busy += run.busy_s
+        dec_sum += run.decode_seqs_summed
+        dec_area += run.decode_seq_seconds
+        gap_parts.append(run.gaps)
     done = finish[np.isfinite(finish)]
     makespan = float(done.max() - arrival.min()) if done.size else 0.0
     return SimResult(
