@@ -111,6 +111,38 @@ CORRECTIONS: tuple[float, ...] = (
 (``benchmarks/fit_queueing_corrections.py`` fits them)."""
 
 
+class Corrections(eqx.Module):
+    """``CORRECTIONS`` by name (the order above); ``from_array`` reads the flat vector a fit
+    optimises."""
+
+    wait_cs2_gain: Array
+    wait_load_gain: Array
+    tpot_var_gain: Array
+    tpot_jensen_gain: Array
+    chunked_wait_cs2_gain: Array
+    chunked_wait_load_gain: Array
+    seat_var_log_gain: Array
+    chunked_seat_var_log_gain: Array
+    chunked_seat_clump_exponent: Array
+    running_jensen_gain: Array
+
+    @classmethod
+    def from_array(cls, values) -> Corrections:
+        """The named terms of a ``CORRECTIONS``-shaped vector (None: ``CORRECTIONS``)."""
+        corr = jnp.asarray(CORRECTIONS if values is None else values)
+        if corr.shape != (len(CORRECTIONS),):
+            raise ValueError(
+                f"corrections: {len(CORRECTIONS)} terms (CORRECTIONS), got {corr.shape}"
+            )
+        return cls(*(corr[i] for i in range(len(CORRECTIONS))))
+
+    def wait_gains(self, chunked: bool) -> tuple[Array, Array]:
+        """(c_s^2 gain a, load gain b) of the prefill queue's wait for the scheduling mode."""
+        if chunked:
+            return self.chunked_wait_cs2_gain, self.chunked_wait_load_gain
+        return self.wait_cs2_gain, self.wait_load_gain
+
+
 class Percentiles(eqx.Module):
     """Summary of a latency distribution across requests, seconds."""
 
@@ -200,10 +232,9 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         point.temperature,
         point.corrections,
     )
-    corr = jnp.asarray(CORRECTIONS if corrections is None else corrections)
-    if corr.shape != (len(CORRECTIONS),):  # an index past the end would be clamped, not raise
-        raise ValueError(f"corrections: {len(CORRECTIONS)} terms (CORRECTIONS), got {corr.shape}")
-    a, b, c, d = corr[jnp.asarray((4, 5, 2, 3) if config.chunked_prefill else (0, 1, 2, 3))]
+    corr = Corrections.from_array(corrections)
+    a, b = corr.wait_gains(config.chunked_prefill)
+    c, d = corr.tpot_var_gain, corr.tpot_jensen_gain
     # prompts longer than max_model_len are rejected (vLLM): the engine serves the truncated law
     p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, deployment.max_model_len)
     accept, p_mean, p_var = truncated_lognormal(*p_args)
@@ -284,9 +315,12 @@ def open_loop(point: LoadPoint, rate, means_only=False):
         # with that clump k as k^e (``chunked_seat_clump_exponent`` e)
         budget = prefill_budget_tokens(deployment, config, s.n_d, temperature)
         clump = smooth_min(prompts_present(rho_p), budget / p_mean, temperature)
-        seat_gain = jnp.exp(corr[7] + corr[8] * jnp.log(jnp.maximum(clump, 1.0)))
+        seat_gain = jnp.exp(
+            corr.chunked_seat_var_log_gain
+            + corr.chunked_seat_clump_exponent * jnp.log(jnp.maximum(clump, 1.0))
+        )
     else:
-        seat_gain = jnp.exp(corr[6])
+        seat_gain = jnp.exp(corr.seat_var_log_gain)
     # over a request's life the decode batch roams its spread, which can straddle the
     # roofline's kink: its gaps see the feedback gain averaged over the spread, g_bar, and the
     # iteration time's Jensen excess E[tau(N)] - tau(n_d) (a convex roofline), amplified by the
@@ -313,7 +347,7 @@ def open_loop(point: LoadPoint, rate, means_only=False):
 
     # running count: Little's law with the requests' own mean gaps (the Jensen shift weighted by
     # ``running_jensen_gain``), n = lambda (E[own prefill] + E[(O - 1) TPOT(O)])
-    own_gaps = s.tpot * (1.0 + corr[9] * jensen_shift) + gap_excess
+    own_gaps = s.tpot * (1.0 + corr.running_jensen_gain * jensen_shift) + gap_excess
     resid_time = jnp.mean(s.own) + jnp.mean(o_dec_nodes * own_gaps)
     n_run = jnp.where(stable, rate * resid_time, 0.5 * seats)
     # its diffusion (the noise above), and at the seats the calibrated spread

@@ -40,7 +40,11 @@ from ._serving import (
     serving_metrics as serving_metrics,
     serving_metrics_with_corrections as serving_metrics_with_corrections,
 )
-from ._serving_tail import LoadPoint as LoadPoint, open_loop as open_loop
+from ._serving_tail import (
+    Corrections as Corrections,
+    LoadPoint as LoadPoint,
+    open_loop as open_loop,
+)
 from ._traces import (
     PRESETS as PRESETS,
     Trace as Trace,

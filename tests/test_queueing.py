@@ -306,6 +306,20 @@ def test_corrections_of_the_wrong_length_are_refused():
         open_loop(point, jnp.asarray(5.0))
 
 
+def test_corrections_are_read_by_name_in_the_documented_order():
+    """``Corrections.from_array`` names the vector's terms in ``CORRECTIONS``' documented order
+    (a fit optimises the flat vector; the model reads the names), and the wait gains follow the
+    scheduling mode."""
+    from perfmodel.dynamics import CORRECTIONS, Corrections
+
+    vec = jnp.arange(len(CORRECTIONS), dtype=float)
+    c = Corrections.from_array(vec)
+    assert [float(getattr(c, f)) for f in Corrections.__dataclass_fields__] == list(range(10))
+    assert [float(x) for x in c.wait_gains(chunked=True)] == [4.0, 5.0]
+    assert [float(x) for x in c.wait_gains(chunked=False)] == [0.0, 1.0]
+    assert float(Corrections.from_array(None).running_jensen_gain) == CORRECTIONS[9]
+
+
 def test_closed_loop_ttft_does_not_depend_on_the_output_spread():
     """Clients are desynchronised whatever the output lengths' spread: fixed lengths (a chunk's
     prompts would re-enter together) and a 10 % spread give the same steady TTFT and iteration."""
