@@ -39,6 +39,19 @@ FULL_SLOT_ITERATIONS = 8
 """Iterations of the gap at full slots (a contraction with factor lambda tau E[m] e^(-x) < 1)."""
 
 
+class MeanGap(eqx.Module):
+    """The mean decode gap at one state (decode batch, prefill busy share, previous gap) and the
+    prefill costs it was built from (seconds; ``own``/``busy``/``delta`` per prompt node)."""
+
+    tau_d: Array  # a decode-only iteration
+    own: Array  # a prompt's own prefill time
+    busy: Array  # prefill-server time per prompt when backlogged
+    delta: Array  # the prefill time a prompt adds to the decode gaps
+    gap_s: Array  # the mean gap between a decoding sequence's tokens
+    carry_share: Array  # share of gaps that hold prefill work
+    carry_s: Array  # length of such a gap
+
+
 class Steady(eqx.Module):
     """Steady state of one replica at one arrival rate (seconds, sequences)."""
 
@@ -177,7 +190,7 @@ def steady_state(
             # longer than tau_d by the prefill that makes the mean gap, (gap - tau_d) / f
             gap = tau_d / (1.0 - extra)
             f_u = jnp.maximum(-jnp.expm1(-rate * tpot), 1e-9)
-            return tau_d, own, busy, delta, gap, f_u, tau_d + (gap - tau_d) / f_u
+            return MeanGap(tau_d, own, busy, delta, gap, f_u, tau_d + (gap - tau_d) / f_u)
         budget = prefill_budget_tokens(deployment, config, n_d, temperature)
         x = rate * tpot * jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
         small = x < 1e-9
@@ -232,27 +245,33 @@ def steady_state(
             decode_seqs=n_d,
             decode_context=ctx_d,
         )
-        return tau_d, own, busy, delta, f * carry + (1.0 - f) * tau_d, f, carry
+        return MeanGap(tau_d, own, busy, delta, f * carry + (1.0 - f) * tau_d, f, carry)
 
     def step(_, state):
         n_d, rho_p, tpot = state
-        _, _, busy, _, gap, _, _ = mean_gap(n_d, rho_p, tpot)
+        g = mean_gap(n_d, rho_p, tpot)
+        busy, gap = g.busy, g.gap_s
         rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
         n_new = smooth_min(rate * o_dec * gap, seats, temperature)
         return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new), 0.5 * (tpot + gap)
 
     zero = jnp.zeros_like(rate)
     n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
-    tau_d, own, busy, delta, tpot, carry_share, carry_s = mean_gap(n_d, rho_p, tpot)
+    g = mean_gap(n_d, rho_p, tpot)
+    tau_d, own, busy, delta, tpot = g.tau_d, g.own, g.busy, g.delta, g.gap_s
+    carry_share, carry_s = g.carry_share, g.carry_s
     # d TPOT / d n_d at state n_d with the gap self-consistent in itself: partial slopes in n_d
     # and in the gap (through the share of iterations carrying prefill), slope = dn / (1 - dt)
     one = jnp.ones_like(n_d)
-    _, d_n = jax.jvp(lambda n: mean_gap(n, rho_p, tpot)[4], (n_d,), (one,))
-    _, d_t = jax.jvp(lambda t: mean_gap(n_d, rho_p, t)[4], (tpot,), (one,))
+    _, d_n = jax.jvp(lambda n: mean_gap(n, rho_p, tpot).gap_s, (n_d,), (one,))
+    _, d_t = jax.jvp(lambda t: mean_gap(n_d, rho_p, t).gap_s, (tpot,), (one,))
     slope = d_n / jnp.maximum(1.0 - d_t, 0.05)
     # the gap with every running slot decoding: what sets the rate at which the slots saturate
     full = jax.lax.fori_loop(
-        0, FULL_SLOT_ITERATIONS, lambda _, t: mean_gap(seats, rho_p, t)[4], jnp.maximum(tpot, tau_d)
+        0,
+        FULL_SLOT_ITERATIONS,
+        lambda _, t: mean_gap(seats, rho_p, t).gap_s,
+        jnp.maximum(tpot, tau_d),
     )
     # prefill tokens/s while backlogged, c(n) = (B - n) / T(B - n prefill tokens, n decodes):
     # chunked, the decodes go first, so the prefill server slows as the decode batch grows
