@@ -2,7 +2,7 @@
 
 For each point of a ``bench_queueing_vs_sim.py --save`` file (or those named by ``--only``), runs the
 simulator once (every iteration priced through ``step_s``, no fast-forward) and prints, next to the
-closed form's own figures (``open_loop``'s ``running`` and ``seat_wait``):
+closed form's own figures (``open_loop``'s running count and seat wait):
 
 * the running count N (first token to finish): time-average mean and sd, and the share of
   arrivals that find every seat busy (the seat wait's probability);
@@ -107,9 +107,9 @@ def main() -> None:
             ca2=jnp.asarray(1.0),
         )
         cf = open_loop(point, jnp.asarray(p["rate"]))
-        s = cf["steady"]
-        n_cf, var_cf = (float(x) for x in cf["running"])
-        p_cf, w_cf = (float(x) for x in cf["seat_wait"])
+        s = cf.steady
+        n_cf, var_cf = float(cf.running_mean), float(cf.running_var)
+        p_cf, w_cf = float(cf.seat_wait_prob), float(cf.seat_wait_s)
         seats = float(s.seats)
         r, it = recorded_simulate(model, gpu, dep, eff, w, args.requests, args.seed, p["chunked"])
         n_sim, sd_sim, full_sim = running_law(r, seats)

@@ -39,6 +39,7 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     PROMPT_NODES,
     QUANTILES,
     LoadPoint,
+    OpenLoop,
     Percentiles,
     open_loop,
 )
@@ -327,31 +328,31 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
     )
 
 
-def _finish(point, replicas, out):
+def _finish(point, replicas, out: OpenLoop):
     workload = point.workload
     deployment = point.deployment
-    rate = out["rate"]
-    s = out["steady"]
-    offered = rate * out["accepted"] * workload.output_tokens_mean  # rejected prompts: no tokens
-    tokens = replicas * jnp.where(out["stable"], offered, jnp.minimum(offered, out["capacity"]))
+    s = out.steady
+    # rejected prompts: no tokens
+    offered = out.rate_per_s * out.accepted_share * workload.output_tokens_mean
+    tokens = replicas * jnp.where(out.stable, offered, jnp.minimum(offered, out.capacity_per_s))
     # the running count by Little's law over the seats the queueing model uses (KV seats at the
     # mean decode context, capped by max_num_seqs and the token budget); overloaded, the engine
     # serves lambda / utilization (its bottleneck at capacity), which holds rho_s / utilization
     # of the seats: all of them when the seats are the bottleneck, fewer when prefill or whole
     # iterations are
-    running = out["running"][0] / jnp.maximum(s.seats, 1e-9)
-    saturated = out["seat_load"] / jnp.maximum(out["utilization"], 1e-30)
-    occupancy = jnp.clip(jnp.where(out["stable"], running, saturated), 0.0, 1.0)
+    running = out.running_mean / jnp.maximum(s.seats, 1e-9)
+    saturated = out.seat_load / jnp.maximum(out.utilization, 1e-30)
+    occupancy = jnp.clip(jnp.where(out.stable, running, saturated), 0.0, 1.0)
     kv_seats = max_concurrent_requests(
         point.model, point.hardware, deployment, s.ctx_d, point.temperature
     )
     return ServingMetrics(
-        ttft_s=out["ttft"],
-        tpot_s=out["tpot"],
-        e2e_s=out["e2e"],
-        itl_s=out["itl"],
-        utilization=out["utilization"],
-        stable=out["stable"],
+        ttft_s=out.ttft_s,
+        tpot_s=out.tpot_s,
+        e2e_s=out.e2e_s,
+        itl_s=out.itl_s,
+        utilization=out.utilization,
+        stable=out.stable,
         seats=s.seats,
         seat_occupancy=occupancy,
         output_tokens_per_s=tokens,
@@ -359,6 +360,6 @@ def _finish(point, replicas, out):
         binding_budget=_binding(
             point.model, point.hardware, deployment, point.efficiency, workload
         ),
-        queue_bound=(~out["stable"]) | (out["wait"] > jnp.mean(s.own)),
+        queue_bound=(~out.stable) | (out.wait_s > jnp.mean(s.own)),
         kv_bound=is_kv_bound(kv_seats, deployment, occupancy),
     )

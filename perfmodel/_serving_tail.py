@@ -66,7 +66,7 @@ from ._queueing import (
 from ._running_count import Feedback, averaged_gain, running_stiffness
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._steady_state import prompts_present, steady_state
+from ._steady_state import Steady, prompts_present, steady_state
 from ._workload import Workload
 
 Array = jnp.ndarray
@@ -213,7 +213,28 @@ class LoadPoint(eqx.Module):
     nodes: tuple[int, int] = eqx.field(static=True, default=(PROMPT_NODES, OUTPUT_NODES))
 
 
-def open_loop(point: LoadPoint, rate, means_only=False):
+class OpenLoop(eqx.Module):
+    """One replica's open-loop figures at one arrival rate (seconds, requests/s)."""
+
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    itl_s: Percentiles
+    e2e_s: Percentiles
+    utilization: Array  # the bottleneck's load (>= 1: overloaded)
+    seat_load: Array  # rho_s: seat-seconds offered per seat-second
+    stable: Array
+    steady: Steady
+    wait_s: Array  # mean wait before a prompt's prefill starts
+    rate_per_s: Array  # offered arrival rate
+    capacity_per_s: Array  # the rate at which the bottleneck saturates
+    accepted_share: Array  # share of prompts within max_model_len
+    running_mean: Array  # running count: mean (Little's law)
+    running_var: Array  # and variance (the seat wait's diffusion)
+    seat_wait_prob: Array  # P(wait for a seat)
+    seat_wait_s: Array  # E[W | wait]
+
+
+def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
     """TTFT/TPOT/E2E (``Percentiles``), utilisation and stability of one replica at ``rate``.
 
     ``means_only`` leaves p50/p95/p99 NaN (no quadrature: callers that read means, such as the
@@ -453,19 +474,21 @@ def open_loop(point: LoadPoint, rate, means_only=False):
     if cost.speculative:  # the mean per token: gap / E
         tpot = tpot / e_step
         itl = itl / e_step
-    return {
-        "ttft": percentiles(ttft_mean, ttft_q, stable),
-        "tpot": percentiles(tpot, tpot_q, stable),
-        "itl": percentiles(itl, itl_q, stable),
-        "e2e": percentiles(e2e_mean, e2e_q, stable),
-        "utilization": utilization,
-        "seat_load": seat_load,  # rho_s: seat-seconds offered per seat-second
-        "stable": stable,
-        "steady": s,
-        "wait": wait,
-        "rate": offered,
-        "capacity": capacity,
-        "accepted": accept,
-        "running": (n_run, var_run),  # running count: mean, variance (the seat wait's diffusion)
-        "seat_wait": (p_seat, w_seat_cond),  # P(wait for a seat), E[W | wait] seconds
-    }
+    return OpenLoop(
+        ttft_s=percentiles(ttft_mean, ttft_q, stable),
+        tpot_s=percentiles(tpot, tpot_q, stable),
+        itl_s=percentiles(itl, itl_q, stable),
+        e2e_s=percentiles(e2e_mean, e2e_q, stable),
+        utilization=utilization,
+        seat_load=seat_load,
+        stable=stable,
+        steady=s,
+        wait_s=wait,
+        rate_per_s=offered,
+        capacity_per_s=capacity,
+        accepted_share=accept,
+        running_mean=n_run,
+        running_var=var_run,
+        seat_wait_prob=p_seat,
+        seat_wait_s=w_seat_cond,
+    )

@@ -43,6 +43,7 @@ from ._serving import (
 from ._serving_tail import (
     Corrections as Corrections,
     LoadPoint as LoadPoint,
+    OpenLoop as OpenLoop,
     open_loop as open_loop,
 )
 from ._traces import (
