@@ -43,10 +43,10 @@ from ._metrics import SloMetrics, SpecStep, slo_metrics
 from ._split import split_slo_metrics
 
 MetricsFn = Callable[..., SloMetrics]
+from perfmodel import Array
+
 from ._problem import Problem
 from ._program_cache import cached_jit
-
-Array = jnp.ndarray
 
 CONSTRAINTS: tuple[str, ...] = ("ttft_p95", "tpot_p95", "stability", "memory_fit", "itl_p95")
 """Names of the per-draw constraints, in the order of ``constraint_slacks`` (the ITL bound last:

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from perfmodel import Array
+
 from ._evaluate import (
     CONSTRAINTS,
     colocated_metrics,
@@ -26,8 +28,6 @@ from ._evaluate import (
 from ._grid import POOL, one_hot_weights
 from ._problem import Problem
 from ._program_cache import cached_jit
-
-Array = jnp.ndarray
 
 SENSITIVITIES: tuple[str, ...] = (
     "peak_flops_per_s",

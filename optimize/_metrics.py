@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
 from perfmodel import (
+    Array,
     Deployment,
     Efficiency,
     HardwareSpec,
@@ -39,12 +40,6 @@ from perfmodel import (
     smooth_ceil,
     smooth_min,
 )
-from perfmodel.features import MTP_LAYERS_PER_DRAFT_TOKEN
-
-from ._engine_args import DEFAULT_MAX_MODEL_LEN
-
-Array = jnp.ndarray
-
 from perfmodel.dynamics import (
     QUANTILES,
     Workload,
@@ -56,6 +51,9 @@ from perfmodel.dynamics import (
     saturated_batch,
     serving_metrics,
 )
+from perfmodel.features import MTP_LAYERS_PER_DRAFT_TOKEN
+
+from ._engine_args import DEFAULT_MAX_MODEL_LEN
 
 TAIL_PROBABILITY = 0.05
 """p95: the waiting-time tail P(W > t) = rho * exp(-t / W_cond) is solved at this probability."""

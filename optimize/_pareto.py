@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import HardwareSpec, ModelSpec, max_concurrent_requests
+from perfmodel import Array, HardwareSpec, ModelSpec, max_concurrent_requests
 
 from ._evaluate import cost_per_hour, meets_confidence
 from ._grid import GPU, Grid
@@ -36,8 +36,6 @@ from ._pareto_points import ParetoResult, ParetoSweep, frontier_points
 from ._problem import Problem, make_problem
 from ._program_cache import cached_jit
 from ._verify import _per_draw, verdict_engine
-
-Array = jnp.ndarray
 
 DEFAULT_CONCURRENCIES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 """Clients in flight swept by default (a doubling sweep, as InferenceMAX's 4..256)."""

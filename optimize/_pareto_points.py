@@ -13,12 +13,11 @@ import math
 from collections.abc import Mapping
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 
-from ._grid import GPU, KV, MNBT, PP, SEQS, TP, WEIGHT, Grid
+from perfmodel import Array
 
-Array = jnp.ndarray
+from ._grid import GPU, KV, MNBT, PP, SEQS, TP, WEIGHT, Grid
 
 INTERVAL_QUANTILES = (0.05, 0.95)
 """Every reported interval: the 5th to 95th posterior percentile (90 % of the mass)."""

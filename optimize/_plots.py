@@ -14,13 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from perfmodel import Array
+
 from ._evaluate import constraint_slacks, constraints_hold, cost_per_hour, draw_metrics
 from ._grid import KNOBS, one_hot_weights
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._verify import ONE_OFF
-
-Array = jnp.ndarray
 
 NAMES = {
     "tradeoff": "cost_vs_slo_probability.png",

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from perfmodel import Array
+
 from ._evaluate import (
     constraint_slacks,
     costs_at_min_replicas,
@@ -33,8 +35,6 @@ from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, pad_rows, replicate
-
-Array = jnp.ndarray
 
 _NEG = -1e9
 

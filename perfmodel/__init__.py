@@ -90,6 +90,7 @@ from ._step import (
     forward_step as forward_step,
     prefill_step as prefill_step,
 )
+from ._types import Array as Array, ArrayLike as ArrayLike
 from .dynamics import (
     Percentiles as Percentiles,
     ServingMetrics as ServingMetrics,

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._memory import max_concurrent_requests
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._speculative import MTP_LAYERS_PER_DRAFT_TOKEN, expected_tokens_per_step
 from ._step import forward_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 SPEC_MAX_DRAFT = 16
 """Largest draft length k the tokens-per-step variance sums over (terms j <= k)."""

@@ -44,9 +44,8 @@ from jax.scipy.special import ndtri
 from ._memory import max_concurrent_requests
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import forward_step
+from ._types import Array
 from ._workload import Workload, lognormal_params
-
-Array = jnp.ndarray
 
 CLOSED_LOOP_ITERATIONS = 40
 """Damped fixed-point steps of the prompts-per-iteration rate q (each halves the error at worst:

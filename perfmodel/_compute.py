@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._constants import FLOPS_PER_MAC
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 
 class StepTime(eqx.Module):

@@ -22,14 +22,12 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._memory import kv_bytes_per_token_per_gpu, max_concurrent_requests
 from ._smooth import smooth_ceil
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step, forward_step, prefill_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 DEFAULT_TRANSFER_LATENCY_S = 1.0e-4
 """Fixed cost of one KV hand-off (RDMA connection lookup, descriptor exchange, completion):

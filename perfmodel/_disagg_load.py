@@ -34,7 +34,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri
-from jax.typing import ArrayLike
 
 from ._batching import DecodeCost, decode_iteration_s
 from ._disagg import (
@@ -53,8 +52,7 @@ from ._queueing import (
 )
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import prefill_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 LUNDBERG_BISECTIONS = 80
 """Bisection steps for the Lundberg exponent (then one Newton step carries the gradient)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._compute import attention_flops, compute_fraction, linear_flops, peak_flops_per_s
 from ._constants import ACTIVATION_BYTES
@@ -20,8 +19,7 @@ from ._parallel import group_link_bytes_per_s
 from ._smooth import smooth_max
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import expected_experts_touched
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 ALL_TO_ALLS_PER_MOE_LAYER = 2.0
 """Dispatch (tokens to their experts) and combine (expert outputs back)."""

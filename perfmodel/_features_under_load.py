@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._batching import DecodeCost
 from ._reuse import prefix_reuse
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 
 class LoadedFeature(eqx.Module):

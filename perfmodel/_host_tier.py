@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._memory import kv_bytes_per_sequence, kv_shard_fraction, max_concurrent_requests
 from ._reuse import monotone_root
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 
 class HostTier(eqx.Module):

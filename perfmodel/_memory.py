@@ -10,13 +10,11 @@ reservation holds max_model_len per sequence.
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._constants import ACTIVATION_BYTES, KV_FACTOR, GiB
 from ._smooth import smooth_ceil, smooth_floor, smooth_min
 from ._specs import Deployment, HardwareSpec, ModelSpec
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 ACTIVATION_WIDTHS_PER_TOKEN = 8.0
 """Peak live activations of one forward pass, in hidden-size widths per batched token

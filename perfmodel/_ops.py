@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._compute import compute_fraction
 from ._constants import FLOPS_PER_MAC
 from ._parallel import point_to_point_s, ring_all_reduce_s
 from ._smooth import smooth_max
 from ._specs import Efficiency
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 ATTENTION_MATMULS = 2.0
 """Q K^T logits and the P V reduction: two matmuls per attended (query, key) pair."""

@@ -8,13 +8,11 @@ GPipe bubble: (p-1) / (m + p - 1) for m microbatches over p stages (Huang et al.
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._constants import ACTIVATION_BYTES
 from ._smooth import smooth_step
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 ALL_REDUCES_PER_LAYER = 2.0
 """Attention output and MLP output (Megatron-LM)."""

@@ -24,9 +24,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
-from jax.typing import ArrayLike
 
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 _RHO_SAFE = 0.5
 """Stand-in utilisation inside masked (overloaded) branches; never reported."""

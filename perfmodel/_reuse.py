@@ -22,14 +22,12 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._memory import kv_capacity_tokens
 from ._smooth import smooth_floor, smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import forward_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 BISECTION_STEPS = 200
 """Halvings of the bracket in ``monotone_root``; 200 halvings of a 60-e-fold log bracket reach

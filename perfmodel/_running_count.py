@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-Array = jnp.ndarray
+from ._types import Array
 
 STIFFNESS_NODES = 16
 """Equally spaced points from the running count's mean to the seats."""

@@ -45,9 +45,8 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
 )
 from ._sheet import binding_budget
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, without_names
+from ._types import Array
 from ._workload import Workload
-
-Array = jnp.ndarray
 
 KV_BOUND_OCCUPANCY = 0.9
 """Seat occupancy at or above which a KV-limited replica is called KV-bound: at 90 % of the

@@ -67,9 +67,8 @@ from ._running_count import Feedback, averaged_gain, running_stiffness
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._steady_state import Steady, prompts_present, steady_state
+from ._types import Array
 from ._workload import Workload
-
-Array = jnp.ndarray
 
 QUANTILES: tuple[float, float, float] = (0.5, 0.95, 0.99)
 """Reported quantiles, in the order p50, p95, p99."""

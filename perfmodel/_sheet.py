@@ -10,7 +10,6 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._memory import (
     kv_bytes_per_token,
@@ -20,8 +19,7 @@ from ._memory import (
 )
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step, prefill_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 BINDING_BUDGETS: tuple[str, ...] = (
     "memory_capacity",

@@ -7,9 +7,8 @@ reported values stay exact while the optimiser differentiates a smooth surrogate
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 _TINY = 1e-30
 

@@ -16,14 +16,12 @@ from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._catalog import CatalogError, data_dir
 from ._reuse import monotone_root
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step, forward_step
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 SERIES_SWITCH = 1e-4
 """|1 - alpha| below which E(alpha) uses its second-order Taylor series at alpha = 1 (the closed

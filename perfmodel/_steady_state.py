@@ -23,8 +23,7 @@ from jax.scipy.special import ndtr
 
 from ._batching import DecodeCost, decode_iteration_s, prefill_budget_tokens, seat_capacity
 from ._smooth import smooth_max, smooth_min
-
-Array = jnp.ndarray
+from ._types import Array
 
 BUSY_SHARE_CAP = 0.99
 """Largest busy share rho the mean-value formulas take (1 / (1 - rho) stays finite and its

@@ -9,7 +9,6 @@ experts the batch routes to: E * (1 - (1 - k/E)^T) distinct experts for T tokens
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
 from ._compute import (
     StepTime,
@@ -23,8 +22,7 @@ from ._memory import kv_bytes_per_sequence, kv_shard_fraction
 from ._ops import attention_tile_flops, attention_time_s, elementwise_time_s, gemm_time_s
 from ._parallel import pipeline_time_factor, pp_transfer_s, tp_comm_s
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 
 def expected_experts_touched(model: ModelSpec, tokens: ArrayLike) -> Array:

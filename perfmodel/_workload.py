@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
-Array = jnp.ndarray
+from ._types import Array, ArrayLike
 
 
 def _arr(default: float):
