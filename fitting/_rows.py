@@ -214,7 +214,11 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     elif metric in E2E_METRICS and scenario == "serving":
         stats = OPEN_LOOP_STATS if open_loop else E2E_STATS
         if stat not in stats:
-            raise ValueError(f"no prediction for {metric} stat {stat!r} (min/max are not modelled)")
+            known = ", ".join(sorted({k for k in stats if k}))
+            kind = "open-loop (request-rate)" if open_loop else "closed-loop"
+            raise ValueError(
+                f"no prediction for {metric} stat {stat!r} ({kind} runs are predicted for {known})"
+            )
         col = 5 * E2E_METRICS.index(metric) + stats[stat]
     else:
         raise ValueError(f"no prediction for {scenario} metric {metric!r}")
