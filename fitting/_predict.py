@@ -125,7 +125,7 @@ def _open_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
     def one(m, h, d, e, w):
         s = perfmodel.serving_metrics(m, h, d, e, w, closed_loop=False)
         lat = [
-            jnp.stack([p.mean, p.p50, jnp.nan, p.p95, p.p99])
+            jnp.stack([p.mean, p.p50, p.p90, p.p95, p.p99])
             for p in (s.ttft_s, s.tpot_s, s.tpot_s, s.e2e_s)
         ]
         req = s.output_tokens_per_s / w.output_tokens_mean

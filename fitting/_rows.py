@@ -144,8 +144,6 @@ E2E_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p90": 2, "p95": 3, "p99":
 """Column of each statistic in a (mean, p50, p90, p95, p99) summary."""
 THROUGHPUT_COLUMNS = {"output_throughput": 20, "total_throughput": 21, "request_throughput": 22}
 """Columns of the throughputs after the 4 x 5 latency summaries."""
-OPEN_LOOP_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p95": 3, "p99": 4}
-"""Statistics the open-loop closed form reports (no p90: its quadrature nodes stop at p50/p95)."""
 
 DEFAULT_TOKEN_BUDGET = 8192.0
 """Token budget of one iteration when a run does not record it: vLLM V1's serving default, the
@@ -212,14 +210,12 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
             raise ValueError(f"no prediction for throughput stat {stat!r}")
         col = THROUGHPUT_COLUMNS[metric]
     elif metric in E2E_METRICS and scenario == "serving":
-        stats = OPEN_LOOP_STATS if open_loop else E2E_STATS
-        if stat not in stats:
-            known = ", ".join(sorted({k for k in stats if k}))
-            kind = "open-loop (request-rate)" if open_loop else "closed-loop"
+        if stat not in E2E_STATS:
+            known = ", ".join(sorted(k for k in E2E_STATS if k))
             raise ValueError(
-                f"no prediction for {metric} stat {stat!r} ({kind} runs are predicted for {known})"
+                f"no prediction for {metric} stat {stat!r} (serving runs are predicted for {known})"
             )
-        col = 5 * E2E_METRICS.index(metric) + stats[stat]
+        col = 5 * E2E_METRICS.index(metric) + E2E_STATS[stat]
     else:
         raise ValueError(f"no prediction for {scenario} metric {metric!r}")
     if open_loop and not (rate > 0 and math.isfinite(rate)):

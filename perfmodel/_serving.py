@@ -282,7 +282,9 @@ def serving_metrics_with_corrections(
 
 def _percentiles(summary: Array) -> Percentiles:
     """(mean, p50, p90, p95, p99) of ``closed_loop_metrics`` as a ``Percentiles``."""
-    return Percentiles(mean=summary[0], p50=summary[1], p95=summary[3], p99=summary[4])
+    return Percentiles(
+        mean=summary[0], p50=summary[1], p90=summary[2], p95=summary[3], p99=summary[4]
+    )
 
 
 def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost):

@@ -71,7 +71,9 @@ from ._types import Array
 from ._workload import Workload
 
 QUANTILES: tuple[float, float, float] = (0.5, 0.95, 0.99)
-"""Reported quantiles, in the order p50, p95, p99."""
+"""Quantiles of the disaggregated comparison's (mean, p50, p95, p99) arrays."""
+PERCENTILE_QUANTILES: tuple[float, float, float, float] = (0.5, 0.9, 0.95, 0.99)
+"""Quantiles a ``Percentiles`` carries after its mean, in the order p50, p90, p95, p99."""
 
 PROMPT_NODES = 64
 """Equal-probability nodes of the prompt-length lognormal (p99 lies inside the last node)."""
@@ -147,20 +149,17 @@ class Percentiles(eqx.Module):
 
     mean: Array
     p50: Array
+    p90: Array
     p95: Array
     p99: Array
 
 
 def percentiles(mean, quantiles, stable):
-    """``quantiles``: last axis is (p50, p95, p99); ``inf`` everywhere when not ``stable``."""
+    """``quantiles``: last axis is (p50, p90, p95, p99) (``PERCENTILE_QUANTILES``); ``inf``
+    everywhere when not ``stable``."""
     inf = jnp.inf
-    quantiles = [quantiles[..., i] for i in range(3)]
-    return Percentiles(
-        mean=jnp.where(stable, mean, inf),
-        p50=jnp.where(stable, quantiles[0], inf),
-        p95=jnp.where(stable, quantiles[1], inf),
-        p99=jnp.where(stable, quantiles[2], inf),
-    )
+    p50, p90, p95, p99 = (jnp.where(stable, quantiles[..., i], inf) for i in range(4))
+    return Percentiles(mean=jnp.where(stable, mean, inf), p50=p50, p90=p90, p95=p95, p99=p99)
 
 
 def gap_quantiles(short_s, long_s, long_share, variance, qs):
@@ -437,12 +436,12 @@ def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
     itl = (1.0 - s.carry_share) * itl_short + s.carry_share * itl_long
     if means_only:  # no quadrature: the percentiles are not computed (NaN)
         ttft_q = e2e_q = tpot_q = itl_q = jnp.full(
-            jnp.shape(ttft_mean) + (len(QUANTILES),), jnp.nan
+            jnp.shape(ttft_mean) + (len(PERCENTILE_QUANTILES),), jnp.nan
         )
     else:
         ttft_nodes = residual + s.own
         e2e_nodes = (ttft_nodes[:, None] + (o_dec_nodes * tpot_nodes)[None, :]).reshape(-1)
-        qs = jnp.asarray(QUANTILES)
+        qs = jnp.asarray(PERCENTILE_QUANTILES)
         # shape of the prefill queue's wait given a wait (M/G/1 moments, Takacs): squared CV
         # 2 rho - 1 + 4 (1 - rho) E[S] E[S^3] / (3 E[S^2]^2), 1 for M/M/1, < 1 for less variable
         # prompts; below 1 the exponential is shifted to match it (its share of the wait only)

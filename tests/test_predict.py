@@ -512,32 +512,26 @@ def test_an_unrecorded_mlperf_prompt_is_drawn_log_normal_around_its_median():
     np.testing.assert_array_equal(long[1:], median[1:])  # recorded prompts ignore z
 
 
-@pytest.mark.parametrize(
-    ("stat", "concurrency", "rate", "says"),
-    [
-        ("p90", np.nan, 5.0, "open-loop (request-rate) runs are predicted for mean, median, p50"),
-        ("max", 16.0, np.inf, "closed-loop runs are predicted for mean, median, p50, p90"),
-    ],
-)
-def test_a_serving_stat_the_load_model_does_not_give_is_skipped_naming_what_it_gives(
-    stat, concurrency, rate, says
-):
-    """An open-loop p90 or a closed-loop max is skipped with a reason listing the statistics that
-    kind of run is predicted for (not a claim that only min/max are missing)."""
-    r = row(
-        source="lab",
-        engine="vllm",
-        gpu="h100-sxm",
-        scenario="serving",
-        model="meta-llama/Llama-3.1-8B",
-        input_len=1024.0,
-        output_len=256.0,
-        concurrency=concurrency,
-        request_rate=rate,
-        metric="ttft",
-        stat=stat,
-        value=0.1,
-    )
-    prep = prepare(pd.DataFrame([r]))
-    assert not len(prep.log_value)
-    assert says in prep.skipped[0][1]
+@pytest.mark.parametrize(("concurrency", "rate"), [(np.nan, 5.0), (16.0, np.inf)])
+def test_serving_stats_open_and_closed_loop_predict_p90_between_p50_and_p95(concurrency, rate):
+    """Open-loop (request-rate) and closed-loop runs are predicted for mean, p50, p90, p95 and
+    p99 alike, p50 <= p90 <= p95 <= p99; a max is skipped with a reason listing those stats."""
+    common = {
+        "source": "lab",
+        "engine": "vllm",
+        "gpu": "h100-sxm",
+        "scenario": "serving",
+        "model": "meta-llama/Llama-3.1-8B",
+        "input_len": 1024.0,
+        "output_len": 256.0,
+        "concurrency": concurrency,
+        "request_rate": rate,
+        "metric": "ttft",
+        "value": 0.1,
+    }
+    stats = ("p50", "p90", "p95", "p99", "max")
+    prep = prepare(pd.DataFrame([row(stat=st, **common) for st in stats]))
+    assert len(prep.log_value) == 4
+    assert "serving runs are predicted for mean, median, p50, p90, p95, p99" in prep.skipped[0][1]
+    values = np.exp(np.asarray(predict_log(prep, default_params(prep.gpus))))
+    assert np.all(np.isfinite(values)) and np.all(np.diff(values) >= 0.0), values
