@@ -79,6 +79,9 @@ PROMPT_NODES = 64
 """Equal-probability nodes of the prompt-length lognormal (p99 lies inside the last node)."""
 OUTPUT_NODES = 32
 """Equal-probability nodes of the output-length lognormal."""
+FIRST_FIT_WASTE_PROMPTS = 0.5
+"""Budget a first-fit packing of whole prompts leaves unused: on average half a prompt (the one
+that does not fit)."""
 GAIN_MAX = 0.95
 """Cap on the slot-feedback gain g (g >= 1 only beyond saturation, where latencies are inf)."""
 CORRECTIONS: tuple[float, ...] = (
@@ -391,7 +394,8 @@ def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
         per_token = jnp.where(spread > 1.0, slope, jnp.mean(s.own) / p_mean)
         w_0 = w_p + w_m + w_s
         behind = rate * (w_0 + s.tau_d / 2.0) * p_mean
-        left = deployment.max_num_batched_tokens - 1.5 * p_mean - rate * w_0 * p_mean
+        own_and_waste = (1.0 + FIRST_FIT_WASTE_PROMPTS) * p_mean
+        left = deployment.max_num_batched_tokens - own_and_waste - rate * w_0 * p_mean
         room = jnp.maximum(left, 0.0)
         share = room / jnp.maximum(room + behind, 1e-9)
         stretch = 1.0 + rate * per_token * p_mean * share
