@@ -20,7 +20,7 @@ from ._model import PARAM_NAMES, PRIORS
 from ._posterior import Posterior
 from ._predict import prepare
 from ._predictive import predictive_log_draws
-from ._validate import cap_rows
+from ._validate import cap_rows, predictive_quantiles
 
 MAX_GPUS_SHOWN = 8
 """Histograms drawn per parameter panel (the first GPUs of the posterior, then the rest omitted)."""
@@ -83,8 +83,8 @@ def predictive_summary(
     )
     if not len(prep.log_value):
         return pd.DataFrame(columns=["scenario", "gpu", "measured", "median", "lo90", "hi90"])
-    q = np.quantile(
-        predictive_log_draws(posterior, prep, num_draws, seed=seed), [0.05, 0.5, 0.95], axis=0
+    q = predictive_quantiles(
+        predictive_log_draws(posterior, prep, num_draws, seed=seed), (0.05, 0.5, 0.95)
     )
     out = pd.DataFrame(
         {

@@ -59,6 +59,16 @@ def _scores(ape: np.ndarray, in50: np.ndarray, in90: np.ndarray) -> dict[str, fl
     }
 
 
+def predictive_quantiles(log_draws: np.ndarray, probs) -> np.ndarray:
+    """Quantiles ``probs`` of predictive log draws (draws, rows) -> (len(probs), rows).  An
+    overloaded draw (+inf) ranks above every finite one, and a quantile that takes any share of
+    one is +inf (never nan: interpolating between two infinite draws would give inf - inf)."""
+    # a finite stand-in for +inf while interpolating; no run lasts e^1000 s
+    ranked = np.where(np.isposinf(log_draws), OVERLOADED_LOG_DRAW, log_draws)
+    q = np.quantile(ranked, list(probs), axis=0)
+    return np.where(q >= OVERLOADED_LOG_DRAW * 1e-3, np.inf, q)
+
+
 def row_scores(
     log_draws: np.ndarray, log_value: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,11 +76,7 @@ def row_scores(
     predictive draws (draws, rows).  A row without a finite median (the model calls the load
     overloaded) is a miss: APE infinite, inside neither interval.  Draws that are overloaded
     (+inf) rank above every finite one, so an interval reaching into them is open above."""
-    # a finite stand-in for +inf: quantiles interpolate between draws, and inf - inf is nan
-    ranked = np.where(np.isposinf(log_draws), OVERLOADED_LOG_DRAW, log_draws)
-    q = np.quantile(ranked, [0.05, 0.25, 0.5, 0.75, 0.95], axis=0)
-    # a quantile that takes any share of an overloaded draw is unbounded (no run lasts e^1000 s)
-    q = np.where(q >= OVERLOADED_LOG_DRAW * 1e-3, np.inf, q)
+    q = predictive_quantiles(log_draws, (0.05, 0.25, 0.5, 0.75, 0.95))
     finite = np.isfinite(q[2])
     with np.errstate(over="ignore"):
         ape = np.where(
