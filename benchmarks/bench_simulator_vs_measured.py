@@ -153,9 +153,7 @@ def median_efficiencies(gpus: list[str]) -> dict[str, Efficiency]:
     for g in gpus:
         j = names.index(g)
         fields = {f: float(np.median(draws[f][:, j])) for f in PARAM_NAMES}
-        for f in ("collective_latency_s", "collective_base_latency_s"):
-            fields[f] *= latency
-        out[g] = Efficiency(**fields, time_scale=1.0)
+        out[g] = Efficiency(**fields, time_scale=1.0).with_collective_latency_scale(latency)
     return out
 
 

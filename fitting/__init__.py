@@ -19,7 +19,7 @@ _EXPORTS = {
     "._groups": ("noise_key", "notes_dict"),
     "._holdout": ("holdout_scores", "score_rows"),
     "._model": ("PRIORS", "calibration_model"),
-    "._names": ("ENGINE_ALL_REDUCE_CELL", "PARAM_NAMES"),
+    "._names": ("E2E_SCENARIOS", "ENGINE_ALL_REDUCE_CELL", "PARAM_NAMES"),
     "._plots": ("write_plots",),
     "._posterior": (
         "Posterior",
@@ -35,7 +35,7 @@ _EXPORTS = {
     "._predict": ("predict_log",),
     "._predictive": ("predictive_log_draws",),
     "._rows": ("Prepared", "prepare"),
-    "._serving_stage": ("E2E_SCENARIOS", "add_serving_stage", "without_serving_stage"),
+    "._serving_stage": ("add_serving_stage", "without_serving_stage"),
     "._update": (
         "MAX_SERVING_ROWS",
         "MAX_TREE_DEPTH",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._names import ENGINE_ALL_REDUCE_CELL
+from ._names import E2E_SCENARIOS, ENGINE_ALL_REDUCE_CELL
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "gemm")
 ELEMENTWISE_OPS = (
@@ -135,15 +135,11 @@ COMM_SCENARIOS = ("prefill", "decode_step", "static_batch")
 their engine effects from the serving stage instead)."""
 
 
-E2E_SCENARIOS_WITH_ENGINE_ALL_REDUCE = ("serving", "saturated")
-"""End-to-end scenarios whose steps use ``ENGINE_ALL_REDUCE_CELL``'s latency."""
-
-
 def comm_cell(row: pd.Series) -> str | None:
     """The cell whose offset scales a row's TP all-reduce latency: ``"<source>:<engine>|
     comm:latency"`` for a multi-GPU whole-model row, ``ENGINE_ALL_REDUCE_CELL`` for an end-to-end
     run, else None."""
-    if row["scenario"] in E2E_SCENARIOS_WITH_ENGINE_ALL_REDUCE:
+    if row["scenario"] in E2E_SCENARIOS:
         return ENGINE_ALL_REDUCE_CELL
     if row["scenario"] not in COMM_SCENARIOS:
         return None

@@ -14,6 +14,10 @@ EFFICIENCY_FIELDS = tuple(
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 """Every fitted parameter: the per-GPU efficiencies, then the kernel efficiencies."""
 
+E2E_SCENARIOS = ("serving", "saturated")
+"""End-to-end scenarios: predicted through the load models, calibrated by the cut stage (their
+steps' TP all-reduces at ``ENGINE_ALL_REDUCE_CELL``'s latency)."""
+
 ENGINE_ALL_REDUCE_CELL = "aiconfigurator:vllm_graph|collective:all_reduce"
 """Cell whose latency offset prices a serving engine's TP all-reduce.  Under load vLLM, SGLang and
 TensorRT-LLM replay their decode iterations as CUDA graphs and all-reduce within a node with a

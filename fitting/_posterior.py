@@ -378,14 +378,15 @@ def efficiency_draws(
     p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
     fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
     fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
+    eff = Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
     comm = f"{source}|comm:latency"
     if source is None or comm not in posterior.cells:
         comm = ENGINE_ALL_REDUCE_CELL  # a serving engine's CUDA-graph custom all-reduce
-    if comm in posterior.cells:  # the TP all-reduce latency of that source (or engine)
-        lat = np.exp(posterior.flat("cell_offset")[idx, posterior.cells.index(comm)])
-        for f in ("collective_latency_s", "collective_base_latency_s"):
-            fields[f] = fields[f] * lat
-    return Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
+    if comm not in posterior.cells:
+        return eff
+    # the TP all-reduce latency of that source (or engine)
+    offset = posterior.flat("cell_offset")[idx, posterior.cells.index(comm)]
+    return eff.with_collective_latency_scale(jnp.asarray(np.exp(offset)))
 
 
 def kernel_efficiency_draws(

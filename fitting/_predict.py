@@ -138,16 +138,6 @@ def _open_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
     return table[b["config"], b["col"].astype(int)]
 
 
-def eqx_replace(module, **changes):
-    """A copy of an ``equinox`` module with some array fields replaced."""
-    import equinox as eqx
-
-    names = list(changes)
-    return eqx.tree_at(
-        lambda m: [getattr(m, n) for n in names], module, [changes[n] for n in names]
-    )
-
-
 def predict_log(
     prep: Prepared,
     params: dict[str, jnp.ndarray],
@@ -199,26 +189,18 @@ def predict_log(
             )
         elif name in ("closed", "open"):
             # a serving engine's TP all-reduces: the latency scale of its comm cell
-            eff = _latency_scaled(eff, jnp.exp(comm_off[b["pos"]]))
+            eff = eff.with_collective_latency_scale(jnp.exp(comm_off[b["pos"]]))
             y = (_closed_block if name == "closed" else _open_block)(b, eff, prompt_z)
         elif name == "collective":
             # the catalog's inter-node figure is a nominal NIC rate; the fabric a lab had differs
             link = b["link"] * (1.0 + b["cross"] * (ker.internode_bandwidth_fraction - 1.0))
             lat = jnp.exp(jnp.where(lat_cell, row_off, 0.0)[b["pos"]])
-            y = collective_time_s(b["kind"], b["msg"], b["p"], link, _latency_scaled(eff, lat), ker)
+            scaled = eff.with_collective_latency_scale(lat)
+            y = collective_time_s(b["kind"], b["msg"], b["p"], link, scaled, ker)
         else:  # the source's collective-latency scale (COMM_GROUP)
-            y = _step_block(b, _latency_scaled(eff, jnp.exp(comm_off[b["pos"]])))
+            y = _step_block(b, eff.with_collective_latency_scale(jnp.exp(comm_off[b["pos"]])))
         out = out.at[b["pos"]].add(jnp.log(y))
     return out
-
-
-def _latency_scaled(eff: Efficiency, scale: jnp.ndarray) -> Efficiency:
-    """``eff`` with the collective latencies alpha and alpha_0 times ``scale``."""
-    return eqx_replace(
-        eff,
-        collective_latency_s=eff.collective_latency_s * scale,
-        collective_base_latency_s=eff.collective_base_latency_s * scale,
-    )
 
 
 def default_params(gpus: tuple[str, ...]) -> dict[str, jnp.ndarray]:

@@ -45,7 +45,7 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
     notes_dict,
     source_key,
 )
-from ._names import EFFICIENCY_FIELDS, OFFSET_FIELDS  # noqa: F401  (re-exported)
+from ._names import E2E_SCENARIOS, EFFICIENCY_FIELDS, OFFSET_FIELDS  # noqa: F401  (re-exported)
 
 STEP_METRICS = {
     ("prefill", "time"): 0,
@@ -324,7 +324,7 @@ def _share_configurations(block: dict[str, np.ndarray], specs: list[tuple]) -> l
 
 def _skip_reason(row: pd.Series, serving: bool) -> str | None:
     notes = str(row.get("notes", ""))
-    if row["scenario"] in ("serving", "saturated") and not serving:
+    if row["scenario"] in E2E_SCENARIOS and not serving:
         return SERVING_REASON
     if "e2e_check=MISMATCH" in notes:
         return "source flags e2e_check=MISMATCH (data README: not usable as is)"
@@ -377,7 +377,7 @@ def prepare(
                     block, feats = _op_features(row, hw)
                 elif row["scenario"] == "collective":
                     block, feats = "collective", _collective_features(row, hw)
-                elif row["scenario"] in ("serving", "saturated"):
+                elif row["scenario"] in E2E_SCENARIOS:
                     specs, feats = _e2e_features(row)
                     block = "open" if feats.pop("open") else "closed"
                 else:

@@ -25,11 +25,10 @@ import numpy as np
 import pandas as pd
 
 from ._model import PARAM_NAMES
+from ._names import E2E_SCENARIOS
 from ._posterior import ANY_ENGINE, ENGINE_PREFIX, Posterior, draw_indices, parameter_draws
 from ._predict import predict_log, prepare
 
-E2E_SCENARIOS = ("serving", "saturated")
-"""Scenarios the cut stage calibrates (end-to-end runs)."""
 PARAM_DRAWS = 64
 """Posterior draws whose median gives the parameters of a GPU (population draws if unseen)."""
 

@@ -183,7 +183,7 @@ def format_report(result: dict) -> str:
         return (
             f"  {label:<34} {s['n']:>6} {pct(s['median_ape'])} {pct(s['mape'])}"
             f" {100 * s['coverage_50']:>7.0f}% {100 * s['coverage_90']:>7.0f}%"
-            f" {s.get('overloaded', 0):>9}"
+            f" {s['overloaded']:>9}"
         )
 
     head = (
@@ -193,7 +193,7 @@ def format_report(result: dict) -> str:
     for key, title in BREAKDOWNS:
         rows.append(f"  by {title}:")
         rows += [line("  " + lab, s) for lab, s in result[key].items()]
-    if result.get("overloaded"):
+    if result["overloaded"]:
         rows.append(
             f"  {result['overloaded']} measured runs the model calls overloaded count as misses "
             "(outside both intervals; MAPE is over the others)"

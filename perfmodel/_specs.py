@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ._constants import COMPUTE_DTYPES, DTYPE_BYTES, WEIGHT_DTYPE_COMPUTE
+from ._types import ArrayLike
 
 UNBOUNDED = 1.0e30
 """Default of a ceiling that is off (a rate or share so large its term vanishes): finite, so
@@ -233,6 +234,15 @@ class Efficiency(eqx.Module):
     attention_tile_share: jnp.ndarray = eqx.field(converter=jnp.asarray, default=UNBOUNDED)
     elementwise_launch_overlap: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     time_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+
+    def with_collective_latency_scale(self, scale: ArrayLike) -> Efficiency:
+        """The same efficiencies with the collective latencies alpha and alpha_0 times ``scale``
+        (a source's or an engine's all-reduce kernel against the nccl-tests anchor)."""
+        return dataclasses.replace(
+            self,
+            collective_latency_s=self.collective_latency_s * scale,
+            collective_base_latency_s=self.collective_base_latency_s * scale,
+        )
 
 
 def compute_dtype_weights(weight_dtype: str) -> jnp.ndarray:

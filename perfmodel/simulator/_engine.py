@@ -77,16 +77,14 @@ class EngineRun:
         requests: per-request state (arrival, first token, finish, tokens served, preemptions).
         iterations: engine iterations run.
         busy_s: seconds the engine spent in iterations.
-        decode_seqs_summed: decode batch summed over iterations (/ iterations: the mean batch).
-        decode_seq_seconds: sum over iterations of decode batch x iteration seconds.
-        gaps: the decode iterations' inter-token gaps (``DecodeGaps``).
+        gaps: the decode iterations' inter-token gaps (``DecodeGaps``: their sequences summed
+            are the decode batch summed over iterations, and weighted by the gaps the
+            decode-sequence-seconds).
     """
 
     requests: RequestState
     iterations: int
     busy_s: float
-    decode_seqs_summed: float
-    decode_seq_seconds: float
     gaps: DecodeGaps
 
 
@@ -128,7 +126,7 @@ def run_engine(
     free = lim.total_blocks
     waiting: deque[int] = deque()
     running: list[int] = []
-    now, nxt, finished, iters, busy, dec_sum, dec_area = 0.0, 0, 0, 0, 0.0, 0.0, 0.0
+    now, nxt, finished, iters, busy = 0.0, 0, 0, 0, 0.0
     gap_end: list[float] = []  # per decode iteration: end time, duration, sequences
     gap_s: list[float] = []
     gap_seqs: list[float] = []
@@ -207,8 +205,6 @@ def run_engine(
                 now += elapsed
                 busy += elapsed
                 iters += k
-                dec_sum += k * len(running)
-                dec_area += elapsed * len(running)
                 free -= grow
                 retire(done_now, now)
                 continue
@@ -276,8 +272,6 @@ def run_engine(
         now += dt
         busy += dt
         iters += 1
-        dec_sum += len(dec)
-        dec_area += dt * len(dec)
         if len(dec):
             gap_end.append(now)
             gap_s.append(dt)
@@ -301,4 +295,4 @@ def run_engine(
         if progress is not None and iters % 2000 == 0:
             progress(finished, n)
     gaps = DecodeGaps(*(np.asarray(x, dtype=np.float64) for x in (gap_end, gap_s, gap_seqs)))
-    return EngineRun(R, iters, busy, dec_sum, dec_area, gaps)
+    return EngineRun(R, iters, busy, gaps)

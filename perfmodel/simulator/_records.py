@@ -101,16 +101,10 @@ def _itl(result: SimResult, keep: np.ndarray) -> dict[str, float]:
     gap, weight = gaps.gap_s[inside], gaps.sequences[inside]
     if not weight.sum() > 0:
         return none
-    order = np.argsort(gap, kind="stable")
-    gap, cum = gap[order], np.cumsum(weight[order])
-    at = np.searchsorted(cum, np.asarray([0.5, 0.95, 0.99]) * cum[-1], side="left")
-    p50, p95, p99 = gap[np.minimum(at, len(gap) - 1)]
-    return {
-        "mean": float(np.sum(gap * weight[order]) / cum[-1]),
-        "p50": float(p50),
-        "p95": float(p95),
-        "p99": float(p99),
-    }
+    # the smallest gap below which the given share of the sequence-weighted gaps lies
+    p50, p95, p99 = np.quantile(gap, [0.5, 0.95, 0.99], weights=weight, method="inverted_cdf")
+    mean = np.average(gap, weights=weight)
+    return {"mean": float(mean), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
 def kept_requests(result: SimResult, warmup_fraction: float = 0.1) -> np.ndarray:

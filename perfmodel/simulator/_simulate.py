@@ -181,7 +181,7 @@ def simulate(
     served = np.array(trace.output_tokens, dtype=np.int64)
     rejected = np.zeros(n, bool)
     counts = FeatureCounts(np.zeros(n))
-    iters, busy, dec_sum, dec_area = 0, 0.0, 0.0, 0.0
+    iters, busy = 0, 0.0
     gap_parts: list[DecodeGaps] = []
     arrival = np.nan_to_num(trace.arrival_s, nan=0.0)
     for k in range(replicas):
@@ -223,9 +223,8 @@ def simulate(
         arrival[idx] = req.arrival
         iters += run.iterations
         busy += run.busy_s
-        dec_sum += run.decode_seqs_summed
-        dec_area += run.decode_seq_seconds
         gap_parts.append(run.gaps)
+    gaps = DecodeGaps.join(gap_parts)
     done = finish[np.isfinite(finish)]
     makespan = float(done.max() - arrival.min()) if done.size else 0.0
     return SimResult(
@@ -239,12 +238,12 @@ def simulate(
         busy_s=busy,
         makespan_s=makespan,
         replicas=replicas,
-        mean_decode_batch=dec_sum / max(iters, 1),
-        decode_area_s=dec_area,
+        mean_decode_batch=float(gaps.sequences.sum()) / max(iters, 1),
+        decode_area_s=float(np.dot(gaps.gap_s, gaps.sequences)),
         rejected=rejected,
         reused_tokens=gather_reused(counts) if prefix is not None else None,
         spec_tokens_per_step=(counts.spec_tokens / max(counts.spec_steps, 1))
         if speculation is not None
         else None,
-        decode_gaps=DecodeGaps.join(gap_parts),
+        decode_gaps=gaps,
     )
