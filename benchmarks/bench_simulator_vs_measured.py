@@ -18,6 +18,12 @@ budget and dtypes), at the posterior-median efficiencies of the bundled posterio
   ``--max-requests``), seeded; its means are over every served request, as the benchmarks
   average over all their prompts (the first wave included).
 
+Both are the physics alone.  A third predictor is what ``explain`` and ``optimize`` answer for a
+lab they never saw: the closed form times the TTFT / TPOT scales (``perfmodel.dynamics.
+engine_scaled``) that ``fitting.efficiency_draws`` gives for the run's engine from an end-to-end
+stage refitted without the run's lab (``fitting.add_serving_stage`` on the other labs' rows,
+posterior median of 64 draws): the held-out figure of the product's answers.
+
 Prints one row per run and a summary per source and pooled: median predicted / measured and
 median APE of mean TTFT and mean TPOT for each predictor, and the median simulator / closed-form
 ratio (their agreement).
@@ -157,6 +163,30 @@ def median_efficiencies(gpus: list[str]) -> dict[str, Efficiency]:
     return out
 
 
+E2E_FILES = FILES + ("data/measurements/mlperf_v41.csv.gz",)
+"""Every file with end-to-end rows: the held-out stages are fitted on the other labs' rows."""
+
+
+def held_out_scales(sources: list[str], engines: list[str]) -> dict[tuple[str, str], tuple]:
+    """(source, engine) -> (TTFT scale, TPOT scale) an answer takes for ``engine`` from an
+    end-to-end stage fitted without ``source``'s rows (posterior median of 64 draws)."""
+    base = fitting.load_posterior()
+    nuts = fitting.without_serving_stage(base.idata)
+    table = fitting.load_measurements(list(E2E_FILES)).table
+    e2e = table[table["scenario"].isin(fitting.E2E_SCENARIOS)]
+    out = {}
+    for source in sources:
+        idata, _ = fitting.add_serving_stage(nuts, e2e[e2e["source"] != source], seed=0)
+        post = fitting.Posterior(idata)
+        for engine in engines:
+            e = fitting.efficiency_draws(post, "h100-sxm", MEDIAN_PARAM_DRAWS, engine=engine)
+            out[source, engine] = (
+                float(np.median(np.asarray(e.ttft_scale))),
+                float(np.median(np.asarray(e.tpot_scale))),
+            )
+    return out
+
+
 @jax.jit
 def _closed_form(model, hardware, deployment, efficiency, workload):
     r = closed_loop_metrics(model, hardware, deployment, efficiency, workload)
@@ -209,16 +239,17 @@ def _row(run: dict, p: dict) -> str:
     return (
         f"| {run['source']} | {run['engine']} | {run['gpu']} | {run['model'].split('/')[-1]} "
         f"| {int(run['tp'])} | {int(run['concurrency'])} | {L} "
-        f"| {_ms(run['ttft'])} / {_ms(p['cf_ttft'])} / {_ms(p['sim_ttft'])} "
-        f"| {_ms(run['tpot'])} / {_ms(p['cf_tpot'])} / {_ms(p['sim_tpot'])} "
+        f"| {_ms(run['ttft'])} / {_ms(p['cf_ttft'])} / {_ms(p['sim_ttft'])} / {_ms(p['ans_ttft'])} "
+        f"| {_ms(run['tpot'])} / {_ms(p['cf_tpot'])} / {_ms(p['sim_tpot'])} / {_ms(p['ans_tpot'])} "
         f"| {p['requests']:,} | {p['cf_s']:.1f} / {p['sim_s']:.1f} |"
     )
 
 
 RUN_HEADER = (
     "| source | engine | gpu | model | TP | N | in/out "
-    "| mean TTFT ms: measured / closed form / simulator "
-    "| mean TPOT ms: measured / closed form / simulator | sim. requests | s: closed / sim. |\n"
+    "| mean TTFT ms: measured / closed form / simulator / answer "
+    "| mean TPOT ms: measured / closed form / simulator / answer | sim. requests "
+    "| s: closed / sim. |\n"
     "| --- | --- | --- | --- | ---: | ---: | --- | --- | --- | ---: | ---: |"
 )
 
@@ -239,6 +270,14 @@ def _spread(x) -> str:
     return f"{mid:.2f} ({lo:.2f}-{hi:.2f})"
 
 
+PREDICTORS = (
+    ("closed form", "cf"),
+    ("simulator", "sim"),
+    ("answer, lab held out", "ans"),
+)
+"""(label, column prefix) of each predictor in the summary."""
+
+
 def summary(done: pd.DataFrame) -> str:
     lines = [
         "| source | runs | predictor | TTFT pred / meas | TTFT APE | TPOT pred / meas | TPOT APE |",
@@ -246,7 +285,7 @@ def summary(done: pd.DataFrame) -> str:
     ]
     groups = [(s, g) for s, g in done.groupby("source", sort=True)] + [("**pooled**", done)]
     for name, g in groups:
-        for label, p in (("closed form", "cf"), ("simulator", "sim")):
+        for label, p in PREDICTORS:
             rt, rp = g[f"{p}_ttft"] / g["ttft"], g[f"{p}_tpot"] / g["tpot"]
             lines.append(
                 f"| {name} | {len(g)} | {label} | {_med(rt):.2f} | {100 * _med(abs(rt - 1)):.1f} % "
@@ -282,6 +321,7 @@ def main() -> None:
         print(f"  {n:5d}  {reason}")
     queues = stratified_order(runs, args.seed)
     effs = median_efficiencies(sorted(runs["gpu"].unique()))
+    scales = held_out_scales(sorted(runs["source"].unique()), sorted(runs["engine"].unique()))
     print(f"\n{RUN_HEADER}", flush=True)
     done, failed = [], Counter()
     while len(done) < args.runs and any(queues):
@@ -294,6 +334,8 @@ def main() -> None:
             except (ValueError, FloatingPointError) as exc:
                 failed[str(exc)] += 1
                 continue
+            s_f, s_t = scales[run["source"], run["engine"]]
+            p |= {"ans_ttft": s_f * p["cf_ttft"], "ans_tpot": s_t * p["cf_tpot"]}
             done.append(run | p)
             print(_row(run, p), flush=True)
     for reason, n in failed.most_common():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from perfmodel import KERNEL_FIELDS, Efficiency
 
-OFFSET_FIELDS = ("time_scale",)
+OFFSET_FIELDS = ("time_scale", "ttft_scale", "tpot_scale")
 """``Efficiency`` fields that the fit carries as (source, engine) cell offsets, not per GPU."""
 EFFICIENCY_FIELDS = tuple(
     f for f in Efficiency.__dataclass_fields__ if f not in KERNEL_FIELDS + OFFSET_FIELDS

@@ -335,6 +335,33 @@ def stand_in_cell(posterior: Posterior, cell: str) -> str | None:
     return None
 
 
+ENGINE_SCALE_METRICS = {"ttft_scale": "serving:ttft", "tpot_scale": "serving:tpot"}
+"""``Efficiency`` field -> the end-to-end group whose fitted offset it carries: closed-loop runs,
+which three engines and two labs measured (the open-loop cells are one harness's, MLPerf's, with
+its prompt lengths unrecorded)."""
+
+
+def engine_offset_draws(
+    posterior: Posterior,
+    group: str,
+    idx: np.ndarray,
+    source: str | None = None,
+    engine: str | None = None,
+) -> np.ndarray:
+    """Offset draws of an end-to-end ``group`` (``"serving:ttft"``) for answers: ``source``'s own
+    cell when fitted, else ``engine``'s pooled cell, else the any-engine one (the random-effects
+    predictive of a lab never seen: its draws carry the labs' disagreement); zeros when the
+    posterior has no end-to-end stage (the physics alone)."""
+    names = [f"{source}|{group}"] if source else []
+    if engine:
+        names.append(f"{ENGINE_PREFIX}{engine}|{group}")
+    names.append(f"{ENGINE_PREFIX}{ANY_ENGINE}|{group}")
+    for name in names:
+        if name in posterior.cells:
+            return posterior.flat("cell_offset")[idx, posterior.cells.index(name)]
+    return np.zeros(len(idx))
+
+
 def _source_offsets(
     posterior: Posterior, source: str | None, idx: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
@@ -360,6 +387,7 @@ def efficiency_draws(
     seed: int = 0,
     source: str | None = None,
     weight_dtype: str = "bf16",
+    engine: str | None = None,
 ) -> Efficiency:
     """``num_draws`` posterior draws of ``perfmodel.Efficiency`` for ``gpu`` (leading axis).
 
@@ -368,7 +396,10 @@ def efficiency_draws(
     source's offset e^delta, which scales every iteration's kernel and communication time; None
     or an unseen source draws delta from N(0, tau_src), widening the spread.  The TP all-reduce
     latencies take the source's ``comm:latency`` offset, else a serving engine's
-    (``ENGINE_ALL_REDUCE_CELL``: CUDA-graph custom all-reduce).  ``weight_dtype`` is
+    (``ENGINE_ALL_REDUCE_CELL``: CUDA-graph custom all-reduce).  ``ttft_scale`` and
+    ``tpot_scale`` are e^delta of the end-to-end stage's closed-loop TTFT / TPOT offset of
+    ``source``, else of ``engine``'s pooled cell, else of the any-engine pooled cell (a lab never
+    seen: ``engine_scale_draws``); 1 without an end-to-end stage.  ``weight_dtype`` is
     accepted for compatibility: the FP8/FP4 derate is applied by the step model from the
     deployment's GEMM dtype (``low_precision_compute_ratio``).
     """
@@ -378,6 +409,8 @@ def efficiency_draws(
     p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
     fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
     fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
+    for field, metric in ENGINE_SCALE_METRICS.items():
+        fields[field] = np.exp(engine_offset_draws(posterior, metric, idx, source, engine))
     eff = Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
     comm = f"{source}|comm:latency"
     if source is None or comm not in posterior.cells:

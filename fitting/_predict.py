@@ -41,6 +41,7 @@ from perfmodel import (
 )
 from perfmodel.dynamics import closed_loop_metrics
 
+from ._names import OFFSET_FIELDS
 from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _rows)
     EFFICIENCY_FIELDS,
     KERNEL_FIELDS,
@@ -59,7 +60,8 @@ def gather(params: dict[str, jnp.ndarray], idx: np.ndarray) -> tuple[Efficiency,
     """Per-row ``Efficiency`` (every fitted field) from per-GPU parameter vectors, returned twice:
     as the step-level and the kernel-level argument of the ``_ops`` kernels (the same pytree)."""
     fields = {f: params[f][idx] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
-    eff = Efficiency(**fields, time_scale=jnp.ones(len(idx)))  # offsets add to log time instead
+    # the cell offsets add to log time instead (the row's own end-to-end cell included)
+    eff = Efficiency(**fields, **{f: jnp.ones(len(idx)) for f in OFFSET_FIELDS})
     return eff, eff
 
 

@@ -18,19 +18,23 @@ from perfmodel import Efficiency
 PRIOR_LOG_SD = 0.15
 """Log-scale spread of the prior draws of every efficiency field."""
 
+_ENGINE_SCALES = ("ttft_scale", "tpot_scale")
+
 _FRACTIONS = ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidth_fraction")
 
 
 def prior_efficiency_draws(num_draws: int, *, seed: int = 0) -> Efficiency:
     """``num_draws`` lognormal jitters of ``Efficiency()`` (fractions clipped to at most 1)."""
     base = Efficiency()
-    names = [f.name for f in dataclasses.fields(Efficiency)]
+    # the engine scales stay 1: without a calibration the answers are the physics alone
+    names = [f.name for f in dataclasses.fields(Efficiency) if f.name not in _ENGINE_SCALES]
     keys = jax.random.split(jax.random.PRNGKey(seed), len(names))
     values = {}
     for key, name in zip(keys, names):
         centre = jnp.asarray(getattr(base, name), dtype=float)
         draw = centre * jnp.exp(PRIOR_LOG_SD * jax.random.normal(key, (num_draws,)))
         values[name] = jnp.minimum(draw, 1.0) if name in _FRACTIONS else draw
+    values |= {name: jnp.ones(num_draws) for name in _ENGINE_SCALES}
     return Efficiency(**values)
 
 
@@ -41,7 +45,12 @@ def prior_seed(seed: int, gpu: str) -> int:
 
 
 def efficiency_draws_for(
-    gpus: tuple[str, ...], num_draws: int, *, posterior=None, seed: int = 0
+    gpus: tuple[str, ...],
+    num_draws: int,
+    *,
+    posterior=None,
+    seed: int = 0,
+    engine: str | None = None,
 ) -> Efficiency:
     """Draws for every candidate GPU, leaves of shape (len(gpus), num_draws).
 
@@ -53,6 +62,8 @@ def efficiency_draws_for(
         num_draws: posterior draws per GPU.
         posterior: an ArviZ ``InferenceData`` from ``fitting.load_posterior`` or ``None`` (prior).
         seed: PRNG seed (draws are reproducible).
+        engine: serving engine whose fitted end-to-end offsets scale TTFT and TPOT
+            (``fitting.efficiency_draws``); None: pooled over the engines measured.
     """
     per_gpu = []
     for g, gpu in enumerate(gpus):
@@ -61,7 +72,9 @@ def efficiency_draws_for(
         else:
             import fitting
 
-            draws = fitting.efficiency_draws(posterior, gpu, num_draws, seed=seed + g)
+            draws = fitting.efficiency_draws(
+                posterior, gpu, num_draws, seed=seed + g, engine=engine
+            )
             per_gpu.append(
                 jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_draws,)), draws)
             )

@@ -430,6 +430,10 @@ def slo_metrics(
     headroom = slope_dec * jnp.maximum(n_full - n_op, 0.0)
     drift = jnp.minimum(drift, jnp.square(headroom))
     itl = jnp.where(stable[..., None], itl_quantiles(t_dec, t_long, share, drift, e), jnp.inf)
+    # as the engine delivers them (``perfmodel.dynamics.engine_scaled``, the verdict model's)
+    ttft = ttft * efficiency.ttft_scale
+    tpot = tpot * efficiency.tpot_scale
+    itl = itl * efficiency.tpot_scale
     return SloMetrics(
         ttft_p95_s=ttft[1],
         tpot_p95_s=tpot[1],

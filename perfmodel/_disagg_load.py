@@ -275,8 +275,11 @@ def split_serving(
         workload.output_tokens_cv,
         QUANTILES,
     )
-    ttft = pre_ttft + t_kv + orchestration_s + entry + waits
+    # as the engines deliver them (``engine_scaled``): the prefill pool's first token, the decode
+    # pool's gaps
+    ttft = (pre_ttft + t_kv + orchestration_s + entry + waits) * eff_p.ttft_scale
     tpot_q = decode_tpot_quantiles(step_d, n_d, tpot_d, workload.interarrival_cv, QUANTILES)
+    tpot_q = tpot_q * eff_d.tpot_scale
     e2e = _e2e_quantiles(jnp.where(stable, ttft, jnp.inf), o_dec * tpot_q)
     return SplitServing(
         ttft_s=jnp.where(stable, ttft, jnp.inf),

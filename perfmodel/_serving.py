@@ -24,6 +24,8 @@ The words ``utilization``, ``stable``, ``seat_occupancy``, ``kv_bound``, ``queue
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -218,7 +220,7 @@ def _serving_metrics(
     means_only,
     quadrature_nodes,
 ):
-    return serving_metrics_with_corrections(
+    physics = serving_metrics_with_corrections(
         model,
         hardware,
         deployment,
@@ -231,6 +233,44 @@ def _serving_metrics(
         decode_cost=decode_cost,
         means_only=means_only,
         quadrature_nodes=quadrature_nodes,
+    )
+    return engine_scaled(physics, efficiency, closed_loop)
+
+
+def _scaled(p: Percentiles, factor: Array) -> Percentiles:
+    """Every latency times ``factor``; an infinite one (overloaded) stays inf with a zero
+    gradient (the product is taken on a finite stand-in, so no inf * 0 reaches a derivative)."""
+
+    def scale(x):
+        finite = jnp.isfinite(x)
+        return jnp.where(finite, jnp.where(finite, x, 0.0) * factor, x)
+
+    return jax.tree.map(scale, p)
+
+
+def engine_scaled(m: ServingMetrics, efficiency: Efficiency, closed_loop: bool) -> ServingMetrics:
+    """The load model's latencies as a serving engine delivers them to its clients.
+
+    TTFT x ``efficiency.ttft_scale``, TPOT and each inter-token gap x ``tpot_scale`` (the
+    engines' fitted discrepancy from the physics, Kennedy & O'Hagan 2001); E2E = TTFT +
+    (O - 1) TPOT, so its mean becomes s_f TTFT + s_t (E2E - TTFT) and its percentiles move by
+    the same ratio r; a closed loop of N clients then completes X' = X / r (Little's law
+    N = X E[E2E]), so its throughput falls by r.  The open loop's throughput is the offered rate
+    (unchanged).  Scales of 1 return the physics unchanged (the calibration's own rows)."""
+    s_f, s_t = efficiency.ttft_scale, efficiency.tpot_scale
+    finite = jnp.isfinite(m.e2e_s.mean) & (m.e2e_s.mean > 0.0)
+    ttft = jnp.where(finite, m.ttft_s.mean, 0.0)
+    e2e = jnp.where(finite, m.e2e_s.mean, 1.0)
+    # exactly 1 at unit scales: (s_f - 1) TTFT + (s_t - 1) (E2E - TTFT) is the added mean E2E
+    ratio = 1.0 + ((s_f - 1.0) * ttft + (s_t - 1.0) * (e2e - ttft)) / e2e
+    tokens = m.output_tokens_per_s / ratio if closed_loop else m.output_tokens_per_s
+    return dataclasses.replace(
+        m,
+        ttft_s=_scaled(m.ttft_s, s_f),
+        tpot_s=_scaled(m.tpot_s, s_t),
+        itl_s=_scaled(m.itl_s, s_t),
+        e2e_s=_scaled(m.e2e_s, ratio),
+        output_tokens_per_s=tokens,
     )
 
 

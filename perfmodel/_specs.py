@@ -208,6 +208,14 @@ class Efficiency(eqx.Module):
         time_scale: multiplier on an iteration's kernel and communication time: an engine's or
             lab's discrepancy from the sum of its kernels (Kennedy & O'Hagan 2001), e^delta of
             the fitted (source, engine) offset; 1 = the kernels' own sum.
+        ttft_scale: measured over modelled time to first token of a serving engine under load,
+            e^delta of the end-to-end stage's fitted engine offset (``fitting._serving_stage``):
+            what the step and load models leave out between a client and the first token
+            (HTTP and tokenisation, the scheduler's admission, detokenisation and streaming).
+            Closed-loop runs of three engines in two labs put it at ~2-6x (vLLM ~2.2x); 1 =
+            the physics alone.  ``engine_scaled`` applies it to the load model's output.
+        tpot_scale: the same for the time per output token (and each inter-token gap); ~0.8-1.1
+            in the same runs.  1 = the physics alone.
     """
 
     compute_fraction_max: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.75)
@@ -234,6 +242,8 @@ class Efficiency(eqx.Module):
     attention_tile_share: jnp.ndarray = eqx.field(converter=jnp.asarray, default=UNBOUNDED)
     elementwise_launch_overlap: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     time_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+    ttft_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+    tpot_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
 
     def with_collective_latency_scale(self, scale: ArrayLike) -> Efficiency:
         """The same efficiencies with the collective latencies alpha and alpha_0 times ``scale``

@@ -35,6 +35,7 @@ from ._serving import (
     QUANTILES as QUANTILES,
     Percentiles as Percentiles,
     ServingMetrics as ServingMetrics,
+    engine_scaled as engine_scaled,
     is_closed_loop as is_closed_loop,
     is_kv_bound as is_kv_bound,
     serving_metrics as serving_metrics,

@@ -11,6 +11,9 @@ import argparse
 import math
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 import perfmodel as pm
 from optimize import cached_jit
@@ -185,7 +188,62 @@ def load_metrics(args, model, hardware, deployment, efficiency, workload: Worklo
     )
 
 
-def dynamics_report(args, model, hardware, deployment, efficiency, workload: Workload) -> dict:
+def _p95_by_draw(
+    model, hardware, deployment, draws, workload, chunked_prefill, chunk_tokens, closed_loop
+):
+    """p95 TTFT, TPOT, ITL and E2E (columns) of each posterior draw (rows)."""
+
+    def one(e):
+        m = serving_metrics(
+            model,
+            hardware,
+            deployment,
+            e,
+            workload,
+            chunked_prefill=chunked_prefill,
+            chunk_tokens=chunk_tokens,
+            closed_loop=closed_loop,
+        )
+        return jnp.stack([m.ttft_s.p95, m.tpot_s.p95, m.itl_s.p95, m.e2e_s.p95])
+
+    return jax.vmap(one)(draws)
+
+
+_p95_draws = cached_jit(_p95_by_draw)
+
+INTERVAL_DRAWS = 64
+"""Posterior draws the p95 intervals under load are taken over (the first of --draws)."""
+
+
+def p95_intervals(args, model, hardware, deployment, draws, workload: Workload) -> dict:
+    """{"ttft_s", "tpot_s", "itl_s", "e2e_s"} -> {"p05", "p50", "p95"}: the 90 % posterior
+    interval of each p95 latency (efficiencies and the engines' fitted offsets drawn together;
+    an overloaded draw counts as inf, so an interval reaching overload is open, ``null``)."""
+    n = min(INTERVAL_DRAWS, int(jax.tree.leaves(draws)[0].shape[0]))
+    sub = jax.tree.map(lambda x: x[:n], draws)
+    p95 = np.asarray(
+        _p95_draws(
+            model,
+            hardware,
+            deployment,
+            sub,
+            workload,
+            getattr(args, "chunked_prefill", True),
+            getattr(args, "chunk_tokens", None),
+            is_closed_loop(workload),
+        )
+    )
+    p95 = np.where(np.isnan(p95), np.inf, p95)
+    q = np.quantile(p95, (0.05, 0.5, 0.95), axis=0, method="inverted_cdf")
+    return {
+        name: {k: _finite(v) for k, v in zip(("p05", "p50", "p95"), q[:, j])}
+        for j, name in enumerate(("ttft_s", "tpot_s", "itl_s", "e2e_s"))
+    }
+
+
+def dynamics_report(
+    args, model, hardware, deployment, efficiency, workload: Workload, draws=None
+) -> dict:
     """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded).
 
     ``utilization``, ``stable``, ``seat_occupancy``, ``queue_bound`` and ``kv_bound`` are the
@@ -225,6 +283,16 @@ def dynamics_report(args, model, hardware, deployment, efficiency, workload: Wor
         "output_tokens_per_s": float(m.output_tokens_per_s),
         "decode_batch": float(m.decode_batch),
         "ttft_p95_load_elasticity": elasticity,
+        "engine_scales": {
+            "engine": getattr(args, "engine", None),
+            "ttft": float(efficiency.ttft_scale),
+            "tpot": float(efficiency.tpot_scale),
+        },
+        "p95_intervals": (
+            None
+            if draws is None
+            else p95_intervals(args, model, hardware, deployment, draws, workload)
+        ),
     }
 
 
@@ -319,4 +387,33 @@ def render_dynamics(report: dict) -> str:
             else ""
         )
         rows.append(("p95 TTFT elasticity", f"{e:.1f} (d ln p95 / d ln rate){note}"))
+    intervals = report.get("p95_intervals")
+    if intervals:
+        rows.append(("p95, 90% posterior", p95_interval_line(intervals)))
+    rows.append(("engine offsets", engine_scales_line(report["engine_scales"])))
     return "\nunder load (closed form):\n" + table(rows)
+
+
+def p95_interval_line(intervals: dict) -> str:
+    """'TTFT 80 ms .. 1.2 s, TPOT ...': each p95's 90 % posterior interval."""
+    from ._render import human_seconds
+
+    def show(v):
+        return human_seconds(v) if v is not None else "overloaded"
+
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL", "e2e_s": "E2E"}
+    return ", ".join(
+        f"{label} {show(intervals[k]['p05'])} .. {show(intervals[k]['p95'])}"
+        for k, label in names.items()
+    )
+
+
+def engine_scales_line(scales: dict) -> str:
+    """What the fitted end-to-end offsets did to the closed form's TTFT and TPOT."""
+    if scales["ttft"] == 1.0 and scales["tpot"] == 1.0:
+        return "none: the physics alone (--prior, or a posterior without end-to-end runs)"
+    whose = scales["engine"] or "pooled over vLLM, SGLang and TensorRT-LLM (--engine to pick)"
+    return (
+        f"TTFT x{scales['ttft']:.2f}, TPOT and ITL x{scales['tpot']:.2f}, as measured "
+        f"serving runs differ from the physics ({whose}; posterior median)"
+    )

@@ -14,6 +14,7 @@ import numpy as np
 
 import perfmodel as pm
 
+from ._run_options import ENGINES
 from ._types import nonnegative_int, positive_int
 from .errors import UsageError
 
@@ -21,8 +22,21 @@ INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
 """Reported as p05 / p50 / p95: a 90 % posterior interval and its median."""
 
 
+ENGINE_HELP = (
+    "serving engine whose measured end-to-end runs calibrate TTFT and TPOT (the fitted offsets "
+    "of the load model's latencies); default: pooled over the engines and labs measured, "
+    "which widens the interval"
+)
+
+
+def add_engine_argument(parser) -> None:
+    """``--engine``: which engine's fitted end-to-end offsets scale TTFT and TPOT."""
+    parser.add_argument("--engine", choices=ENGINES, default=None, help=ENGINE_HELP)
+
+
 def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("calibration")
+    add_engine_argument(g)
     g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
     g.add_argument(
         "--prior",
@@ -53,7 +67,12 @@ def resolve_efficiency(
     try:
         posterior = fitting.load_posterior(args.posterior, cache_dir=posterior_cache_dir())
         draws = fitting.efficiency_draws(
-            posterior, hardware.name, args.draws, seed=args.seed, weight_dtype=weight_dtype
+            posterior,
+            hardware.name,
+            args.draws,
+            seed=args.seed,
+            weight_dtype=weight_dtype,
+            engine=args.engine,
         )
     except (fitting.PosteriorError, OSError, ValueError) as exc:
         raise UsageError(

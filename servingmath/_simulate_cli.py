@@ -22,7 +22,7 @@ from perfmodel.simulator import (
 from ._disagg_cli import pool_efficiency
 from ._features_cli import disagg_pools
 from ._options import require_fit
-from ._posterior_cli import resolve_efficiency
+from ._posterior_cli import add_engine_argument, resolve_efficiency
 from ._render import human_seconds
 from ._types import nonnegative_int, positive_int
 from .errors import UsageError
@@ -36,6 +36,7 @@ def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
         "draws for the deployment's GPU (as explain and optimize), or draw --draw I of them",
     )
     g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
+    add_engine_argument(g)
     g.add_argument(
         "--prior",
         action="store_true",
@@ -96,11 +97,24 @@ def trace_reuse(trace: Trace | None, model, hardware, deployment) -> dict | None
     }
 
 
+def engine_summary(result, efficiency: pm.Efficiency, decode_efficiency=None) -> dict:
+    """``summarize`` with TTFT and TPOT as the engine delivers them (``efficiency``'s fitted
+    end-to-end scales, the decode pool's TPOT scale where the pools differ), as explain's."""
+    decode = efficiency if decode_efficiency is None else decode_efficiency
+    return summarize(
+        result,
+        ttft_scale=float(efficiency.ttft_scale),
+        tpot_scale=float(decode.tpot_scale),
+    )
+
+
 def _pct(p: dict) -> dict:
     return {k: (float(v) if np.isfinite(v) else None) for k, v in p.items()}
 
 
-def simulated_features(result, prefix: PrefixCaching | None, args, block: int) -> dict:
+def simulated_features(
+    result, prefix: PrefixCaching | None, args, block: int, efficiency: pm.Efficiency
+) -> dict:
     """Hit rate, reuse and tokens per step as the engine measured them."""
     out: dict = {}
     if prefix is not None:
@@ -140,7 +154,7 @@ def simulated_features(result, prefix: PrefixCaching | None, args, block: int) -
         out["spec_acceptance"] = (
             float(args.spec_acceptance) if args.spec_acceptance is not None else None
         )
-        out["tpot_s"] = _pct(summarize(result)["tpot_s"])
+        out["tpot_s"] = _pct(engine_summary(result, efficiency)["tpot_s"])
     return out
 
 
@@ -188,7 +202,7 @@ def simulate_disagg(
         raise UsageError(
             "some requests never fit in a disaggregated pool's KV cache; give the pools more GPUs"
         )
-    s = summarize(r)
+    s = engine_summary(r, eff_p, eff_d)
     served = ~r.rejected
     hand_off = np.asarray(
         ft.kv_transfer_s(model, pre, np.asarray(trace.prompt_tokens[served], dtype=float), bw)

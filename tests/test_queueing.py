@@ -253,7 +253,10 @@ def test_means_only_skips_the_percentiles_and_keeps_every_mean():
     full = serving_metrics(MODEL, GPU, DEP, EFF, w)
     lean = serving_metrics(MODEL, GPU, DEP, EFF, w, means_only=True)
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        assert float(getattr(lean, name).mean) == float(getattr(full, name).mean)
+        # two compiled programs: equal up to the rounding of their fused multiply-adds
+        assert float(getattr(lean, name).mean) == pytest.approx(
+            float(getattr(full, name).mean), rel=1e-12
+        )
         assert np.isnan(
             [float(getattr(getattr(lean, name), q)) for q in ("p50", "p95", "p99")]
         ).all()
@@ -264,7 +267,7 @@ def test_means_only_skips_the_percentiles_and_keeps_every_mean():
         "decode_batch",
         "binding_budget",
     ):
-        assert float(getattr(lean, name)) == float(getattr(full, name))
+        assert float(getattr(lean, name)) == pytest.approx(float(getattr(full, name)), rel=1e-12)
     assert bool(lean.stable) and float(full.ttft_s.p95) > float(full.ttft_s.mean)
 
 

@@ -164,19 +164,33 @@ def queue_stable(result: SimResult, warmup_fraction: float = 0.1) -> bool | None
     return None if not np.isfinite(g) else bool(g < STABLE_GROWTH_SHARE)
 
 
-def summarize(result: SimResult, warmup_fraction: float = 0.1) -> dict:
+def summarize(
+    result: SimResult,
+    warmup_fraction: float = 0.1,
+    *,
+    ttft_scale: float = 1.0,
+    tpot_scale: float = 1.0,
+) -> dict:
     """Percentiles over ``kept_requests`` (warm-up and drain dropped); ``busy_fraction`` = summed
     iteration time / (replicas * makespan), the share of wall time the engines run iterations
     (not ``ServingMetrics.utilization``, the offered load over capacity); ``stable`` =
-    ``queue_stable``; output tokens/s."""
+    ``queue_stable``; output tokens/s.
+
+    ``ttft_scale`` / ``tpot_scale`` (``Efficiency``'s, the engines' fitted end-to-end offsets,
+    as ``perfmodel.dynamics.engine_scaled`` applies them to the closed forms) scale each
+    request's TTFT and its decode time (TPOT, the gaps), E2E being their sum; the engine's
+    schedule and throughput are the simulated ones."""
     n = len(result.arrival_s)
     keep = kept_requests(result, warmup_fraction)
     span = max(result.makespan_s, 1e-12)
+    ttft = result.ttft_s[keep]
+    e2e = ttft_scale * ttft + tpot_scale * (result.e2e_s[keep] - ttft)
+    itl = {k: v * tpot_scale for k, v in _itl(result, keep).items()}
     return {
-        "ttft_s": _pct(result.ttft_s[keep]),
-        "tpot_s": _pct(result.tpot_s[keep]),
-        "itl_s": _itl(result, keep),
-        "e2e_s": _pct(result.e2e_s[keep]),
+        "ttft_s": _pct(ttft_scale * ttft),
+        "tpot_s": _pct(tpot_scale * result.tpot_s[keep]),
+        "itl_s": itl,
+        "e2e_s": _pct(e2e),
         "busy_fraction": float(result.busy_s / (result.replicas * span)),
         "stable": queue_stable(result, warmup_fraction),
         "output_tokens_per_s": float(result.output_tokens.sum() / span),

@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     features = feature_report(args, model, hardware, deployment, efficiency, load=load)
     report.update(features)
     if load is not None:
-        report.update(dynamics_report(args, model, hardware, deployment, efficiency, load))
+        report.update(dynamics_report(args, model, hardware, deployment, efficiency, load, draws))
     print(
         json.dumps(report, indent=2)
         if args.json

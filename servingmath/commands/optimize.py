@@ -15,6 +15,7 @@ import perfmodel as pm
 from perfmodel import CatalogError
 
 from .._options import require_mtp
+from .._posterior_cli import add_engine_argument
 from .._progress import Phases, callback, run_with_phases
 from .._render import human_seconds, table
 from .._types import (
@@ -88,6 +89,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
         help="probability over the posterior that the SLO holds (default 0.9)",
     )
     parser.add_argument("--posterior", help="fitted posterior (.nc); default: the bundled one")
+    add_engine_argument(parser)
     parser.add_argument(
         "--prior", action="store_true", help="use spec-sheet prior draws, no posterior"
     )
@@ -295,7 +297,9 @@ def resolve_common(args: argparse.Namespace):
                 f"cannot load posterior {args.posterior or '(bundled)'}: {exc}; "
                 "pass --posterior FILE.nc or --prior"
             ) from None
-    efficiency = efficiency_draws_for(gpus, args.draws, posterior=posterior, seed=args.seed)
+    efficiency = efficiency_draws_for(
+        gpus, args.draws, posterior=posterior, seed=args.seed, engine=args.engine
+    )
     return model, gpus, hardware, efficiency
 
 

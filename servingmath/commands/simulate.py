@@ -13,7 +13,6 @@ from perfmodel.simulator import (
     Speculation,
     requests_from_workload,
     simulate,
-    summarize,
 )
 
 from .._dynamics_cli import (
@@ -41,6 +40,7 @@ from .._progress import phases_for
 from .._render import human_seconds, table
 from .._simulate_cli import (
     add_calibration_arguments,
+    engine_summary,
     prefix_caching,
     render_simulated,
     simulate_disagg,
@@ -190,7 +190,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"every prompt is longer than --max-model-len {args.max_model_len}; raise --max-model-len"
         )
-    report = {"efficiency_source": source, **simulation_report(result, summarize(result))}
+    report = {
+        "efficiency_source": source,
+        **simulation_report(result, engine_summary(result, efficiency)),
+    }
     report["rejected"] = result.num_rejected
     report["length_capped"] = int(
         np.sum((result.output_tokens < requests.output_tokens) & ~result.rejected)
@@ -201,7 +204,11 @@ def run(args: argparse.Namespace) -> int:
             "rejected as vLLM does (no latency recorded); raise --max-model-len to serve them"
         )
     report.update(features)
-    simulated = simulated_features(result, prefix, args, block) if (prefix or speculation) else {}
+    simulated = (
+        simulated_features(result, prefix, args, block, efficiency)
+        if (prefix or speculation)
+        else {}
+    )
     if measured is not None:
         simulated["trace_reuse_replay"] = measured
     if args.disagg:

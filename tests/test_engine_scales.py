@@ -1,0 +1,205 @@
+"""The engines' fitted end-to-end offsets reach every answer the same way.
+
+``Efficiency.ttft_scale`` / ``tpot_scale`` (e^delta of the end-to-end stage's TTFT / TPOT cells)
+scale the load model's TTFT and TPOT/ITL in ``serving_metrics`` (both loops), the search model,
+the disaggregated pools and the simulator's summary; E2E is their sum and a closed loop's
+throughput follows Little's law.  Values are checked against the formulas, the draws against the
+posterior's own cells.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import perfmodel as pm
+from perfmodel.dynamics import Workload, serving_metrics
+
+MODEL = pm.load_model("meta-llama/Llama-3.1-8B")
+H100 = pm.load_hardware("h100-sxm")
+DEP = pm.Deployment(max_num_batched_tokens=8192.0, max_num_seqs=256.0)
+SCALED = dataclasses.replace(pm.Efficiency(), ttft_scale=2.5, tpot_scale=0.8)
+
+
+def _pct(p):
+    return np.array([p.mean, p.p50, p.p90, p.p95, p.p99], dtype=float)
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        Workload(concurrency=16.0, prompt_tokens_mean=1024.0, output_tokens_mean=512.0),
+        Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=1024.0, output_tokens_mean=512.0),
+    ],
+    ids=["closed", "open"],
+)
+def test_serving_metrics_scale_ttft_and_tpot_and_compose_e2e(workload):
+    base = serving_metrics(MODEL, H100, DEP, pm.Efficiency(), workload)
+    got = serving_metrics(MODEL, H100, DEP, SCALED, workload)
+    np.testing.assert_allclose(_pct(got.ttft_s), 2.5 * _pct(base.ttft_s), rtol=1e-12)
+    np.testing.assert_allclose(_pct(got.tpot_s), 0.8 * _pct(base.tpot_s), rtol=1e-12)
+    np.testing.assert_allclose(_pct(got.itl_s), 0.8 * _pct(base.itl_s), rtol=1e-12)
+    # E2E = TTFT + (O - 1) TPOT: its mean is 2.5 TTFT + 0.8 (E2E - TTFT)
+    ttft, e2e = float(base.ttft_s.mean), float(base.e2e_s.mean)
+    ratio = (2.5 * ttft + 0.8 * (e2e - ttft)) / e2e
+    np.testing.assert_allclose(_pct(got.e2e_s), ratio * _pct(base.e2e_s), rtol=1e-12)
+    if workload.concurrency > 0:
+        # N clients: X E[E2E] = N whatever the latencies, so tokens/s x E2E is unchanged
+        assert float(got.output_tokens_per_s) * float(got.e2e_s.mean) == pytest.approx(
+            float(base.output_tokens_per_s) * e2e, rel=1e-12
+        )
+    else:  # open loop: the offered rate is served
+        assert float(got.output_tokens_per_s) == float(base.output_tokens_per_s)
+    # the capacity verdicts are the physics'
+    assert float(got.utilization) == float(base.utilization)
+
+
+def test_unit_scales_are_the_physics():
+    w = Workload(concurrency=8.0, prompt_tokens_mean=2048.0, output_tokens_mean=128.0)
+    base = serving_metrics(MODEL, H100, DEP, pm.Efficiency(), w)
+    same = pm.dynamics.engine_scaled(base, pm.Efficiency(), closed_loop=True)
+    for field in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        np.testing.assert_array_equal(_pct(getattr(same, field)), _pct(getattr(base, field)))
+    assert float(same.output_tokens_per_s) == float(base.output_tokens_per_s)
+
+
+def test_search_model_scales_as_the_verdict_model():
+    from optimize._metrics import slo_metrics
+
+    w = Workload(arrival_rate_per_s=6.0, prompt_tokens_mean=1500.0, output_tokens_mean=300.0)
+    base = slo_metrics(MODEL, H100, DEP, pm.Efficiency(), w)
+    got = slo_metrics(MODEL, H100, DEP, SCALED, w)
+    np.testing.assert_allclose(got.ttft_quantiles_s, 2.5 * np.asarray(base.ttft_quantiles_s))
+    np.testing.assert_allclose(got.tpot_quantiles_s, 0.8 * np.asarray(base.tpot_quantiles_s))
+    np.testing.assert_allclose(got.itl_quantiles_s, 0.8 * np.asarray(base.itl_quantiles_s))
+    assert float(got.utilization) == float(base.utilization)
+
+
+def test_split_pools_take_the_prefill_ttft_and_the_decode_tpot_scale():
+    w = Workload(arrival_rate_per_s=2.0, prompt_tokens_mean=4096.0, output_tokens_mean=256.0)
+    pre = dataclasses.replace(pm.Efficiency(), ttft_scale=3.0, tpot_scale=7.0)
+    dec = dataclasses.replace(pm.Efficiency(), ttft_scale=5.0, tpot_scale=0.5)
+
+    def split(p, d):
+        return pm.features.split_serving(MODEL, w, prefill=(H100, DEP, p), decode=(H100, DEP, d))
+
+    base, got = split(pm.Efficiency(), pm.Efficiency()), split(pre, dec)
+    np.testing.assert_allclose(got.ttft_s, 3.0 * np.asarray(base.ttft_s), rtol=1e-12)
+    np.testing.assert_allclose(got.tpot_s, 0.5 * np.asarray(base.tpot_s), rtol=1e-12)
+
+
+def test_simulator_summary_scales_each_request():
+    from perfmodel.simulator import SimResult, summarize
+
+    n = 40
+    arrival = np.arange(n, dtype=float)
+    first = arrival + 0.2
+    finish = first + 0.01 * 99  # 100 output tokens, 10 ms apart
+    res = SimResult(
+        arrival_s=arrival,
+        first_token_s=first,
+        finish_s=finish,
+        prompt_tokens=np.full(n, 512),
+        output_tokens=np.full(n, 100),
+        preemptions=np.zeros(n, np.int64),
+        iterations=100 * n,
+        busy_s=float(n),
+        makespan_s=float(n),
+        replicas=1,
+        mean_decode_batch=1.0,
+    )
+    s = summarize(res, ttft_scale=3.0, tpot_scale=0.5)
+    assert s["ttft_s"]["p95"] == pytest.approx(0.6)
+    assert s["tpot_s"]["p50"] == pytest.approx(0.005)
+    assert s["e2e_s"]["mean"] == pytest.approx(0.6 + 0.5 * 0.99)
+    assert s["output_tokens_per_s"] == summarize(res)["output_tokens_per_s"]
+
+
+@pytest.fixture(scope="module")
+def posterior():
+    import fitting
+
+    return fitting.load_posterior(None)
+
+
+def test_efficiency_draws_carry_the_pooled_engine_offsets(posterior):
+    """The draws are e^delta of the end-to-end stage's cell: the engine's pooled one with
+    ``engine``, the any-engine one without, a source's own when it was fitted; 1 without an
+    end-to-end stage and under the prior."""
+    import fitting
+    from fitting._posterior import ENGINE_PREFIX, draw_indices
+    from optimize import efficiency_draws_for
+
+    def cell(name):
+        return posterior.flat("cell_offset")[:, posterior.cells.index(name)]
+
+    n, seed = 64, 3
+    idx = draw_indices(posterior, n, np.random.default_rng(seed))
+    for engine, key in ((None, "*"), ("sglang", "sglang"), ("vllm", "vllm")):
+        e = fitting.efficiency_draws(posterior, "h100-sxm", n, seed=seed, engine=engine)
+        ttft = cell(f"{ENGINE_PREFIX}{key}|serving:ttft")[idx]
+        tpot = cell(f"{ENGINE_PREFIX}{key}|serving:tpot")[idx]
+        np.testing.assert_allclose(np.asarray(e.ttft_scale), np.exp(ttft))
+        np.testing.assert_allclose(np.asarray(e.tpot_scale), np.exp(tpot))
+    own = fitting.efficiency_draws(posterior, "h100-sxm", n, seed=seed, source="inferencemax:vllm")
+    np.testing.assert_allclose(
+        np.asarray(own.ttft_scale), np.exp(cell("inferencemax:vllm|serving:ttft")[idx])
+    )
+    # measured closed-loop TTFT is well above the physics in every engine
+    assert np.median(np.asarray(own.ttft_scale)) > 1.5
+
+    from fitting._serving_stage import without_serving_stage
+
+    bare = fitting.Posterior(without_serving_stage(posterior.idata))
+    e = fitting.efficiency_draws(bare, "h100-sxm", 8, seed=seed)
+    assert np.all(np.asarray(e.ttft_scale) == 1.0) and np.all(np.asarray(e.tpot_scale) == 1.0)
+    prior = efficiency_draws_for(("h100-sxm", "l40s"), 8, posterior=None)
+    assert np.all(np.asarray(prior.ttft_scale) == 1.0) and prior.ttft_scale.shape == (2, 8)
+
+
+def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
+    """explain under load: the median scales of the engine asked for, TTFT/TPOT at those scales
+    (SGLang's measured TTFT is further above the physics than vLLM's), 90 % intervals of each
+    p95 that contain it; spec-sheet defaults: scales 1, no interval."""
+    import json
+
+    from servingmath.cli import main
+
+    base = [
+        "explain",
+        "--model",
+        "meta-llama/Llama-3.1-8B",
+        "--gpu",
+        "h100-sxm",
+        "--concurrency",
+        "8",
+        "--input-len",
+        "1024",
+        "--output-len",
+        "128",
+        "--draws",
+        "32",
+        "--json",
+    ]
+
+    def run(*extra):
+        assert main([*base, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    vllm, sglang, prior = run("--engine", "vllm"), run("--engine", "sglang"), run("--prior")
+    assert vllm["engine_scales"]["engine"] == "vllm"
+    assert sglang["engine_scales"]["ttft"] > vllm["engine_scales"]["ttft"] > 1.5
+    assert sglang["ttft_s"]["mean"] > 1.5 * vllm["ttft_s"]["mean"]
+    for out in (vllm, sglang):
+        for k in ("ttft_s", "tpot_s"):
+            lo, hi = out["p95_intervals"][k]["p05"], out["p95_intervals"][k]["p95"]
+            assert lo < hi
+        assert (
+            out["p95_intervals"]["ttft_s"]["p05"]
+            < out["ttft_s"]["p95"]
+            < out["p95_intervals"]["ttft_s"]["p95"]
+        )
+    assert prior["engine_scales"]["ttft"] == 1.0 and prior["engine_scales"]["tpot"] == 1.0
+    assert prior["p95_intervals"] is None
