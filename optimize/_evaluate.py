@@ -23,7 +23,7 @@ from perfmodel import (
     weight_bytes_per_gpu,
     workspace_bytes_per_gpu,
 )
-from perfmodel.features import expected_tokens_per_step
+from perfmodel.features import expected_tokens_per_step, prefix_workload
 
 from ._grid import (
     GPU,
@@ -95,6 +95,26 @@ def pool_units(problem: Problem, weights: tuple[Array, ...]) -> tuple[Array, Arr
     return w @ tables["prefill_units"][1:], w @ tables["decode_units"][1:]
 
 
+def served_workload(problem: Problem, hardware, deployment, efficiency, workload=None):
+    """(the ``Workload`` the prefill path serves, prompt tokens already in KV): the problem's load
+    as is, or with its shared prefix served from this configuration's prefix cache
+    (``perfmodel.features.prefix_workload``: the uncached prompts, the cached prefix read by every
+    iteration)."""
+    wl = problem.workload if workload is None else workload
+    if not problem.prefix_cache:
+        return wl, jnp.zeros(())
+    served, cost = prefix_workload(
+        problem.model,
+        hardware,
+        deployment,
+        efficiency,
+        wl,
+        shared_fraction=problem.prefix_shared_fraction,
+        prefix_tokens=problem.prefix_tokens,
+    )
+    return served, cost.cached_prompt_tokens
+
+
 def colocated_metrics(
     problem: Problem,
     weights: tuple[Array, ...],
@@ -112,21 +132,25 @@ def colocated_metrics(
     hardware = mix_gpu(problem.hardware, weights[GPU])
 
     def one(eff):
+        wl, cached = served_workload(problem, hardware, deployment, eff)
         m = slo_metrics(
             problem.model,
             hardware,
             deployment,
             eff,
-            problem.workload,
+            wl,
             temperature,
             chunk_tokens=chunk,
             spec=spec,
+            cached_prompt_tokens=cached,
         )
         m = context_fit(problem, m, hardware, deployment, temperature)
         if metrics_fn is slo_metrics:
             return m
         dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, deployment, chunk)
-        v = metrics_fn(problem.model, hardware, dep, eff, problem.workload, temperature)
+        v = metrics_fn(
+            problem.model, hardware, dep, eff, wl, temperature, cached_prompt_tokens=cached
+        )
         v = context_fit(problem, v, hardware, deployment, temperature)
         if spec is None:
             return v

@@ -42,6 +42,7 @@ from perfmodel import (
 )
 from perfmodel.dynamics import (
     QUANTILES,
+    DecodeCost,
     Workload,
     kingman_wait_s,
     lognormal_nodes,
@@ -317,9 +318,14 @@ def slo_metrics(
     *,
     chunk_tokens: Array | None = None,
     spec: SpecStep | None = None,
+    cached_prompt_tokens: Array | float = 0.0,
 ) -> SloMetrics:
     """The search model: the load model's first-order laws on ``forward_step`` iterations, all
     replicas sharing the arrivals evenly.
+
+    ``cached_prompt_tokens``: mean prompt tokens per request already in KV at admission (a prefix
+    cache, ``perfmodel.features.prefix_workload``; ``workload`` then holds the uncached prompts):
+    every prefill chunk and decode iteration reads their KV too (``DecodeCost``'s law).
 
     B = ``max_num_batched_tokens`` (iteration token budget), c = ``chunk_tokens`` (prefill chunk
     per request per iteration, default B), E tokens per decode step (1, or ``spec``'s).
@@ -339,7 +345,8 @@ def slo_metrics(
     """
     lam = workload.arrival_rate_per_s / deployment.replicas
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
-    context = i_len + o_len / 2.0
+    cached = jnp.asarray(cached_prompt_tokens)
+    context = cached + i_len + o_len / 2.0
     budget = deployment.max_num_batched_tokens
     chunk = budget if chunk_tokens is None else chunk_tokens
     e = 1.0 if spec is None else spec.tokens_per_step
@@ -368,7 +375,7 @@ def slo_metrics(
         jnp.stack(jnp.broadcast_arrays(n_full, 1.0)),
         jnp.stack(jnp.broadcast_arrays(prefill_full, i_len / steps)),
         i_len,
-        i_len / 2.0,
+        cached + i_len / 2.0,
     )
     mu = n_full / (steps * t_full)
     rho = lam / mu
@@ -389,7 +396,9 @@ def slo_metrics(
         jnp.stack(jnp.broadcast_arrays(c_eff, c_eff, c_eff, i_len, c_eff)),
         jnp.stack(
             jnp.broadcast_arrays(
-                *([jnp.maximum(i_len - c_eff, 0.0) / 2.0] * 3), i_len / 2, jnp.zeros_like(c_eff)
+                *([cached + jnp.maximum(i_len - c_eff, 0.0) / 2.0] * 3),
+                cached + i_len / 2,
+                jnp.zeros_like(c_eff),
             )
         ),
     )
@@ -476,9 +485,11 @@ def serving_slo_metrics(
     temperature: float = 0.0,
     *,
     chunk_tokens: Array | None = None,
+    cached_prompt_tokens: Array | float = 0.0,
 ) -> SloMetrics:
     """The verdict model: ``perfmodel.dynamics.serving_metrics`` (chunked prefill at the token
-    budget, ``chunk_tokens`` per sequence) as ``SloMetrics``."""
+    budget, ``chunk_tokens`` per sequence; ``cached_prompt_tokens`` of prefix KV read by every
+    iteration, as in ``slo_metrics``) as ``SloMetrics``."""
     m = serving_metrics(
         model,
         hardware,
@@ -487,6 +498,7 @@ def serving_slo_metrics(
         workload,
         temperature=temperature,
         chunk_tokens=chunk_tokens,
+        decode_cost=DecodeCost(cached_prompt_tokens=cached_prompt_tokens),
     )
     concurrent = max_concurrent_requests(
         model,

@@ -49,6 +49,11 @@ class Problem(eqx.Module):
         max_model_len_tokens: the context every engine must admit (vLLM ``--max-model-len``):
             one sequence of it must fit the KV cache, or the engine does not start (0 = the
             workload's own, ``served_max_model_len``, with no further check).
+        prefix_shared_fraction, prefix_tokens: a share of requests opens with a shared prefix of
+            that many tokens, which a prefix cache serves from KV (the hit rate of each
+            configuration's own cache at its load, ``perfmodel.features.prefix_workload``).
+        prefix_cache: whether the workload has a shared prefix (static: the evaluation prices
+            the cache only then).
     """
 
     model: ModelSpec
@@ -69,6 +74,9 @@ class Problem(eqx.Module):
     grid: Grid = eqx.field(static=True)
     slo_itl_p95_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=math.inf)
     max_model_len_tokens: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    prefix_shared_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    prefix_tokens: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
+    prefix_cache: bool = eqx.field(static=True, default=False)
 
     @property
     def num_draws(self) -> int:
@@ -111,6 +119,9 @@ def make_problem(
     spec_draft: ModelSpec | str | None = None,
     spec_acceptance: float | None = None,
     transfer_bytes_per_s: float | None = None,
+    prefix_reuse: float | None = None,
+    prefix_tokens: float | None = None,
+    engine: str | None = None,
 ) -> Problem:
     """Assemble a ``Problem``; raises ``ValueError`` naming the fix for bad input.
 
@@ -136,6 +147,11 @@ def make_problem(
         spec_acceptance: per-token acceptance alpha in [0, 1]; default the prior (mean alpha of
             the measured acceptance lengths at each k, ``perfmodel.features.acceptance_prior``).
         transfer_bytes_per_s: KV hand-off bandwidth between pools (default: inter-node network).
+        prefix_reuse, prefix_tokens: share of requests (0..1] that open with one shared prefix of
+            ``prefix_tokens`` tokens, served from a prefix cache; priced for colocated engines
+            without speculation (``ValueError`` when the grid offers pool splits or k > 0).
+        engine: the serving engine whose fitted end-to-end offsets scale TTFT and TPOT in the
+            posterior draws (``fitting.efficiency_draws``; None: pooled).
     """
     gpus = tuple(gpus)
     if not gpus:
@@ -164,7 +180,10 @@ def make_problem(
     if grid.num_gpus != len(gpus):
         raise ValueError(f"grid has {grid.num_gpus} GPU slots but {len(gpus)} GPUs were given")
     if efficiency is None:
-        efficiency = efficiency_draws_for(gpus, num_draws, posterior=posterior, seed=seed)
+        efficiency = efficiency_draws_for(
+            gpus, num_draws, posterior=posterior, seed=seed, engine=engine
+        )
+    prefix = _prefix(grid, prefix_reuse, prefix_tokens)
     penalty = dict(quality_penalty or {})
     draft, mtp, alphas = _speculation(model, grid, spec_draft, spec_acceptance)
     if transfer_bytes_per_s is not None and not transfer_bytes_per_s > 0:
@@ -194,7 +213,26 @@ def make_problem(
         grid=grid,
         slo_itl_p95_s=math.inf if slo_itl_p95_s is None else slo_itl_p95_s,
         max_model_len_tokens=context,
+        **prefix,
     )
+
+
+def _prefix(grid: Grid, share: float | None, tokens: float | None) -> dict:
+    """``Problem`` fields of a shared prefix; ``ValueError`` naming the fix for bad values."""
+    if share is None and tokens is None:
+        return {}
+    if share is None or tokens is None:
+        raise ValueError("a shared prefix needs both its share of requests and its length")
+    if not (0.0 < share <= 1.0):
+        raise ValueError(f"prefix reuse {share} must be a share of requests in (0, 1]")
+    if not (math.isfinite(tokens) and tokens >= 1.0):
+        raise ValueError(f"prefix length {tokens} must be a positive number of tokens")
+    if grid.disaggregated or max(grid.spec_k) > 0:
+        raise ValueError(
+            "prefix reuse is priced for colocated engines without speculation; offer no pool "
+            "split (--pool-ratios none) and no draft (drop --spec-draft)"
+        )
+    return {"prefix_shared_fraction": share, "prefix_tokens": tokens, "prefix_cache": True}
 
 
 def _require_context_fits(model, gpus, specs, grid: Grid, context: float) -> None:

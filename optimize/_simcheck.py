@@ -50,7 +50,13 @@ def simulate_check(
     import equinox as eqx
 
     from perfmodel.dynamics import simulate, summarize
-    from perfmodel.simulator import Speculation, requests_from_workload, simulate_disaggregated
+    from perfmodel.simulator import (
+        PrefixCaching,
+        Speculation,
+        requests_from_workload,
+        simulate_disaggregated,
+        synthetic_prefix_hashes,
+    )
 
     g = problem.grid
     tables = grid_tables(g)
@@ -74,6 +80,16 @@ def simulate_check(
 
     if pool == 0:
         dep = deployment(float(replicas))
+        prefix = None
+        if problem.prefix_cache:  # a seeded share of requests opens with the shared prefix
+            block = int(float(dep.block_size_tokens))
+            shared = np.random.default_rng(seed + 2).random(len(trace)) < float(
+                problem.prefix_shared_fraction
+            )
+            hashes = synthetic_prefix_hashes(
+                trace.prompt_tokens, shared, int(float(problem.prefix_tokens)), block
+            )
+            prefix = PrefixCaching(hashes, block)
         res = simulate(
             problem.model,
             _select(problem.hardware, gpu),
@@ -83,6 +99,7 @@ def simulate_check(
             seed=seed,
             chunk_tokens=chunk,
             speculation=spec,
+            prefix=prefix,
         )
         kind = "speculative" if spec else "colocated"
     else:
@@ -104,7 +121,10 @@ def simulate_check(
             decode_efficiency=_median_efficiency(problem, gpu),
         )
         kind = "split" + (" + speculative" if spec else "")
-    s = summarize(res)
+    # as the engine delivers them (the fitted end-to-end offsets, as the verdict's)
+    first = _median_efficiency(problem, pre_gpu if pool else gpu)  # the prefill pool's
+    gaps = _median_efficiency(problem, gpu)
+    s = summarize(res, ttft_scale=float(first.ttft_scale), tpot_scale=float(gaps.tpot_scale))
     ttft = {q: _num(s["ttft_s"][q]) for q in ("p50", "p95", "p99")}
     tpot = {q: _num(s["tpot_s"][q]) for q in ("p50", "p95", "p99")}
     itl = {q: _num(s["itl_s"][q]) for q in ("p50", "p95", "p99")}

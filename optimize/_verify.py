@@ -32,6 +32,7 @@ from ._evaluate import (
     cost_per_hour,
     meets_confidence,
     mix_gpu,
+    served_workload,
     split_itl,
 )
 from ._grid import (
@@ -123,11 +124,16 @@ def colocated_verdict_metrics(problem: Problem, configs, replicas) -> SloMetrics
         configs,
         replicas,
         lambda hw, dep, e, chunk: context_fit(
-            problem,
-            serving_slo_metrics(problem.model, hw, dep, e, problem.workload, chunk_tokens=chunk),
-            hw,
-            dep,
+            problem, _verdict(problem, hw, dep, e, chunk), hw, dep
         ),
+    )
+
+
+def _verdict(problem: Problem, hw, dep, e, chunk) -> SloMetrics:
+    """``serving_slo_metrics`` of one colocated engine and draw (its prefix cache, if any)."""
+    workload, cached = served_workload(problem, hw, dep, e)
+    return serving_slo_metrics(
+        problem.model, hw, dep, e, workload, chunk_tokens=chunk, cached_prompt_tokens=cached
     )
 
 

@@ -68,6 +68,41 @@ def prefix_serving_metrics(
     """Percentiles with a prefix cache (see module docstring); ``workload`` is a ``Workload``."""
     from ._serving import serving_metrics  # the dynamics layer, imported where used
 
+    served, cost = prefix_workload(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        workload,
+        shared_fraction=shared_fraction,
+        prefix_tokens=prefix_tokens,
+    )
+    m = serving_metrics(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        served,
+        chunked_prefill=chunked_prefill,
+        decode_cost=cost,
+    )
+    return _loaded(m, 1.0)
+
+
+def prefix_workload(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    workload,
+    *,
+    shared_fraction: ArrayLike,
+    prefix_tokens: ArrayLike,
+):
+    """(the ``Workload`` the prefill path serves, the ``DecodeCost`` of the cached prefix) under a
+    prefix cache (module docstring): prompts of mean P - wR with the two-point law's variance
+    added, w = shared_fraction x hit_rate (``prefix_reuse``: the LRU hit rate of this
+    deployment's cache at this load), every iteration still reading wR cached tokens of KV."""
     p = workload.prompt_tokens_mean
     reuse = prefix_reuse(
         model,
@@ -83,21 +118,12 @@ def prefix_serving_metrics(
     w, r = reuse.reused_fraction, reuse.reusable_tokens
     mean = p - w * r
     var = jnp.square(workload.prompt_tokens_cv * p) + w * (1.0 - w) * jnp.square(r)
-    eff = eqx.tree_at(
+    served = eqx.tree_at(
         lambda x: (x.prompt_tokens_mean, x.prompt_tokens_cv),
         workload,
         (jnp.asarray(mean, dtype=float), jnp.sqrt(var) / mean),
     )
-    m = serving_metrics(
-        model,
-        hardware,
-        deployment,
-        efficiency,
-        eff,
-        chunked_prefill=chunked_prefill,
-        decode_cost=DecodeCost(cached_prompt_tokens=w * r),
-    )
-    return _loaded(m, 1.0)
+    return served, DecodeCost(cached_prompt_tokens=w * r)
 
 
 def speculative_serving_metrics(

@@ -24,6 +24,7 @@ from ._expert import (
 from ._features_under_load import (
     LoadedFeature as LoadedFeature,
     prefix_serving_metrics as prefix_serving_metrics,
+    prefix_workload as prefix_workload,
     speculative_serving_metrics as speculative_serving_metrics,
 )
 from ._host_tier import HostTier as HostTier, host_tier as host_tier

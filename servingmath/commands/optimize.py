@@ -40,8 +40,11 @@ HELP = "cheapest deployment meeting p95 TTFT/TPOT SLOs with stated confidence (g
 # ------------------------------------------------------------------ shared by fleet / forecast
 
 
-def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = True) -> None:
-    """--model, --gpus, SLOs, confidence, posterior, prices (and the load, when ``workload``)."""
+def add_problem_arguments(
+    parser: argparse.ArgumentParser, *, workload: bool = True, prefix: bool = True
+) -> None:
+    """--model, --gpus, SLOs, confidence, posterior, prices (the load, when ``workload``; a
+    shared prefix, when ``prefix``)."""
     parser.add_argument("--model", required=True, help="Hugging Face id or config.json path")
     parser.add_argument("--gpus", required=True, help="candidate hardware ids, comma-separated")
     if workload:
@@ -60,6 +63,20 @@ def add_problem_arguments(parser: argparse.ArgumentParser, *, workload: bool = T
     parser.add_argument(
         "--output-cv", type=nonnegative_float, default=1.0, help="output-length CV (default 1)"
     )
+    if prefix:
+        parser.add_argument(
+            "--prefix-reuse",
+            type=fraction,
+            metavar="FRACTION",
+            help="share of requests that open with one shared prefix, served from a prefix "
+            "cache (with --prefix-len; colocated engines without speculation)",
+        )
+        parser.add_argument(
+            "--prefix-len",
+            type=positive_float,
+            metavar="N",
+            help="shared prefix length, tokens (with --prefix-reuse)",
+        )
     parser.add_argument(
         "--ttft-p95",
         "--slo-ttft-p95",
@@ -125,21 +142,34 @@ def problem_from_args(
     command line gives (``extra``: speculation and transfer settings ``optimize`` adds)."""
     from optimize import make_problem
 
-    return make_problem(
-        model,
-        gpus,
-        workload,
-        slo_ttft_p95_s=args.ttft_p95,
-        slo_tpot_p95_s=args.tpot_p95,
-        slo_itl_p95_s=getattr(args, "itl_p95", None),
-        max_model_len=getattr(args, "max_model_len", None),
-        confidence=args.confidence,
-        grid=grid_from_args(args, len(gpus), args.max_replicas),
-        efficiency=efficiency,
-        hardware=hardware,
-        quality_penalty=args.quality_penalty,
-        **extra,
-    )
+    share, length = getattr(args, "prefix_reuse", None), getattr(args, "prefix_len", None)
+    if (share is None) != (length is None):
+        raise UsageError("--prefix-reuse and --prefix-len go together; pass both or neither")
+    if length is not None and length > float(workload.prompt_tokens_mean):
+        raise UsageError(
+            f"--prefix-len {length:.0f} is longer than the {float(workload.prompt_tokens_mean):.0f}"
+            "-token mean prompt; pass a prefix no longer than the prompt"
+        )
+    try:
+        return make_problem(
+            model,
+            gpus,
+            workload,
+            slo_ttft_p95_s=args.ttft_p95,
+            slo_tpot_p95_s=args.tpot_p95,
+            slo_itl_p95_s=getattr(args, "itl_p95", None),
+            max_model_len=getattr(args, "max_model_len", None),
+            confidence=args.confidence,
+            grid=grid_from_args(args, len(gpus), args.max_replicas),
+            efficiency=efficiency,
+            hardware=hardware,
+            quality_penalty=args.quality_penalty,
+            prefix_reuse=share,
+            prefix_tokens=length,
+            **extra,
+        )
+    except (ValueError, CatalogError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
@@ -169,6 +199,9 @@ def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
             )
     if getattr(args, "pool_ratios", None) is not None:
         extra["pool_ratios"] = _ratios(args.pool_ratios)
+    elif hasattr(args, "pool_ratios") and getattr(args, "prefix_reuse", None) is None:
+        # a prefix cache is priced for colocated engines: no default pool split beside it
+        extra["pool_ratios"] = _ratios(DEFAULT_POOL_RATIOS)
     if getattr(args, "spec_draft", None):
         extra["spec_k"] = SPEC_K
     return Grid(
@@ -397,10 +430,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pool-ratios",
-        default=DEFAULT_POOL_RATIOS,
+        default=None,
         metavar="P:D,...",
         help="prefill:decode engine ratios of disaggregated pools to consider, or none "
-        f"(default {DEFAULT_POOL_RATIOS})",
+        f"(default {DEFAULT_POOL_RATIOS}; none with --prefix-reuse)",
     )
     parser.add_argument(
         "--transfer-bw",

@@ -47,7 +47,7 @@ def concurrency_list(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_problem_arguments(parser, workload=False)
+    add_problem_arguments(parser, workload=False, prefix=False)
     parser.add_argument(
         "--concurrency",
         type=concurrency_list,

@@ -56,6 +56,11 @@ def question(args: argparse.Namespace, model_name: str, gpus, workload, **extra)
             else {}
         ),
         "confidence": args.confidence,
+        **(
+            {"prefix_reuse": args.prefix_reuse, "prefix_len": args.prefix_len}
+            if getattr(args, "prefix_reuse", None) is not None
+            else {}
+        ),
         **extra,
     }
 
@@ -83,6 +88,11 @@ def assumptions(args: argparse.Namespace, gpus, hardware) -> dict:
     used = {g: float(h.price_per_gpu_hour) for g, h in zip(gpus, hardware)}
     return {
         "posterior": posterior,
+        "engine_offsets": (
+            "none (physics alone)"
+            if args.prior
+            else f"fitted end-to-end TTFT/TPOT offsets of {getattr(args, 'engine', None) or 'the engines pooled'}"
+        ),
         "posterior_draws": args.draws,
         "seed": args.seed,
         "prices_csv": str(prices_csv),
