@@ -173,9 +173,13 @@ KNIFE_EDGE = 10.0
 """Elasticity above which the p95 tail is flagged as swinging with small load errors."""
 
 
-def load_metrics(args, model, hardware, deployment, efficiency, workload: Workload):
+def load_metrics(
+    args, model, hardware, deployment, efficiency, workload: Workload, decode_cost=None
+):
     """``serving_metrics`` of ``workload`` under the parsed scheduler options (--chunked-prefill,
-    --chunk-tokens), its traced program loaded from disk when an earlier run kept it."""
+    --chunk-tokens) and the features' ``decode_cost`` (a cached prefix, speculation; the
+    workload then the one the prefill path serves: ``_features_cli.feature_load``), its traced
+    program loaded from disk when an earlier run kept it."""
     return _serving_metrics(
         model,
         hardware,
@@ -185,11 +189,20 @@ def load_metrics(args, model, hardware, deployment, efficiency, workload: Worklo
         chunked_prefill=getattr(args, "chunked_prefill", True),
         chunk_tokens=getattr(args, "chunk_tokens", None),
         closed_loop=is_closed_loop(workload),  # static: decided before the leaves are traced
+        decode_cost=decode_cost,
     )
 
 
 def _p95_by_draw(
-    model, hardware, deployment, draws, workload, chunked_prefill, chunk_tokens, closed_loop
+    model,
+    hardware,
+    deployment,
+    draws,
+    workload,
+    chunked_prefill,
+    chunk_tokens,
+    closed_loop,
+    decode_cost,
 ):
     """p95 TTFT, TPOT, ITL and E2E (columns) of each posterior draw (rows)."""
 
@@ -203,10 +216,13 @@ def _p95_by_draw(
             chunked_prefill=chunked_prefill,
             chunk_tokens=chunk_tokens,
             closed_loop=closed_loop,
+            decode_cost=decode_cost,
         )
         return jnp.stack([m.ttft_s.p95, m.tpot_s.p95, m.itl_s.p95, m.e2e_s.p95])
 
-    return jax.vmap(one)(draws)
+    # one draw at a time: the program is the single evaluation in a loop (a vmap over the
+    # draws compiles a batched open-loop quadrature several times slower, for ~64 ms of work)
+    return jax.lax.map(one, draws)
 
 
 _p95_draws = cached_jit(_p95_by_draw)
@@ -215,7 +231,9 @@ INTERVAL_DRAWS = 64
 """Posterior draws the p95 intervals under load are taken over (the first of --draws)."""
 
 
-def p95_intervals(args, model, hardware, deployment, draws, workload: Workload) -> dict:
+def p95_intervals(
+    args, model, hardware, deployment, draws, workload: Workload, decode_cost=None
+) -> dict:
     """{"ttft_s", "tpot_s", "itl_s", "e2e_s"} -> {"p05", "p50", "p95"}: the 90 % posterior
     interval of each p95 latency (efficiencies and the engines' fitted offsets drawn together;
     an overloaded draw counts as inf, so an interval reaching overload is open, ``null``)."""
@@ -231,6 +249,7 @@ def p95_intervals(args, model, hardware, deployment, draws, workload: Workload) 
             getattr(args, "chunked_prefill", True),
             getattr(args, "chunk_tokens", None),
             is_closed_loop(workload),
+            decode_cost,
         )
     )
     p95 = np.where(np.isnan(p95), np.inf, p95)
@@ -242,7 +261,7 @@ def p95_intervals(args, model, hardware, deployment, draws, workload: Workload) 
 
 
 def dynamics_report(
-    args, model, hardware, deployment, efficiency, workload: Workload, draws=None
+    args, model, hardware, deployment, efficiency, workload: Workload, draws=None, decode_cost=None
 ) -> dict:
     """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded).
 
@@ -256,7 +275,7 @@ def dynamics_report(
     or more (docs/benchmarks-history.md, the queueing section)."""
 
     def metrics(w):
-        return load_metrics(args, model, hardware, deployment, efficiency, w)
+        return load_metrics(args, model, hardware, deployment, efficiency, w, decode_cost)
 
     m = metrics(workload)
     elasticity = None
@@ -291,7 +310,7 @@ def dynamics_report(
         "p95_intervals": (
             None
             if draws is None
-            else p95_intervals(args, model, hardware, deployment, draws, workload)
+            else p95_intervals(args, model, hardware, deployment, draws, workload, decode_cost)
         ),
     }
 

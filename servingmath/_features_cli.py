@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import perfmodel as pm
 from optimize import cached_jit
 from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
+from perfmodel.dynamics import DecodeCost
 
 from ._disagg_cli import DisaggPools as DisaggPools, _disagg, _pools, disagg_pools as disagg_pools
 from ._dynamics_cli import load_metrics
@@ -137,7 +138,9 @@ def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -
         )
 
 
-def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) -> dict:
+def _spec_params(args, model) -> tuple:
+    """(draft model or None for MTP heads, acceptance alpha, where alpha came from) of
+    --spec-draft / --spec-acceptance (the measured prior at --spec-k when not given)."""
     mtp = args.spec_draft.lower() == "mtp"
     draft = None
     if not mtp:
@@ -156,6 +159,41 @@ def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) 
         source = f"prior: mean over measured {'mtp' if mtp else 'draft'} acceptance lengths"
     else:
         alpha, source = args.spec_acceptance, "--spec-acceptance"
+    return draft, alpha, source
+
+
+def feature_load(args, model, hardware, deployment, efficiency, load):
+    """(the ``Workload`` the prefill path serves, the ``DecodeCost`` of each iteration) of ``load``
+    under the feature flags, for the latency percentiles: a prefix cache serves the uncached
+    prompts and every iteration reads the cached prefix's KV (``prefix_workload``); speculative
+    decoding drafts --spec-k tokens per sequence and emits E per iteration.  Without either, the
+    load as given and plain decoding."""
+    served, cost = load, DecodeCost()
+    if args.prefix_reuse is not None and args.prefix_len:
+        served, cost = ft.prefix_workload(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            load,
+            shared_fraction=float(args.prefix_reuse),
+            prefix_tokens=float(args.prefix_len),
+        )
+    if args.spec_draft:
+        draft, alpha, _ = _spec_params(args, model)
+        cost = DecodeCost(
+            cached_prompt_tokens=cost.cached_prompt_tokens,
+            draft_tokens=float(args.spec_k),
+            acceptance=float(alpha),
+            draft_model=draft,
+            speculative=True,
+        )
+    return served, cost
+
+
+def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) -> dict:
+    mtp = args.spec_draft.lower() == "mtp"
+    draft, alpha, source = _spec_params(args, model)
     s = ft.speculative_decode(
         model,
         hardware,
@@ -211,6 +249,8 @@ def feature_report(
     workload=None,
     trace_reuse: dict | None = None,
     load=None,
+    served=None,
+    decode_cost=None,
 ) -> dict:
     """Closed-form feature numbers and verdicts for the parsed options (``UsageError`` on bad input).
 
@@ -220,6 +260,8 @@ def feature_report(
 
     ``trace_reuse`` (a hashed trace's measured ``shared_fraction`` and mean reused
     ``prefix_tokens``) stands in for --prefix-reuse/--prefix-len when those are not given.
+    ``served`` / ``decode_cost`` (``feature_load`` of ``load``): the load model's view of it
+    with the features on, which the verdicts' latency metrics read.
     """
     prompt, output, rate = _lengths(args, workload)
     validate_feature_arguments(args, prompt)
@@ -288,7 +330,15 @@ def feature_report(
         chunk_tokens=getattr(args, "chunk_tokens", None),
         metrics=None
         if judged is None
-        else load_metrics(args, model, hardware, deployment, efficiency, judged),
+        else load_metrics(
+            args,
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            judged if served is None else served,
+            decode_cost,
+        ),
         prefill_interference=None
         if rate is None
         else _colocated_interference(

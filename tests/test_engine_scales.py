@@ -182,8 +182,6 @@ def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
         "1024",
         "--output-len",
         "128",
-        "--draws",
-        "32",
         "--json",
     ]
 

@@ -20,6 +20,7 @@ from .._dynamics_cli import (
 )
 from .._features_cli import (
     add_feature_arguments,
+    feature_load,
     feature_report,
     render_features,
     validate_feature_arguments,
@@ -185,10 +186,19 @@ def run(args: argparse.Namespace) -> int:
     if not all(math.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
     load = load_workload(args)
-    features = feature_report(args, model, hardware, deployment, efficiency, load=load)
+    served, cost = (
+        (None, None)
+        if load is None
+        else feature_load(args, model, hardware, deployment, efficiency, load)
+    )
+    features = feature_report(
+        args, model, hardware, deployment, efficiency, load=load, served=served, decode_cost=cost
+    )
     report.update(features)
     if load is not None:
-        report.update(dynamics_report(args, model, hardware, deployment, efficiency, load, draws))
+        report.update(
+            dynamics_report(args, model, hardware, deployment, efficiency, served, draws, cost)
+        )
     print(
         json.dumps(report, indent=2)
         if args.json
