@@ -167,7 +167,9 @@ def feature_load(args, model, hardware, deployment, efficiency, load):
     under the feature flags, for the latency percentiles: a prefix cache serves the uncached
     prompts and every iteration reads the cached prefix's KV (``prefix_workload``); speculative
     decoding drafts --spec-k tokens per sequence and emits E per iteration.  Without either, the
-    load as given and plain decoding."""
+    load as given and None (plain decoding: the program the plain load compiles)."""
+    if not ((args.prefix_reuse is not None and args.prefix_len) or args.spec_draft):
+        return load, None
     served, cost = load, DecodeCost()
     if args.prefix_reuse is not None and args.prefix_len:
         served, cost = ft.prefix_workload(

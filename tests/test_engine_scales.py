@@ -204,3 +204,18 @@ def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
         )
     assert prior["engine_scales"]["ttft"] == 1.0 and prior["engine_scales"]["tpot"] == 1.0
     assert prior["p95_intervals"] is None
+
+
+def test_simulate_reports_the_scales_explain_applies(capsys):
+    import json
+
+    from servingmath.cli import main
+
+    argv = ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--engine", "trtllm"]
+    load = ["--concurrency", "4", "--input-len", "512", "--output-len", "32"]
+    assert main(["simulate", *argv, *load, "--requests", "40", "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert main(["explain", *argv, *load, "--json"]) == 0
+    exp = json.loads(capsys.readouterr().out)
+    assert sim["engine_scales"] == exp["engine_scales"]
+    assert sim["engine_scales"]["engine"] == "trtllm" and sim["engine_scales"]["ttft"] > 1.5

@@ -18,6 +18,7 @@ from perfmodel.simulator import (
 from .._dynamics_cli import (
     add_dynamics_arguments,
     check_scheduler,
+    engine_scales_line,
     rescale_arrivals,
     resolve_workload,
     simulation_progress,
@@ -104,6 +105,7 @@ def _render(r: dict) -> str:
         ("mean decode batch", f"{r['decode_batch']:.1f}"),
         ("requests (preemptions)", f"{r['requests']:,} ({r['preemptions']:,})"),
         ("rejected", f"{r['rejected']:,}"),
+        ("engine offsets", engine_scales_line(r["engine_scales"])),
     ]
     head = f"efficiencies: {r['efficiency_source']}\n"
     note = f"\nnote: {r['note']}" if r.get("note") else ""
@@ -193,6 +195,11 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "efficiency_source": source,
         **simulation_report(result, engine_summary(result, efficiency)),
+    }
+    report["engine_scales"] = {
+        "engine": args.engine,
+        "ttft": float(efficiency.ttft_scale),
+        "tpot": float(efficiency.tpot_scale),
     }
     report["rejected"] = result.num_rejected
     report["length_capped"] = int(
