@@ -71,6 +71,9 @@ def is_kv_bound(kv_seats: Array, deployment: Deployment, seat_occupancy: Array) 
 class ServingMetrics(eqx.Module):
     """What a user feels under the workload; latencies are ``inf`` when ``stable`` is False.
 
+    The latencies are the load model's times the engine's fitted end-to-end offsets
+    (``engine_scaled``: ``Efficiency.ttft_scale`` / ``tpot_scale``, 1 for the physics alone).
+
     Attributes:
         ttft_s: time to first token.
         tpot_s: time per output token after the first (per-request mean gap).
@@ -332,13 +335,13 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
 
     ``utilization`` = X(N) / X(seats): the loop's completion rate per replica over the rate of
     the same loop with every seat held (its capacity: more clients only wait for a seat);
-    ``seat_occupancy`` = admitted / seats, n = min(N / replicas, seats)."""
-    cached = cost.cached_prompt_tokens
-    uncached = eqx.tree_at(
-        lambda w: w.prompt_tokens_mean,
-        workload,
-        jnp.maximum(workload.prompt_tokens_mean - cached, 1.0),
-    )
+    ``seat_occupancy`` = admitted / seats, n = min(N / replicas, seats).
+
+    ``workload`` holds the prompts the prefill path serves, as the open loop's does: with a prefix
+    cache, the uncached ones (``perfmodel.features.prefix_workload``).  The closed loop's steps
+    do not read the cached prefix's KV (``cost.cached_prompt_tokens``): its TPOT leaves out that
+    read (a few per cent at thousands of cached tokens)."""
+    uncached = workload
     m = closed_loop_metrics(
         model, hardware, deployment, efficiency, uncached, tokens_per_decode=cost.tokens_per_step()
     )

@@ -12,7 +12,6 @@ import math
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import perfmodel as pm
@@ -193,40 +192,6 @@ def load_metrics(
     )
 
 
-def _p95_by_draw(
-    model,
-    hardware,
-    deployment,
-    draws,
-    workload,
-    chunked_prefill,
-    chunk_tokens,
-    closed_loop,
-    decode_cost,
-):
-    """p95 TTFT, TPOT, ITL and E2E (columns) of each posterior draw (rows)."""
-
-    def one(e):
-        m = serving_metrics(
-            model,
-            hardware,
-            deployment,
-            e,
-            workload,
-            chunked_prefill=chunked_prefill,
-            chunk_tokens=chunk_tokens,
-            closed_loop=closed_loop,
-            decode_cost=decode_cost,
-        )
-        return jnp.stack([m.ttft_s.p95, m.tpot_s.p95, m.itl_s.p95, m.e2e_s.p95])
-
-    # one draw at a time: the program is the single evaluation in a loop (a vmap over the
-    # draws compiles a batched open-loop quadrature several times slower, for ~64 ms of work)
-    return jax.lax.map(one, draws)
-
-
-_p95_draws = cached_jit(_p95_by_draw)
-
 INTERVAL_DRAWS = 64
 """Posterior draws the p95 intervals under load are taken over (the first of --draws)."""
 
@@ -236,22 +201,27 @@ def p95_intervals(
 ) -> dict:
     """{"ttft_s", "tpot_s", "itl_s", "e2e_s"} -> {"p05", "p50", "p95"}: the 90 % posterior
     interval of each p95 latency (efficiencies and the engines' fitted offsets drawn together;
-    an overloaded draw counts as inf, so an interval reaching overload is open, ``null``)."""
-    n = min(INTERVAL_DRAWS, int(jax.tree.leaves(draws)[0].shape[0]))
-    sub = jax.tree.map(lambda x: x[:n], draws)
-    p95 = np.asarray(
-        _p95_draws(
+    an overloaded draw counts as inf, so an interval reaching overload is open, ``null``).
+
+    Each draw runs the point estimate's own program (``load_metrics``: no second compile; ~1 ms
+    a draw)."""
+    host = jax.tree.map(np.asarray, draws)
+    n = min(INTERVAL_DRAWS, int(jax.tree.leaves(host)[0].shape[0]))
+    rows = []
+    for i in range(n):
+        m = load_metrics(
+            args,
             model,
             hardware,
             deployment,
-            sub,
+            jax.tree.map(lambda x, i=i: x[i], host),
             workload,
-            getattr(args, "chunked_prefill", True),
-            getattr(args, "chunk_tokens", None),
-            is_closed_loop(workload),
             decode_cost,
         )
-    )
+        rows.append(
+            [float(m.ttft_s.p95), float(m.tpot_s.p95), float(m.itl_s.p95), float(m.e2e_s.p95)]
+        )
+    p95 = np.asarray(rows)
     p95 = np.where(np.isnan(p95), np.inf, p95)
     q = np.quantile(p95, (0.05, 0.5, 0.95), axis=0, method="inverted_cdf")
     return {

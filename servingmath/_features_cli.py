@@ -172,14 +172,23 @@ def feature_load(args, model, hardware, deployment, efficiency, load):
         return load, None
     served, cost = load, DecodeCost()
     if args.prefix_reuse is not None and args.prefix_len:
-        served, cost = ft.prefix_workload(
+        # a closed loop's rate is the engine's own: the hit rate is taken at 1 request/s, as the
+        # feature report's (one hot prefix stays cached at any rate that reuses it)
+        closed = float(load.concurrency) > 0 or not float(load.arrival_rate_per_s) > 0
+        judged = eqx.tree_at(lambda w: w.arrival_rate_per_s, load, 1.0) if closed else load
+        reduced, cost = ft.prefix_workload(
             model,
             hardware,
             deployment,
             efficiency,
-            load,
+            judged,
             shared_fraction=float(args.prefix_reuse),
             prefix_tokens=float(args.prefix_len),
+        )
+        served = eqx.tree_at(
+            lambda w: (w.prompt_tokens_mean, w.prompt_tokens_cv),
+            load,
+            (reduced.prompt_tokens_mean, reduced.prompt_tokens_cv),
         )
     if args.spec_draft:
         draft, alpha, _ = _spec_params(args, model)
