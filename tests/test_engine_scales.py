@@ -27,20 +27,10 @@ def _pct(p):
     return np.array([p.mean, p.p50, p.p90, p.p95, p.p99], dtype=float)
 
 
-@pytest.mark.parametrize(
-    "workload",
-    [
-        Workload(concurrency=16.0, prompt_tokens_mean=1024.0, output_tokens_mean=512.0),
-        Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=1024.0, output_tokens_mean=512.0),
-    ],
-    ids=["closed", "open"],
-)
-def test_serving_metrics_scale_ttft_and_tpot_and_compose_e2e(workload):
-    # the open loop's percentiles pass through the same scaling as the closed loop's: its means
-    # and throughput are what differ (the means-only program compiles in a third of the time)
-    means_only = bool(workload.concurrency == 0)
-    base = serving_metrics(MODEL, H100, DEP, pm.Efficiency(), workload, means_only=means_only)
-    got = serving_metrics(MODEL, H100, DEP, SCALED, workload, means_only=means_only)
+def test_serving_metrics_scale_ttft_and_tpot_and_compose_e2e():
+    workload = Workload(concurrency=16.0, prompt_tokens_mean=1024.0, output_tokens_mean=512.0)
+    base = serving_metrics(MODEL, H100, DEP, pm.Efficiency(), workload)
+    got = serving_metrics(MODEL, H100, DEP, SCALED, workload)
     np.testing.assert_allclose(_pct(got.ttft_s), 2.5 * _pct(base.ttft_s), rtol=1e-12)
     np.testing.assert_allclose(_pct(got.tpot_s), 0.8 * _pct(base.tpot_s), rtol=1e-12)
     np.testing.assert_allclose(_pct(got.itl_s), 0.8 * _pct(base.itl_s), rtol=1e-12)
@@ -48,15 +38,16 @@ def test_serving_metrics_scale_ttft_and_tpot_and_compose_e2e(workload):
     ttft, e2e = float(base.ttft_s.mean), float(base.e2e_s.mean)
     ratio = (2.5 * ttft + 0.8 * (e2e - ttft)) / e2e
     np.testing.assert_allclose(_pct(got.e2e_s), ratio * _pct(base.e2e_s), rtol=1e-12)
-    if workload.concurrency > 0:
-        # N clients: X E[E2E] = N whatever the latencies, so tokens/s x E2E is unchanged
-        assert float(got.output_tokens_per_s) * float(got.e2e_s.mean) == pytest.approx(
-            float(base.output_tokens_per_s) * e2e, rel=1e-12
-        )
-    else:  # open loop: the offered rate is served
-        assert float(got.output_tokens_per_s) == float(base.output_tokens_per_s)
+    # N clients: X E[E2E] = N whatever the latencies, so tokens/s x E2E is unchanged
+    assert float(got.output_tokens_per_s) * float(got.e2e_s.mean) == pytest.approx(
+        float(base.output_tokens_per_s) * e2e, rel=1e-12
+    )
     # the capacity verdicts are the physics'
     assert float(got.utilization) == float(base.utilization)
+    # an open loop serves the offered rate: the same latencies, its throughput unchanged
+    opened = pm.dynamics.engine_scaled(base, SCALED, closed_loop=False)
+    np.testing.assert_allclose(_pct(opened.ttft_s), _pct(got.ttft_s), rtol=1e-12)
+    assert float(opened.output_tokens_per_s) == float(base.output_tokens_per_s)
 
 
 def test_unit_scales_are_the_physics():

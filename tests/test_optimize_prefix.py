@@ -11,7 +11,6 @@ from optimize import KNOBS, Grid, Workload, make_problem
 from optimize._evaluate import draw_metrics, served_workload
 from optimize._grid import deployment_from_weights, grid_tables, one_hot_weights
 from optimize._simcheck import simulate_check
-from optimize._verify import colocated_verdict_metrics
 from perfmodel import load_model
 
 GRID = Grid(
@@ -71,20 +70,24 @@ def test_served_workload_is_the_uncached_prompt(problems):
     assert same is plain.workload and float(none) == 0.0
 
 
-def test_search_and_verdict_price_the_prefix_alike(problems):
-    """At 1, 2 and 4 replicas the search model and the verdict model price the cached prefix
-    alike: their p95 TTFT and TPOT ratio stays within the band they keep without a cache at these
-    3000-token prompts (the search model's first-order TTFT tail sits ~20 % above the verdict's)."""
+def test_search_model_prices_the_served_prompt_and_the_cached_kv(problems):
+    """The search's evaluation of a configuration (``draw_metrics``) is ``slo_metrics`` of the
+    served workload with the cached prefix's KV read by every iteration, draw by draw."""
+    from optimize._evaluate import mix_gpu
+    from optimize._metrics import slo_metrics
+
     _, cached = problems
     config = jnp.zeros(len(KNOBS), dtype=jnp.int32)
-    reps = jnp.asarray([1.0, 2.0, 4.0])
-    fast = jax.vmap(lambda r: draw_metrics(cached, one_hot_weights(config, GRID), r))(reps)
-    full = colocated_verdict_metrics(cached, jnp.tile(config, (3, 1)), reps)
-    for name in ("ttft_p95_s", "tpot_p95_s"):
-        a, b = np.asarray(getattr(fast, name)), np.asarray(getattr(full, name))
-        live = np.isfinite(a) & np.isfinite(b)
-        assert live.sum() >= 6
-        assert 0.8 <= np.median(a[live] / b[live]) <= 1.3, name
+    weights = one_hot_weights(config, GRID)
+    got = draw_metrics(cached, weights, jnp.asarray(2.0))
+    dep = deployment_from_weights(weights, grid_tables(GRID), 2.0)
+    hw = mix_gpu(cached.hardware, weights[0])
+    for d in (0, cached.num_draws - 1):
+        eff = jax.tree.map(lambda x, d=d: x[0, d], cached.efficiency)
+        served, tokens = served_workload(cached, hw, dep, eff)
+        want = slo_metrics(cached.model, hw, dep, eff, served, cached_prompt_tokens=tokens)
+        assert float(got.ttft_p95_s[d]) == pytest.approx(float(want.ttft_p95_s), rel=1e-9)
+        assert float(got.tpot_p95_s[d]) == pytest.approx(float(want.tpot_p95_s), rel=1e-9)
 
 
 def test_simulator_check_runs_the_prefix_cache(problems):
