@@ -49,13 +49,13 @@ def simulate_check(
     is inf otherwise); ``kind`` says which simulator ran."""
     import equinox as eqx
 
-    from perfmodel.dynamics import simulate, summarize
+    from perfmodel.dynamics import simulate
     from perfmodel.simulator import (
-        PrefixCaching,
         Speculation,
+        engine_summary,
         requests_from_workload,
+        shared_prefix_caching,
         simulate_disaggregated,
-        synthetic_prefix_hashes,
     )
 
     g = problem.grid
@@ -78,23 +78,23 @@ def simulate_check(
         dep = deployment_from_weights(weights, tables, r)
         return eqx.tree_at(lambda d: d.max_model_len, dep, jnp.maximum(dep.max_model_len, longest))
 
+    eff = _median_efficiency(problem, gpu)  # the colocated engines', or the decode pool's
     if pool == 0:
         dep = deployment(float(replicas))
         prefix = None
         if problem.prefix_cache:  # a seeded share of requests opens with the shared prefix
-            block = int(float(dep.block_size_tokens))
-            shared = np.random.default_rng(seed + 2).random(len(trace)) < float(
-                problem.prefix_shared_fraction
+            prefix = shared_prefix_caching(
+                trace.prompt_tokens,
+                float(problem.prefix_shared_fraction),
+                int(float(problem.prefix_tokens)),
+                int(float(dep.block_size_tokens)),
+                seed + 2,
             )
-            hashes = synthetic_prefix_hashes(
-                trace.prompt_tokens, shared, int(float(problem.prefix_tokens)), block
-            )
-            prefix = PrefixCaching(hashes, block)
         res = simulate(
             problem.model,
             _select(problem.hardware, gpu),
             dep,
-            _median_efficiency(problem, gpu),
+            eff,
             trace,
             seed=seed,
             chunk_tokens=chunk,
@@ -102,14 +102,16 @@ def simulate_check(
             prefix=prefix,
         )
         kind = "speculative" if spec else "colocated"
+        s = engine_summary(res, eff)
     else:
         p, d = g.pool_ratios[pool - 1]
         dep_p, dep_d = deployment(float(replicas * p)), deployment(float(replicas * d))
         hw_p = _select(problem.hardware, pre_gpu)
+        eff_p = _median_efficiency(problem, pre_gpu)
         bw = float(problem.transfer_bytes_per_s)
         res = simulate_disaggregated(
             problem.model,
-            _median_efficiency(problem, pre_gpu),
+            eff_p,
             trace,
             prefill=(hw_p, dep_p),
             decode=(_select(problem.hardware, gpu), dep_d),
@@ -118,13 +120,10 @@ def simulate_check(
             orchestration_s=float(problem.orchestration_s),
             seed=seed,
             speculation=spec,
-            decode_efficiency=_median_efficiency(problem, gpu),
+            decode_efficiency=eff,
         )
         kind = "split" + (" + speculative" if spec else "")
-    # as the engine delivers them (the fitted end-to-end offsets, as the verdict's)
-    first = _median_efficiency(problem, pre_gpu if pool else gpu)  # the prefill pool's
-    gaps = _median_efficiency(problem, gpu)
-    s = summarize(res, ttft_scale=float(first.ttft_scale), tpot_scale=float(gaps.tpot_scale))
+        s = engine_summary(res, eff_p, eff)  # as the engines deliver them, as the verdict's
     ttft = {q: _num(s["ttft_s"][q]) for q in ("p50", "p95", "p99")}
     tpot = {q: _num(s["tpot_s"][q]) for q in ("p50", "p95", "p99")}
     itl = {q: _num(s["itl_s"][q]) for q in ("p50", "p95", "p99")}

@@ -272,11 +272,7 @@ def dynamics_report(
         "output_tokens_per_s": float(m.output_tokens_per_s),
         "decode_batch": float(m.decode_batch),
         "ttft_p95_load_elasticity": elasticity,
-        "engine_scales": {
-            "engine": getattr(args, "engine", None),
-            "ttft": float(efficiency.ttft_scale),
-            "tpot": float(efficiency.tpot_scale),
-        },
+        "engine_scales": engine_scales_report(args, efficiency),
         "p95_intervals": (
             None
             if draws is None
@@ -395,6 +391,16 @@ def p95_interval_line(intervals: dict) -> str:
         f"{label} {show(intervals[k]['p05'])} .. {show(intervals[k]['p95'])}"
         for k, label in names.items()
     )
+
+
+def engine_scales_report(args, efficiency: pm.Efficiency) -> dict:
+    """The engine whose fitted end-to-end offsets the answer reads and the (median) TTFT and TPOT
+    scales they apply, as JSON keys (explain's and simulate's ``engine_scales``)."""
+    return {
+        "engine": getattr(args, "engine", None),
+        "ttft": float(efficiency.ttft_scale),
+        "tpot": float(efficiency.tpot_scale),
+    }
 
 
 def engine_scales_line(scales: dict) -> str:

@@ -13,10 +13,10 @@ from perfmodel import features as ft
 from perfmodel.dynamics import Trace
 from perfmodel.simulator import (
     PrefixCaching,
+    engine_summary,
     replay_trace_reuse,
+    shared_prefix_caching,
     simulate_disaggregated,
-    summarize,
-    synthetic_prefix_hashes,
 )
 
 from ._disagg_cli import pool_efficiency
@@ -73,9 +73,8 @@ def simulation_efficiency(args, hardware) -> tuple[pm.Efficiency, str]:
 def prefix_caching(args, trace: Trace, block: int) -> PrefixCaching | None:
     """Synthetic shared-prefix chains (--prefix-reuse), else the trace's own block hashes."""
     if args.prefix_reuse is not None:
-        shared = np.random.default_rng(args.seed + 2).random(len(trace)) < float(args.prefix_reuse)
-        return PrefixCaching(
-            synthetic_prefix_hashes(trace.prompt_tokens, shared, int(args.prefix_len), block), block
+        return shared_prefix_caching(
+            trace.prompt_tokens, args.prefix_reuse, int(args.prefix_len), block, args.seed + 2
         )
     if trace.block_hashes is not None:
         return PrefixCaching(trace.block_hashes, int(trace.hash_block_tokens))
@@ -95,17 +94,6 @@ def trace_reuse(trace: Trace | None, model, hardware, deployment) -> dict | None
         "prefix_tokens": float(reused[hit].mean()) if hit.any() else 0.0,
         "reused_token_fraction": float(reused.sum() / trace.prompt_tokens.sum()),
     }
-
-
-def engine_summary(result, efficiency: pm.Efficiency, decode_efficiency=None) -> dict:
-    """``summarize`` with TTFT and TPOT as the engine delivers them (``efficiency``'s fitted
-    end-to-end scales, the decode pool's TPOT scale where the pools differ), as explain's."""
-    decode = efficiency if decode_efficiency is None else decode_efficiency
-    return summarize(
-        result,
-        ttft_scale=float(efficiency.ttft_scale),
-        tpot_scale=float(decode.tpot_scale),
-    )
 
 
 def _pct(p: dict) -> dict:

@@ -11,6 +11,7 @@ from ._engine import (
 from ._features import (
     PrefixCaching as PrefixCaching,
     Speculation as Speculation,
+    shared_prefix_caching as shared_prefix_caching,
     synthetic_prefix_hashes as synthetic_prefix_hashes,
 )
 from ._prefix_cache import (
@@ -27,6 +28,7 @@ from ._records import (
     DecodeGaps as DecodeGaps,
     SimResult as SimResult,
     backlog_growth_share as backlog_growth_share,
+    engine_summary as engine_summary,
     kept_requests as kept_requests,
     queue_stable as queue_stable,
     summarize as summarize,

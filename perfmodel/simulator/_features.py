@@ -70,6 +70,21 @@ def synthetic_prefix_hashes(
     return out
 
 
+def shared_prefix_caching(
+    prompt_tokens: np.ndarray,
+    shared_fraction: float,
+    prefix_tokens: int,
+    block_tokens: int,
+    seed: int,
+) -> PrefixCaching:
+    """A block-level prefix cache over seeded synthetic requests: a share ``shared_fraction`` of
+    them (drawn on ``seed``'s stream) opens with one common prefix of ``prefix_tokens``
+    (``synthetic_prefix_hashes``)."""
+    shared = np.random.default_rng(seed).random(len(prompt_tokens)) < float(shared_fraction)
+    hashes = synthetic_prefix_hashes(prompt_tokens, shared, int(prefix_tokens), block_tokens)
+    return PrefixCaching(hashes, block_tokens)
+
+
 def replica_hooks(
     idx: np.ndarray,
     arrival_s: np.ndarray,

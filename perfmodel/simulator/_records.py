@@ -107,6 +107,18 @@ def _itl(result: SimResult, keep: np.ndarray) -> dict[str, float]:
     return {"mean": float(mean), "p50": float(p50), "p95": float(p95), "p99": float(p99)}
 
 
+def engine_summary(result: SimResult, efficiency, decode_efficiency=None) -> dict:
+    """``summarize`` with TTFT and TPOT as the engine delivers them: ``efficiency``'s fitted
+    end-to-end scales (``Efficiency.ttft_scale``; the decode pool's ``tpot_scale`` where a
+    split's pools differ), as the closed forms' ``engine_scaled``."""
+    decode = efficiency if decode_efficiency is None else decode_efficiency
+    return summarize(
+        result,
+        ttft_scale=float(efficiency.ttft_scale),
+        tpot_scale=float(decode.tpot_scale),
+    )
+
+
 def kept_requests(result: SimResult, warmup_fraction: float = 0.1) -> np.ndarray:
     """Ids of the requests a summary counts: by arrival, without the first ``warmup_fraction``
     (warm-up), the last 5 % (drain) and rejected prompts."""

@@ -11,6 +11,7 @@ import perfmodel as pm
 from perfmodel.dynamics import Trace, workload_from_trace
 from perfmodel.simulator import (
     Speculation,
+    engine_summary,
     requests_from_workload,
     simulate,
 )
@@ -19,6 +20,7 @@ from .._dynamics_cli import (
     add_dynamics_arguments,
     check_scheduler,
     engine_scales_line,
+    engine_scales_report,
     rescale_arrivals,
     resolve_workload,
     simulation_progress,
@@ -41,7 +43,6 @@ from .._progress import phases_for
 from .._render import human_seconds, table
 from .._simulate_cli import (
     add_calibration_arguments,
-    engine_summary,
     prefix_caching,
     render_simulated,
     simulate_disagg,
@@ -196,11 +197,7 @@ def run(args: argparse.Namespace) -> int:
         "efficiency_source": source,
         **simulation_report(result, engine_summary(result, efficiency)),
     }
-    report["engine_scales"] = {
-        "engine": args.engine,
-        "ttft": float(efficiency.ttft_scale),
-        "tpot": float(efficiency.tpot_scale),
-    }
+    report["engine_scales"] = engine_scales_report(args, efficiency)
     report["rejected"] = result.num_rejected
     report["length_capped"] = int(
         np.sum((result.output_tokens < requests.output_tokens) & ~result.rejected)
