@@ -357,6 +357,42 @@ def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_m
     return jax.vmap(one)(configs)
 
 
+PROBE_REPLICAS = (1, 2)
+"""Replica counts tried before any bisection: most configurations in a search neighbourhood
+meet the SLO with one or two replicas, or not even with the most (README problem: 261 of 302
+with one or two)."""
+
+
+@cached_jit
+def probe_costs(
+    problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics
+) -> tuple[Array, Array, Array]:
+    """(replicas, $/hour, settled) per config from the SLO probability at ``PROBE_REPLICAS`` and
+    at ``max_replicas`` alone: the fewest probe meeting the confidence, or ``max + 1`` (cost
+    ``inf``) when even the most fall short.  Where ``settled`` is False the config needs more
+    replicas than the probes and no more than the most: ``costs_at_min_replicas`` finds them.
+    The SLO probability does not fall with replicas, so settled rows equal that bisection's."""
+    r_max = problem.grid.max_replicas
+    probes = [r for r in PROBE_REPLICAS if r < r_max] + [r_max]
+
+    def one(config):
+        ok = [
+            meets_confidence(
+                slo_probability(problem, config, float(r), metrics_fn), problem.confidence
+            )
+            for r in probes
+        ]
+        reps = jnp.asarray(r_max + 1)
+        for r, holds in zip(reversed(probes), reversed(ok)):
+            reps = jnp.where(holds, r, reps)
+        settled = (reps <= probes[-2] if len(probes) > 1 else True) | ~ok[-1]
+        return reps, jnp.asarray(settled)
+
+    reps, settled = jax.vmap(one)(configs)
+    cost = jax.vmap(lambda c, r: cost_per_hour(problem, c, r.astype(float)))(configs, reps)
+    return reps, jnp.where(reps <= r_max, cost, jnp.inf), settled
+
+
 @cached_jit
 def costs_at_min_replicas(
     problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics

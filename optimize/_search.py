@@ -30,6 +30,7 @@ from ._evaluate import (
     memory_slack,
     pool_metrics,
     pool_units,
+    probe_costs,
 )
 from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
@@ -66,7 +67,7 @@ class SearchOptions(NamedTuple):
     max_rounds: int = 4
     pair_seeds: int = 1
     seed: int = 0
-    chunk_rows: int = 64
+    chunk_rows: int = 32
 
 
 class Relaxed(NamedTuple):
@@ -266,18 +267,37 @@ def _score_new(
     revisit the earlier ones (16 new, then none), so only new configurations are scored, in
     chunks of ``chunk_rows`` (one compiled shape; the last chunk padded with its first row).
     Each configuration's cost is its own (a ``vmap`` over rows), whatever else is in the chunk.
+    Most need one or two replicas or are infeasible (``probe_costs``: 3 SLO evaluations a row);
+    only the rest go through the bisection (``costs_at_min_replicas``: 7 at 64 replicas).
     """
     keys = dict.fromkeys(tuple(int(v) for v in c) for c in cand)
-    new = [k for k in keys if k not in table]
-    for i in range(0, len(new), chunk_rows):
-        rows = np.asarray(new[i : i + chunk_rows], dtype=np.int32)
-        padded = pad_rows(rows, chunk_rows)
-        if mesh is None:
-            reps, cost = costs_at_min_replicas(problem, jnp.asarray(padded))
-        else:
-            reps, cost = map_rows(costs_at_min_replicas, padded, mesh, problem=problem)
-        for c, r, k in zip(rows, np.asarray(reps), np.asarray(cost)):
+    new = np.asarray([k for k in keys if k not in table], dtype=np.int32).reshape(
+        -1, cand.shape[-1]
+    )
+    unsettled = []
+    for rows, (reps, cost, settled) in _in_chunks(probe_costs, problem, new, mesh, chunk_rows):
+        for c, r, k, done in zip(rows, reps, cost, settled):
+            if done:
+                table[tuple(int(v) for v in c)] = (int(r), float(k))
+            else:
+                unsettled.append(c)
+    rest = np.asarray(unsettled, dtype=np.int32).reshape(-1, cand.shape[-1])
+    for rows, (reps, cost) in _in_chunks(costs_at_min_replicas, problem, rest, mesh, chunk_rows):
+        for c, r, k in zip(rows, reps, cost):
             table[tuple(int(v) for v in c)] = (int(r), float(k))
+
+
+def _in_chunks(fn, problem: Problem, rows: np.ndarray, mesh, chunk_rows: int):
+    """``(chunk, fn(problem, chunk) as numpy)`` for each ``chunk_rows`` slice of ``rows`` (padded
+    with its first row to one compiled shape; the padding's outputs dropped)."""
+    for i in range(0, len(rows), chunk_rows):
+        chunk = rows[i : i + chunk_rows]
+        padded = pad_rows(chunk, chunk_rows)
+        if mesh is None:
+            out = fn(problem, jnp.asarray(padded))
+        else:
+            out = map_rows(fn, padded, mesh, problem=problem)
+        yield chunk, tuple(np.asarray(a)[: len(chunk)] for a in out)
 
 
 def search(

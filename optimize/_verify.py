@@ -291,14 +291,15 @@ def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.n
     model's count and cost (they cannot win; ``model`` says "search model")."""
     configs = np.asarray(configs, dtype=np.int32)
     n = len(configs)
-    trials, sizes = [], []
+    trials, sizes, first_probe = [], [], []
     for r in search_replicas:
         r = int(min(max(r, 1), problem.grid.max_replicas))
         near = {max(1, int(np.ceil(r * f))) for f in VERIFY_FACTORS} | {max(1, r - 1), r + 1, r + 2}
         t = sorted(near)
         sizes.append(len(t))
+        first_probe.append(t.index(r))
         trials.append(t + [t[-1]] * (VERIFY_WIDTH - len(t)))
-    trials, sizes = np.asarray(trials), np.asarray(sizes)
+    trials, sizes, first_probe = np.asarray(trials), np.asarray(sizes), np.asarray(first_probe)
     price = np.asarray(jax.vmap(lambda c: cost_per_hour(problem, c, 1.0))(jnp.asarray(configs)))
     kinds = np.asarray([kind_of(problem, c) for c in configs])
     reps = np.asarray(search_replicas, dtype=int).copy()
@@ -312,12 +313,18 @@ def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.n
             kind != "colocated" and np.all(price[rows] * trials[rows, 0] >= best)
         ):
             continue
-        # bisection for the first trial meeting the confidence (it improves with replicas):
-        # <= log2(VERIFY_WIDTH + 1) = 3 rounds of len(configs) rows (one compiled shape)
+        # the first trial meeting the confidence (it improves with replicas): the search
+        # model's own count first, then its neighbour on the side the verdict points to, then
+        # bisection; where the two models agree, 2 rounds of len(configs) rows settle it (one
+        # compiled shape)
         lo, hi = np.full(n, -1), sizes.copy()
+        probe, first = first_probe, True
         while np.any(rows & (hi - lo > 1)):
             live = rows & (hi - lo > 1)
-            mid = np.where(live, (lo + hi) // 2, 0)
+            mid = (lo + hi) // 2
+            if probe is not None:
+                mid = np.where((lo < probe) & (probe < hi), probe, mid)
+            mid = np.where(live, mid, 0)
             m = _kind_metrics(problem, kind, configs, trials[np.arange(n), mid].astype(float))
             m = jax.tree_util.tree_map(np.asarray, m)
             ok = meets_confidence(np.asarray(_probabilities(problem, m)), float(problem.confidence))
@@ -327,6 +334,7 @@ def verify_replicas(problem: Problem, configs: np.ndarray, search_replicas: np.n
                     metrics[i] = jax.tree_util.tree_map(lambda x, i=i: x[i], m)
                 else:
                     lo[i] = mid[i]
+            probe, first = (np.where(ok, mid - 1, mid + 1) if first else None), False
         for i in np.flatnonzero(rows):
             feasible = hi[i] < sizes[i]
             reps[i] = trials[i, hi[i]] if feasible else 0

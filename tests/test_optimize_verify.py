@@ -7,6 +7,8 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optimize import KNOBS, Grid, Workload, _verify as verify, make_problem
 from optimize._describe import _kv_transfer
@@ -121,3 +123,39 @@ def test_simulator_check_runs_the_answers_kind(problem, spec, pool, kind):
         assert out["spec_tokens_per_step"] > 1.5 and out["spec_tokens_per_step"] <= 4.0
     if pool:  # the first token waits for the prefill pool and the KV hand-off
         assert out["ttft_s"]["p50"] > _kv_transfer(problem, _config(spec, pool, prefill_gpu=1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    need=st.lists(st.integers(1, 12), min_size=3, max_size=3),
+    search=st.lists(st.integers(1, 8), min_size=3, max_size=3),
+)
+def test_verdict_finds_the_first_trial_that_meets_the_confidence(problem, need, search):
+    """Whatever the search model's count, the verdict's guided bisection returns what a scan of
+    every trial would (the fewest trial replicas meeting the confidence, which improves with
+    replicas; none: infeasible), and where the search count is the answer it settles in at most
+    2 rounds.  The verdict model is replaced by a threshold per candidate (no compile)."""
+    need, calls = np.asarray(need), []
+
+    def kind_metrics(_problem, _kind, _configs, replicas):
+        calls.append(np.asarray(replicas))
+        return jnp.asarray(replicas)
+
+    def probabilities(_problem, replicas):
+        return (np.asarray(replicas) >= need).astype(float)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(verify, "_kind_metrics", kind_metrics)
+        mp.setattr(verify, "_probabilities", probabilities)
+        configs = np.stack([_config()] * 3)
+        out = verify.verify_replicas(problem, configs, np.asarray(search))
+    for i, r in enumerate(search):
+        trials = sorted(
+            {max(1, int(np.ceil(r * f))) for f in verify.VERIFY_FACTORS}
+            | {max(1, r - 1), r + 1, r + 2}
+        )
+        meeting = [t for t in trials if t >= need[i]]
+        assert out.replicas[i] == (meeting[0] if meeting else 0)
+        assert np.isfinite(out.cost_per_hour[i]) == bool(meeting)
+    if all(n == r for n, r in zip(need, search)):
+        assert len(calls) <= 2
