@@ -44,7 +44,7 @@ _EXPORTS = {
         "without_gpu",
     ),
     "._update_report": ("UpdateReport", "update_report"),
-    "._validate": ("format_report", "score_draws", "validate"),
+    "._validate": ("format_report", "predictive_quantiles", "score_draws", "validate"),
     ".ingest": (
         "IngestResult",
         "MeasurementFormatError",

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 import perfmodel as pm
+from fitting import predictive_quantiles
 from optimize import cached_jit
 from perfmodel.dynamics import (
     Trace,
@@ -222,8 +223,9 @@ def p95_intervals(
             [float(m.ttft_s.p95), float(m.tpot_s.p95), float(m.itl_s.p95), float(m.e2e_s.p95)]
         )
     p95 = np.asarray(rows)
-    p95 = np.where(np.isnan(p95), np.inf, p95)
-    q = np.quantile(p95, (0.05, 0.5, 0.95), axis=0, method="inverted_cdf")
+    with np.errstate(divide="ignore"):
+        log_p95 = np.log(np.where(np.isnan(p95), np.inf, p95))
+    q = np.exp(predictive_quantiles(log_p95, (0.05, 0.5, 0.95)))
     return {
         name: {k: _finite(v) for k, v in zip(("p05", "p50", "p95"), q[:, j])}
         for j, name in enumerate(("ttft_s", "tpot_s", "itl_s", "e2e_s"))
