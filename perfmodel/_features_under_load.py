@@ -23,7 +23,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from ._batching import DecodeCost
-from ._reuse import prefix_reuse
+from ._reuse import prefix_reuse, reuse_rate_per_s
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._types import Array, ArrayLike
 
@@ -102,7 +102,8 @@ def prefix_workload(
     """(the ``Workload`` the prefill path serves, the ``DecodeCost`` of the cached prefix) under a
     prefix cache (module docstring): prompts of mean P - wR with the two-point law's variance
     added, w = shared_fraction x hit_rate (``prefix_reuse``: the LRU hit rate of this
-    deployment's cache at this load), every iteration still reading wR cached tokens of KV."""
+    deployment's cache at this load, ``reuse_rate_per_s``: a closed loop's at the reference rate),
+    every iteration still reading wR cached tokens of KV."""
     p = workload.prompt_tokens_mean
     reuse = prefix_reuse(
         model,
@@ -113,7 +114,7 @@ def prefix_workload(
         output_tokens=workload.output_tokens_mean,
         shared_fraction=shared_fraction,
         prefix_tokens=prefix_tokens,
-        arrival_rate_per_s=workload.arrival_rate_per_s,
+        arrival_rate_per_s=reuse_rate_per_s(workload),
     )
     w, r = reuse.reused_fraction, reuse.reusable_tokens
     mean = p - w * r

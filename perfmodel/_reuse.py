@@ -120,6 +120,22 @@ def che_hit_rate(
     return jnp.where(c > 0, -jnp.expm1(-rate * jnp.exp(log_t)), 0.0)
 
 
+REUSE_REFERENCE_RATE_PER_S = 1.0
+"""Request rate at which a prefix cache's hit rate is judged when the load names none: a
+closed loop (its rate is the engine's own, known only once the load model has run) or no load
+at all.  A prefix the requests share is re-read every 1/(rate x shared fraction) seconds, and
+the LRU keeps it while fewer other tokens than the cache holds enter in between, so at any rate
+that reuses it the hit rate of one hot prefix hardly moves."""
+
+
+def reuse_rate_per_s(workload) -> Array:
+    """The request rate a prefix cache sees under ``workload`` (a ``Workload``): its open-loop
+    arrival rate, else ``REUSE_REFERENCE_RATE_PER_S`` (a closed loop or no rate)."""
+    rate = jnp.asarray(workload.arrival_rate_per_s, dtype=float)
+    closed = (jnp.asarray(workload.concurrency) > 0) | ~(rate > 0)
+    return jnp.where(closed, REUSE_REFERENCE_RATE_PER_S, rate)
+
+
 class PrefixReuse(eqx.Module):
     """Prefix-cache effect on one replica (SI units; tokens are per request)."""
 

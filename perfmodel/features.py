@@ -35,11 +35,13 @@ from ._parallel_choice import (
     with_parallelism as with_parallelism,
 )
 from ._reuse import (
+    REUSE_REFERENCE_RATE_PER_S as REUSE_REFERENCE_RATE_PER_S,
     PrefixReuse as PrefixReuse,
     che_hit_rate as che_hit_rate,
     monotone_root as monotone_root,
     prefix_reuse as prefix_reuse,
     reusable_prefix_tokens as reusable_prefix_tokens,
+    reuse_rate_per_s as reuse_rate_per_s,
 )
 from ._speculative import (
     MTP_LAYERS_PER_DRAFT_TOKEN as MTP_LAYERS_PER_DRAFT_TOKEN,

@@ -172,16 +172,12 @@ def feature_load(args, model, hardware, deployment, efficiency, load):
         return load, None
     served, cost = load, DecodeCost()
     if args.prefix_reuse is not None and args.prefix_len:
-        # a closed loop's rate is the engine's own: the hit rate is taken at 1 request/s, as the
-        # feature report's (one hot prefix stays cached at any rate that reuses it)
-        closed = float(load.concurrency) > 0 or not float(load.arrival_rate_per_s) > 0
-        judged = eqx.tree_at(lambda w: w.arrival_rate_per_s, load, 1.0) if closed else load
         reduced, cost = ft.prefix_workload(
             model,
             hardware,
             deployment,
             efficiency,
-            judged,
+            load,
             shared_fraction=float(args.prefix_reuse),
             prefix_tokens=float(args.prefix_len),
         )
@@ -297,7 +293,7 @@ def feature_report(
             output_tokens=output,
             shared_fraction=share,
             prefix_tokens=prefix,
-            arrival_rate_per_s=rate or 1.0,
+            arrival_rate_per_s=ft.REUSE_REFERENCE_RATE_PER_S if rate is None else rate,
         )
         out["prefix_hit_rate"] = float(reuse.hit_rate)
         out["effective_prefill_tokens"] = float(reuse.effective_prefill_tokens)

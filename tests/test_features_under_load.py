@@ -5,7 +5,7 @@ hand-derived costs, enumeration and Little's law."""
 import jax
 import pytest
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, features as ft, load_hardware, load_model
 from perfmodel._batching import DecodeCost, decode_iteration_s, iteration_s
 from perfmodel._features_under_load import (
     prefix_serving_metrics,
@@ -121,3 +121,27 @@ def test_prefix_cache_cuts_ttft_not_the_decode_kv_reads():
     # decodes still read the whole 2000-token prompt: TPOT moves only by the shorter prefill
     # work landing in the decode gaps (a few per cent at this load)
     assert 0.85 * float(none.tpot_s[1]) < float(shared.tpot_s[1]) < float(none.tpot_s[1])
+
+
+def test_a_closed_loop_prefix_cache_is_judged_at_the_reference_rate():
+    """A closed loop's request rate is the engine's own: its prefix hit rate is the open loop's
+    at ``REUSE_REFERENCE_RATE_PER_S``, whatever arrival rate the workload carries; an open loop
+    keeps its own rate (the LRU hit rate falls as other requests crowd the cache)."""
+    kw = {"shared_fraction": 0.5, "prefix_tokens": 1536.0}
+    closed = Workload(
+        arrival_rate_per_s=7.0,
+        prompt_tokens_mean=2000.0,
+        output_tokens_mean=200.0,
+        concurrency=16.0,
+    )
+    reference = Workload(
+        arrival_rate_per_s=ft.REUSE_REFERENCE_RATE_PER_S,
+        prompt_tokens_mean=2000.0,
+        output_tokens_mean=200.0,
+    )
+    assert float(ft.reuse_rate_per_s(closed)) == ft.REUSE_REFERENCE_RATE_PER_S
+    assert float(ft.reuse_rate_per_s(WORK)) == 2.0
+    c_served, c_cost = ft.prefix_workload(LLAMA8B, H100, DEP, EFF, closed, **kw)
+    r_served, r_cost = ft.prefix_workload(LLAMA8B, H100, DEP, EFF, reference, **kw)
+    assert float(c_cost.cached_prompt_tokens) == float(r_cost.cached_prompt_tokens) > 0
+    assert float(c_served.prompt_tokens_mean) == float(r_served.prompt_tokens_mean) < 2000.0

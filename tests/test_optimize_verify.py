@@ -7,8 +7,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from optimize import KNOBS, Grid, Workload, _verify as verify, make_problem
 from optimize._describe import _kv_transfer
