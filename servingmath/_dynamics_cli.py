@@ -233,7 +233,15 @@ def p95_intervals(
 
 
 def dynamics_report(
-    args, model, hardware, deployment, efficiency, workload: Workload, draws=None, decode_cost=None
+    args,
+    model,
+    hardware,
+    deployment,
+    efficiency,
+    workload: Workload,
+    draws=None,
+    decode_cost=None,
+    metrics=None,
 ) -> dict:
     """Closed-form latency under load as JSON-ready keys (``null`` = infinite: overloaded).
 
@@ -244,19 +252,18 @@ def dynamics_report(
     ``ttft_p95_load_elasticity`` = d ln p95 TTFT / d ln rate (central difference at +-1 %; null
     in closed loop, when overloaded, or when +1 % overloads): about 1-5 at moderate load, tens
     to hundreds near the running slots' saturation, where a 1 % load error moves the p95 by half
-    or more (docs/benchmarks-history.md, the queueing section)."""
+    or more (docs/benchmarks-history.md, the queueing section).  ``metrics``: the
+    ``load_metrics`` of ``workload`` when the caller has them already."""
 
-    def metrics(w):
+    def at(w):
         return load_metrics(args, model, hardware, deployment, efficiency, w, decode_cost)
 
-    m = metrics(workload)
+    m = at(workload) if metrics is None else metrics
     elasticity = None
     if bool(m.stable) and float(workload.concurrency) == 0.0:
         rate = workload.arrival_rate_per_s
         p95 = [
-            float(
-                metrics(eqx.tree_at(lambda w: w.arrival_rate_per_s, workload, rate * k)).ttft_s.p95
-            )
+            float(at(eqx.tree_at(lambda w: w.arrival_rate_per_s, workload, rate * k)).ttft_s.p95)
             for k in (1.0 - LOAD_STEP, 1.0 + LOAD_STEP)
         ]
         if all(math.isfinite(p) and p > 0 for p in p95):

@@ -258,6 +258,7 @@ def feature_report(
     load=None,
     served=None,
     decode_cost=None,
+    metrics=None,
 ) -> dict:
     """Closed-form feature numbers and verdicts for the parsed options (``UsageError`` on bad input).
 
@@ -268,7 +269,8 @@ def feature_report(
     ``trace_reuse`` (a hashed trace's measured ``shared_fraction`` and mean reused
     ``prefix_tokens``) stands in for --prefix-reuse/--prefix-len when those are not given.
     ``served`` / ``decode_cost`` (``feature_load`` of ``load``): the load model's view of it
-    with the features on, which the verdicts' latency metrics read.
+    with the features on, which the verdicts' latency metrics read; ``metrics``: its
+    ``load_metrics`` when the caller has them already (the latency report's own numbers).
     """
     prompt, output, rate = _lengths(args, workload)
     validate_feature_arguments(args, prompt)
@@ -335,8 +337,8 @@ def feature_report(
         workload=judged,
         chunked_prefill=getattr(args, "chunked_prefill", True),
         chunk_tokens=getattr(args, "chunk_tokens", None),
-        metrics=None
-        if judged is None
+        metrics=metrics
+        if metrics is not None or judged is None
         else load_metrics(
             args,
             model,

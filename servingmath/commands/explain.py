@@ -15,6 +15,7 @@ from optimize import cached_jit
 from .._dynamics_cli import (
     add_dynamics_arguments,
     dynamics_report,
+    load_metrics,
     load_workload,
     render_dynamics,
 )
@@ -191,13 +192,29 @@ def run(args: argparse.Namespace) -> int:
         if load is None
         else feature_load(args, model, hardware, deployment, efficiency, load)
     )
+    # one evaluation of the load model serves the verdicts and the latency report
+    metrics = (
+        None
+        if load is None
+        else load_metrics(args, model, hardware, deployment, efficiency, served, cost)
+    )
     features = feature_report(
-        args, model, hardware, deployment, efficiency, load=load, served=served, decode_cost=cost
+        args,
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        load=load,
+        served=served,
+        decode_cost=cost,
+        metrics=metrics,
     )
     report.update(features)
     if load is not None:
         report.update(
-            dynamics_report(args, model, hardware, deployment, efficiency, served, draws, cost)
+            dynamics_report(
+                args, model, hardware, deployment, efficiency, served, draws, cost, metrics
+            )
         )
     print(
         json.dumps(report, indent=2)
