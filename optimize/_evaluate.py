@@ -326,33 +326,30 @@ def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
     return jnp.asarray(replicas, dtype=float) * group * price * surcharge
 
 
-def _bisection_steps(max_replicas: int) -> int:
-    return max(1, (max_replicas - 1).bit_length())
-
-
 @cached_jit
 def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics) -> Array:
     """Fewest replicas (1..max) with SLO probability >= confidence, per config; ``max + 1`` when
-    even ``max_replicas`` falls short.  ``configs``: shape (n, len(KNOBS))."""
+    even ``max_replicas`` falls short.  ``configs``: shape (n, len(KNOBS)).
+
+    Bisection on (lo, hi] with lo failing (0: none tried) and hi holding, hi starting at the
+    sentinel ``max + 1`` (taken to hold): ceil(log2(max + 1)) evaluations of one traced copy of
+    the model, which leave hi at the sentinel exactly when ``max`` itself falls short (the SLO
+    probability does not fall with replicas)."""
     r_max = problem.grid.max_replicas
 
     def one(config):
-        ok_max = meets_confidence(
-            slo_probability(problem, config, float(r_max), metrics_fn), problem.confidence
-        )
-
         def step(_, bounds):
-            lo, hi = bounds  # lo fails (0 = none tried), hi holds
-            mid = (lo + hi) // 2
+            lo, hi = bounds
+            mid = jnp.maximum((lo + hi) // 2, 1)
             ok = meets_confidence(
                 slo_probability(problem, config, mid.astype(float), metrics_fn), problem.confidence
             )
             return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
 
         _, hi = jax.lax.fori_loop(
-            0, _bisection_steps(r_max), step, (jnp.asarray(0), jnp.asarray(r_max))
+            0, r_max.bit_length(), step, (jnp.asarray(0), jnp.asarray(r_max + 1))
         )
-        return jnp.where(ok_max, hi, r_max + 1)
+        return hi
 
     return jax.vmap(one)(configs)
 
@@ -375,16 +372,16 @@ def probe_costs(
     r_max = problem.grid.max_replicas
     probes = [r for r in PROBE_REPLICAS if r < r_max] + [r_max]
 
+    counts = jnp.asarray(probes)
+
     def one(config):
-        ok = [
-            meets_confidence(
-                slo_probability(problem, config, float(r), metrics_fn), problem.confidence
+        # one traced copy of the model, batched over the probe counts (compiles as one)
+        ok = jax.vmap(
+            lambda r: meets_confidence(
+                slo_probability(problem, config, r.astype(float), metrics_fn), problem.confidence
             )
-            for r in probes
-        ]
-        reps = jnp.asarray(r_max + 1)
-        for r, holds in zip(reversed(probes), reversed(ok)):
-            reps = jnp.where(holds, r, reps)
+        )(counts)
+        reps = jnp.min(jnp.where(ok, counts, r_max + 1))
         settled = (reps <= probes[-2] if len(probes) > 1 else True) | ~ok[-1]
         return reps, jnp.asarray(settled)
 
