@@ -10,7 +10,8 @@ spec sheet and the population) and its end-to-end cut stage refitted without any
 end-to-end rows (``fitting.without_serving_stage`` then ``add_serving_stage``, as
 ``fitting.holdout_scores`` does for a held-out GPU).  A "run" is one benchmark
 invocation: the rows sharing (engine, model, TP, input and output length, concurrency, request
-rate, scenario, and the GitHub Actions run id in ``notes`` where there is one).  Per seed the
+rate, scenario, and the GitHub Actions run id in ``notes`` where there is one;
+``fitting._update.run_labels``, the unit the update's run effects pool).  Per seed the
 GPU's runs are shuffled; the first k (k = 1, 3, 10, 30, nested) are what a user measured and
 go to ``update_posterior(..., from_population=True)`` (``servingmath fit --prior``); the rows of
 the runs after the largest k (at most ``--max-rows``, seeded) are scored by every k, k = 0 being
@@ -43,38 +44,19 @@ from fitting import (
     without_gpu,
     without_serving_stage,
 )
+from fitting._update import run_labels
 from servingmath.cli import enable_compile_cache
 
 INFERENCEMAX = "data/measurements/inferencemax_nvidia.csv.gz"
 MLPERF = "data/measurements/mlperf_v41.csv.gz"
 E2E_FILES = ("data/measurements/aic_serving_h100.csv", INFERENCEMAX, MLPERF)
 """Every file with end-to-end rows: the cut stage of the prior is refitted on them (less the GPU's)."""
-RUN_KEYS = (
-    "engine",
-    "model",
-    "tp",
-    "input_len",
-    "output_len",
-    "concurrency",
-    "request_rate",
-    "scenario",
-    "run_id",
-)
-"""Columns whose values one benchmark invocation shares."""
 QUICK_PER_CELL = 10
 """End-to-end rows per cell of the cut stage's refit in ``--quick``: every cell still gets its
 offset (>= ``MIN_ROWS``), from a few rows instead of up to ``SERVING_ROWS_PER_CELL`` (the refit
 predicts each row through the load models)."""
 TARGET_APE, TARGET_COVERAGE, TARGET_K = 0.10, (0.85, 0.95), 10
 """Issue 21's target: median APE and 90 %-interval coverage after ``TARGET_K`` runs."""
-
-
-def run_ids(rows: pd.DataFrame) -> pd.Series:
-    """One label per benchmark invocation (``RUN_KEYS``): rows sharing it are one run."""
-    keyed = rows.assign(
-        run_id=rows["notes"].astype(str).str.extract(r"gha_run_id=(\d+)", expand=False)
-    )
-    return keyed[list(RUN_KEYS)].astype("string").fillna("").agg("|".join, axis=1)
 
 
 def new_gpu_prior(
@@ -156,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     scored = []
     for gpu in gpus:
         rows = e2e[(e2e["gpu"] == gpu) & e2e["source"].isin(sources)]
-        labels = run_ids(rows)
+        labels = run_labels(rows)
         runs = np.asarray(sorted(labels.unique()))
         usable = [k for k in ks if k < len(runs)]  # at least one run left to score
         prior = new_gpu_prior(bundled, e2e, gpu, per_cell)
@@ -182,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
                 dt = time.perf_counter() - t0
                 part = _scores(updated, held, args.score_draws, seed).assign(gpu=gpu, k=k, s=dt)
                 per_gpu.append(part)
+                # each update compiles its own NUTS and predictive programs (their shapes); kept,
+                # their code pages exhaust the kernel's memory-map limit (vm.max_map_count) within
+                # the 18 updates of the full benchmark
+                jax.clear_caches()
                 print(
                     f"  {gpu} seed {seed} k {k}: {updated.idata.attrs['update_rows']} rows, "
                     f"update {dt:.0f} s, median APE {100 * part.ape.median():.1f} % "

@@ -12,9 +12,23 @@ Bayes step, Gelman et al., BDA3 ch. 5):
                                      saw, its engine's pooled cell (``stand_in_cell``); else
                                      Normal(0, tau_src or tau_kernel)
     eta_gk ~ Normal(m_gk, s_gk)      GPU x group bias: the GPU's fitted draws, else N(0, tau_gpu)
+                                     (none for end-to-end groups: ``gpu_group_prior``)
     sigma_k = s_k * exp(0.5 z), z ~ N(0, 1)   s_k the prior's posterior median (a new GPU's
                                      misfit may exceed what the fitted GPUs showed)
-    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c + eta_gk, sigma_k)
+    rho_k ~ Beta(1, 1)               share of sigma_k^2 that is run to run (end-to-end groups)
+    b_uk ~ Normal(0, sigma_k sqrt(rho_k))   one per benchmark run u and group k
+    log y_r ~ StudentT(nu, log f_r(theta_g) + delta_c + eta_gk + b_uk, sigma_k sqrt(1 - rho_k))
+
+One benchmark run reports a dozen end-to-end rows (mean, median and p99 of TTFT, TPOT, ITL and
+end-to-end latency, and the throughput) of one configuration; where the load model misses that
+configuration, all of its rows of a metric miss together.  Counted as independent draws of
+sigma_k, k runs would weigh as 13 k observations: sigma_k and the efficiencies would collapse onto
+the few configurations measured, and the intervals for the user's other configurations would
+narrow below what k runs can pin down.  The run effect b_uk carries what rows of one run share,
+so the efficiencies, eta and the run-to-run part of sigma are learned from k runs, not from 13 k
+rows.  A new run of the GPU draws b afresh: the merged sigma_k is the total
+sqrt(between^2 + within^2), the spread the cut stage measured (``_serving_stage``: residuals of
+all runs about their cells).
 
 End-to-end rows (``serving`` at a concurrency or a rate, ``saturated``: what a user's
 ``vllm bench serve`` runs of a new accelerator are) go through the closed- and open-loop load
@@ -66,6 +80,26 @@ MIN_SCALE = 1e-3
 MAX_SERVING_ROWS = 60
 """End-to-end rows NUTS conditions on at most (a seeded subset above it): each run is a 40-step
 closed-loop fixed point (``perfmodel._closed_loop``) differentiated at every leapfrog step."""
+
+RUN_SHARE_PRIOR = (1.0, 1.0)
+"""Beta(a, b) prior of rho_k, the run-to-run share of an end-to-end group's noise variance: the
+cut stage measures only the total, so the split is unknown (uniform).  A group whose statistics
+of one run move together (TPOT's mean, median and p99) then puts most of sigma_k between runs,
+rather than shrinking sigma_k to the small spread within a run."""
+
+RUN_KEYS = (
+    "engine",
+    "model",
+    "tp",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "request_rate",
+    "scenario",
+    "run_id",
+)
+"""Columns whose values one benchmark invocation shares (``run_id``: the GitHub Actions run id in
+``notes``, where there is one)."""
 
 MAX_TREE_DEPTH = 8
 """NUTS tree depth cap of an update (NumPyro's default is 10): updates on a few end-to-end runs
@@ -123,11 +157,54 @@ def _sigma(posterior: Posterior, keys: tuple[str, ...]) -> np.ndarray:
     return np.asarray([med[known.index(k)] if k in known else med.max() for k in keys])
 
 
+def run_labels(rows: pd.DataFrame) -> pd.Series:
+    """One label per benchmark invocation (``RUN_KEYS``): rows sharing it are one run."""
+    keyed = rows.assign(
+        run_id=rows["notes"].astype(str).str.extract(r"gha_run_id=(\d+)", expand=False)
+    )
+    return keyed[list(RUN_KEYS)].astype("string").fillna("").agg("|".join, axis=1)
+
+
+def run_units(prep) -> tuple[np.ndarray, np.ndarray]:
+    """The (GPU, source, run, group) units of ``prep``'s end-to-end rows: per row the index of
+    its unit (-1 for a kernel or step row), and per unit the index of its noise group."""
+    unit = np.full(len(prep.log_value), -1)
+    e2e = prep.table["scenario"].isin(E2E_SCENARIOS).to_numpy()
+    if not e2e.any():
+        return unit, np.zeros(0, dtype=int)
+    rows = prep.table[e2e]
+    labels = (
+        rows["gpu"].astype(str)
+        + "|"
+        + rows["source"].astype(str)
+        + "|"
+        + run_labels(rows)
+        + "|"
+        + pd.Series(prep.noise_idx[e2e], index=rows.index).astype(str)
+    )
+    codes, uniques = pd.factorize(labels)
+    unit[e2e] = codes
+    first = np.asarray([np.flatnonzero(codes == u)[0] for u in range(len(uniques))])
+    return unit, prep.noise_idx[e2e][first]
+
+
 def update_model(
-    prep, loc_u, scale_u, loc_c, scale_c, sigma, observed=None, loc_e=None, scale_e=None
+    prep,
+    loc_u,
+    scale_u,
+    loc_c,
+    scale_c,
+    sigma,
+    observed=None,
+    loc_e=None,
+    scale_e=None,
+    unit_idx=None,
+    unit_key=None,
 ) -> None:
     """NumPyro model of the user's rows with the prior's per-GPU, per-cell and GPU x group
-    normals (``loc_e``/``scale_e``: (gpus, noise keys); None: no GPU x group term)."""
+    normals (``loc_e``/``scale_e``: (gpus, noise keys); None: no GPU x group term) and a run
+    effect per (run, group) unit of end-to-end rows (``unit_idx``: per row, -1 for none;
+    ``unit_key``: per unit, its noise group; None or empty: no run effects)."""
     params = {}
     for i, name in enumerate(PARAM_NAMES):
         with numpyro.plate("gpu", len(prep.gpus)):
@@ -145,6 +222,16 @@ def update_model(
         zs = numpyro.sample("z_sigma", dist.Normal(0.0, 1.0))
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
     loc = predict_log(prep, params, offset)
+    row_sig = sig[prep.noise_idx]
+    if unit_key is not None and len(unit_key):
+        with numpyro.plate("noise_key", len(prep.noise_keys)):
+            rho = numpyro.sample("run_share", dist.Beta(*RUN_SHARE_PRIOR))
+        with numpyro.plate("run_unit", len(unit_key)):
+            zb = numpyro.sample("z_run", dist.Normal(0.0, 1.0))
+        b = sig[unit_key] * jnp.sqrt(rho[unit_key]) * zb
+        in_run = jnp.asarray(unit_idx >= 0)
+        loc = loc + jnp.where(in_run, b[jnp.maximum(unit_idx, 0)], 0.0)
+        row_sig = row_sig * jnp.where(in_run, jnp.sqrt(1.0 - rho[prep.noise_idx]), 1.0)
     if loc_e is not None:
         with (
             numpyro.plate("gg_key", len(prep.noise_keys), dim=-1),
@@ -154,9 +241,7 @@ def update_model(
         eta = numpyro.deterministic("gpu_group", loc_e + scale_e * ze)
         loc = loc + eta[prep.gpu_idx, prep.noise_idx]
     with numpyro.plate("row", len(prep.log_value)):
-        numpyro.sample(
-            "log_value", dist.StudentT(STUDENT_DF, loc, sig[prep.noise_idx]), obs=observed
-        )
+        numpyro.sample("log_value", dist.StudentT(STUDENT_DF, loc, row_sig), obs=observed)
 
 
 @contextlib.contextmanager
@@ -235,6 +320,7 @@ def update_posterior(
             prior, prep.gpus, prep.noise_keys, from_population=from_population
         )
     )
+    unit_idx, unit_key = run_units(prep)
     mcmc = MCMC(
         NUTS(update_model, target_accept_prob=0.9, max_tree_depth=max_tree_depth),
         num_warmup=warmup,
@@ -255,6 +341,8 @@ def update_posterior(
             jnp.asarray(prep.log_value),
             loc_e,
             scale_e,
+            unit_idx,
+            jnp.asarray(unit_key),
             extra_fields=("diverging",),
         )
     new = {
@@ -272,6 +360,7 @@ def update_posterior(
             "serving_rows_available": available,
             "update_gpus": ",".join(prep.gpus),
             "from_population": int(from_population),
+            "update_run_units": len(unit_key),
             "divergences": int(diverging.sum()),
         }
     )
