@@ -91,7 +91,7 @@ def verdict_budgets(
     )
 
 
-def _pct(x: float) -> str:
+def _percent(x: float) -> str:
     return f"{100.0 * x:.0f}%"
 
 
@@ -105,7 +105,7 @@ def _kv_or_queue(seats_at_full, cap, m: ServingMetrics | None):
             return (
                 f"KV-limited seats: the KV cache holds {seats_at_full:.0f} sequences per replica, "
                 f"below max_num_seqs = {cap:.0f}; KV-bound only under a load that keeps "
-                f"{_pct(KV_BOUND_OCCUPANCY)} of them running (give --rate or --concurrency)."
+                f"{_percent(KV_BOUND_OCCUPANCY)} of them running (give --rate or --concurrency)."
             )
         return (
             f"not KV-bound (the sequence cap binds first): the KV cache holds "
@@ -114,7 +114,7 @@ def _kv_or_queue(seats_at_full, cap, m: ServingMetrics | None):
     seats = float(m.seats)
     occupancy = float(m.seat_occupancy)
     head = (
-        f"{occupancy * seats:.0f} of {seats:.0f} seats per replica run ({_pct(occupancy)}; "
+        f"{occupancy * seats:.0f} of {seats:.0f} seats per replica run ({_percent(occupancy)}; "
         f"seats: the sequences the KV cache holds, at most max_num_seqs = {cap:.0f})"
     )
     load = f"utilization {float(m.utilization):.2f}" + (
@@ -228,9 +228,9 @@ def verdicts(
         )
         real = float(r.prefill_speedup) >= REAL_PREFIX_SPEEDUP
         out["prefix_reuse"] = (
-            f"Prefix reuse is {'real' if real else 'negligible'}: {_pct(shared_fraction)} of requests share "
+            f"Prefix reuse is {'real' if real else 'negligible'}: {_percent(shared_fraction)} of requests share "
             f"{prefix_tokens:.0f} tokens, {float(r.reusable_tokens):.0f} reusable in whole "
-            f"{float(deployment.block_size_tokens):.0f}-token blocks, LRU hit rate {_pct(float(r.hit_rate))}; "
+            f"{float(deployment.block_size_tokens):.0f}-token blocks, LRU hit rate {_percent(float(r.hit_rate))}; "
             f"effective prefill {float(r.effective_prefill_tokens):.0f} of {prompt_tokens:.0f} tokens, "
             f"prefill {float(r.prefill_speedup):.2f}x faster."
         )

@@ -28,6 +28,7 @@ from perfmodel.dynamics import (
 
 from ._options import positive
 from ._progress import Phases
+from ._render import finite_or_none, latency_json
 from ._types import nonnegative_float, positive_float, positive_int, workload_source
 from .errors import UsageError
 
@@ -156,17 +157,6 @@ def resolve_workload(args: argparse.Namespace) -> tuple[Workload, Trace | None]:
     return w, trace
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(float(x)) else None
-
-
-def _pct(p) -> dict:
-    return {
-        k: _finite(getattr(p, k) if not isinstance(p, dict) else p[k])
-        for k in ("mean", "p50", "p95", "p99")
-    }
-
-
 LOAD_STEP = 0.01
 """Relative rate step of the p95 TTFT load elasticity (central difference)."""
 KNIFE_EDGE = 10.0
@@ -227,7 +217,7 @@ def p95_intervals(
         log_p95 = np.log(np.where(np.isnan(p95), np.inf, p95))
     q = np.exp(predictive_quantiles(log_p95, (0.05, 0.5, 0.95)))
     return {
-        name: {k: _finite(v) for k, v in zip(("p05", "p50", "p95"), q[:, j])}
+        name: {k: finite_or_none(v) for k, v in zip(("p05", "p50", "p95"), q[:, j])}
         for j, name in enumerate(("ttft_s", "tpot_s", "itl_s", "e2e_s"))
     }
 
@@ -269,10 +259,10 @@ def dynamics_report(
         if all(math.isfinite(p) and p > 0 for p in p95):
             elasticity = math.log(p95[1] / p95[0]) / math.log((1 + LOAD_STEP) / (1 - LOAD_STEP))
     return {
-        "ttft_s": _pct(m.ttft_s),
-        "tpot_s": _pct(m.tpot_s),
-        "itl_s": _pct(m.itl_s),
-        "e2e_s": _pct(m.e2e_s),
+        "ttft_s": latency_json(m.ttft_s),
+        "tpot_s": latency_json(m.tpot_s),
+        "itl_s": latency_json(m.itl_s),
+        "e2e_s": latency_json(m.e2e_s),
         "utilization": float(m.utilization),
         "stable": bool(m.stable),
         "seat_occupancy": float(m.seat_occupancy),
@@ -324,10 +314,10 @@ def simulation_report(result, summary: dict) -> dict:
     backlog grew by under 5 % of arrivals over the run's second half (null: too short to tell).
     """
     return {
-        "ttft_s": _pct(summary["ttft_s"]),
-        "tpot_s": _pct(summary["tpot_s"]),
-        "itl_s": _pct(summary["itl_s"]),
-        "e2e_s": _pct(summary["e2e_s"]),
+        "ttft_s": latency_json(summary["ttft_s"]),
+        "tpot_s": latency_json(summary["tpot_s"]),
+        "itl_s": latency_json(summary["itl_s"]),
+        "e2e_s": latency_json(summary["e2e_s"]),
         "busy_fraction": summary["busy_fraction"],
         "stable": summary["stable"],
         "output_tokens_per_s": summary["output_tokens_per_s"],

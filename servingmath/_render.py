@@ -1,6 +1,23 @@
-"""Plain-text rendering helpers for human output."""
+"""Rendering helpers: plain text for people, JSON-ready values for ``--json``."""
 
 from __future__ import annotations
+
+import math
+
+LATENCY_KEYS = ("mean", "p50", "p95", "p99")
+"""What every latency summary reports, in seconds: ``perfmodel``'s ``Percentiles`` fields and
+the simulator summary's keys."""
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x`` as a float, or None (JSON ``null``) when it is infinite (overloaded) or NaN."""
+    return float(x) if math.isfinite(float(x)) else None
+
+
+def latency_json(p) -> dict:
+    """A latency summary (a ``Percentiles`` or a simulator summary's dict) as JSON-ready
+    ``LATENCY_KEYS`` -> seconds or None."""
+    return {k: finite_or_none(p[k] if isinstance(p, dict) else getattr(p, k)) for k in LATENCY_KEYS}
 
 
 def human_bytes(n: float) -> str:

@@ -23,7 +23,7 @@ from ._disagg_cli import pool_efficiency
 from ._features_cli import disagg_pools
 from ._options import require_fit
 from ._posterior_cli import add_engine_argument, resolve_efficiency
-from ._render import human_seconds
+from ._render import human_seconds, latency_json
 from ._types import nonnegative_int, positive_int
 from .errors import UsageError
 
@@ -96,10 +96,6 @@ def trace_reuse(trace: Trace | None, model, hardware, deployment) -> dict | None
     }
 
 
-def _pct(p: dict) -> dict:
-    return {k: (float(v) if np.isfinite(v) else None) for k, v in p.items()}
-
-
 def simulated_features(
     result, prefix: PrefixCaching | None, args, block: int, efficiency: pm.Efficiency
 ) -> dict:
@@ -142,7 +138,7 @@ def simulated_features(
         out["spec_acceptance"] = (
             float(args.spec_acceptance) if args.spec_acceptance is not None else None
         )
-        out["tpot_s"] = _pct(engine_summary(result, efficiency)["tpot_s"])
+        out["tpot_s"] = latency_json(engine_summary(result, efficiency)["tpot_s"])
     return out
 
 
@@ -200,9 +196,9 @@ def simulate_disagg(
         "decode_gpus": d_gpus,
         "prefill_gpu": hw_p.name,
         "decode_gpu": hw_d.name,
-        "ttft_s": _pct(s["ttft_s"]),
-        "tpot_s": _pct(s["tpot_s"]),
-        "e2e_s": _pct(s["e2e_s"]),
+        "ttft_s": latency_json(s["ttft_s"]),
+        "tpot_s": latency_json(s["tpot_s"]),
+        "e2e_s": latency_json(s["e2e_s"]),
         "kv_transfer_s": float(hand_off.mean()) if hand_off.size else 0.0,
         "output_tokens_per_s": s["output_tokens_per_s"],
         "preemptions": s["preemptions"],

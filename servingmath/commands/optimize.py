@@ -691,7 +691,7 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
     return text
 
 
-def _pct(d: dict | None) -> str:
+def _latency_text(d: dict | None) -> str:
     if not d:
         return "-"
     return " / ".join(
@@ -740,10 +740,10 @@ def render(out: dict, args: argparse.Namespace) -> str:
             f"${out['cost_per_hour']:.2f}/hour, ${out['cost_per_million_output_tokens']:.3f} per million output tokens",
         ),
         ("SLO probability", f"{out['slo_probability']:.3f} (required {args.confidence})"),
-        ("TTFT p50/p95/p99", _pct(out["ttft_s"])),
-        ("TPOT p50/p95/p99", _pct(out["tpot_s"])),
+        ("TTFT p50/p95/p99", _latency_text(out["ttft_s"])),
+        ("TPOT p50/p95/p99", _latency_text(out["tpot_s"])),
         *(
-            [("ITL p50/p95/p99", _pct(out.get("itl_s")))]
+            [("ITL p50/p95/p99", _latency_text(out.get("itl_s")))]
             if getattr(args, "itl_p95", None) is not None
             else []
         ),
@@ -799,10 +799,10 @@ def render(out: dict, args: argparse.Namespace) -> str:
         sim = out["simulator"]
         text += (
             f"\nsimulator ({sim.get('kind', 'colocated')}, {sim['requests']} requests, median "
-            f"efficiency): TTFT {_pct(sim['ttft_s'])}, "
-            f"TPOT {_pct(sim['tpot_s'])}"
+            f"efficiency): TTFT {_latency_text(sim['ttft_s'])}, "
+            f"TPOT {_latency_text(sim['tpot_s'])}"
             + (
-                f", ITL {_pct(sim['itl_s'])}"
+                f", ITL {_latency_text(sim['itl_s'])}"
                 if out.get("question", {}).get("slo_itl_p95_s")
                 else ""
             )
