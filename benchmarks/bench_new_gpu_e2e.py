@@ -39,12 +39,12 @@ from fitting import (
     MAX_SERVING_ROWS,
     SERVING_ROWS_PER_CELL,
     add_serving_stage,
+    run_labels,
     score_rows,
     update_posterior,
     without_gpu,
     without_serving_stage,
 )
-from fitting._update import run_labels
 from servingmath.cli import enable_compile_cache
 
 INFERENCEMAX = "data/measurements/inferencemax_nvidia.csv.gz"

@@ -39,6 +39,7 @@ _EXPORTS = {
     "._update": (
         "MAX_SERVING_ROWS",
         "MAX_TREE_DEPTH",
+        "run_labels",
         "update_posterior",
         "user_hardware",
         "without_gpu",
