@@ -15,6 +15,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from perfmodel import (
     kv_bytes_per_sequence,
@@ -355,39 +356,64 @@ def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_m
 
 
 PROBE_REPLICAS = (1, 2)
-"""Replica counts tried before any bisection: most configurations in a search neighbourhood
+"""Replica counts tried first, with the most: most configurations in a search neighbourhood
 meet the SLO with one or two replicas, or not even with the most (README problem: 261 of 302
 with one or two)."""
 
 
 @cached_jit
-def probe_costs(
-    problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics
+def first_trial_costs(
+    problem: Problem,
+    configs: Array,
+    trials: Array,
+    sizes: Array,
+    steps: Array,
+    metrics_fn: MetricsFn = slo_metrics,
 ) -> tuple[Array, Array, Array]:
-    """(replicas, $/hour, settled) per config from the SLO probability at ``PROBE_REPLICAS`` and
-    at ``max_replicas`` alone: the fewest probe meeting the confidence, or ``max + 1`` (cost
-    ``inf``) when even the most fall short.  Where ``settled`` is False the config needs more
-    replicas than the probes and no more than the most: ``costs_at_min_replicas`` finds them.
-    The SLO probability does not fall with replicas, so settled rows equal that bisection's."""
-    r_max = problem.grid.max_replicas
-    probes = [r for r in PROBE_REPLICAS if r < r_max] + [r_max]
+    """(index, replicas, $/hour) per config: the first of its ``trials`` (a row of increasing
+    replica counts, its first ``sizes`` used) whose SLO probability meets the confidence, found
+    by ``steps`` rounds of bisection (ceil(log2(size + 1)) suffice: the probability does not
+    fall with replicas).  index == size, replicas ``max + 1`` and cost ``inf`` when none does.
 
-    counts = jnp.asarray(probes)
+    ``steps`` is traced, so one compiled program serves every trial list of the same shape:
+    the search's probes (1, 2, the most: 2 rounds) and the bisection of the few configurations
+    that need more than two replicas (3..max: 6 rounds at 64)."""
+    width = trials.shape[-1]
 
-    def one(config):
-        # one traced copy of the model, batched over the probe counts (compiles as one)
-        ok = jax.vmap(
-            lambda r: meets_confidence(
-                slo_probability(problem, config, r.astype(float), metrics_fn), problem.confidence
+    def one(config, row, size):
+        def step(_, bounds):
+            lo, hi = bounds  # lo fails (-1: none tried), hi holds (size: a sentinel)
+            live = hi - lo > 1
+            mid = jnp.clip((lo + hi) // 2, 0, width - 1)
+            ok = meets_confidence(
+                slo_probability(problem, config, row[mid].astype(float), metrics_fn),
+                problem.confidence,
             )
-        )(counts)
-        reps = jnp.min(jnp.where(ok, counts, r_max + 1))
-        settled = (reps <= probes[-2] if len(probes) > 1 else True) | ~ok[-1]
-        return reps, jnp.asarray(settled)
+            return jnp.where(live & ~ok, mid, lo), jnp.where(live & ok, mid, hi)
 
-    reps, settled = jax.vmap(one)(configs)
+        _, hi = jax.lax.fori_loop(0, steps, step, (jnp.asarray(-1), size))
+        return hi
+
+    index = jax.vmap(one)(configs, trials, sizes)
+    found = index < sizes
+    rows = jnp.arange(len(configs))
+    reps = jnp.where(
+        found, trials[rows, jnp.minimum(index, width - 1)], problem.grid.max_replicas + 1
+    )
     cost = jax.vmap(lambda c, r: cost_per_hour(problem, c, r.astype(float)))(configs, reps)
-    return reps, jnp.where(reps <= r_max, cost, jnp.inf), settled
+    return index, reps, jnp.where(found, cost, jnp.inf)
+
+
+def probe_trials(max_replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """(probe row, bisection row), each ``max_replicas`` wide (padded with its last count): the
+    probes ``PROBE_REPLICAS`` and the most, then every count above the probes up to the most."""
+    probes = sorted({r for r in PROBE_REPLICAS if r < max_replicas} | {max_replicas})
+    rest = list(range(probes[-2] + 1, max_replicas + 1)) if len(probes) > 1 else [max_replicas]
+
+    def padded(counts):
+        return np.asarray(counts + [counts[-1]] * (max_replicas - len(counts)), dtype=np.int32)
+
+    return padded(probes), padded(rest)
 
 
 @cached_jit

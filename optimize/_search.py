@@ -26,11 +26,11 @@ from perfmodel import Array
 
 from ._evaluate import (
     constraint_slacks,
-    costs_at_min_replicas,
+    first_trial_costs,
     memory_slack,
     pool_metrics,
     pool_units,
-    probe_costs,
+    probe_trials,
 )
 from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
@@ -267,36 +267,50 @@ def _score_new(
     revisit the earlier ones (16 new, then none), so only new configurations are scored, in
     chunks of ``chunk_rows`` (one compiled shape; the last chunk padded with its first row).
     Each configuration's cost is its own (a ``vmap`` over rows), whatever else is in the chunk.
-    Most need one or two replicas or are infeasible (``probe_costs``: 3 SLO evaluations a row);
-    only the rest go through the bisection (``costs_at_min_replicas``: 7 at 64 replicas).
+    Most need one or two replicas or are infeasible, so each is first tried at 1, 2 and the most
+    replicas (2 bisection rounds over the 200 draws); only those that need more than two go on
+    to a bisection over 3..max (6 rounds at 64), in the same compiled program
+    (``first_trial_costs``).
     """
     keys = dict.fromkeys(tuple(int(v) for v in c) for c in cand)
     new = np.asarray([k for k in keys if k not in table], dtype=np.int32).reshape(
         -1, cand.shape[-1]
     )
+    probes, rest = probe_trials(problem.grid.max_replicas)
+    n_probes = len(set(probes.tolist()))
     unsettled = []
-    for rows, (reps, cost, settled) in _in_chunks(probe_costs, problem, new, mesh, chunk_rows):
-        for c, r, k, done in zip(rows, reps, cost, settled):
-            if done:
-                table[tuple(int(v) for v in c)] = (int(r), float(k))
-            else:
+    for rows, (index, reps, cost) in _in_chunks(problem, new, probes, n_probes, mesh, chunk_rows):
+        for c, i, r, k in zip(rows, index, reps, cost):
+            if i == n_probes - 1 and r > probes[n_probes - 2] + 1:  # holds at the most only
                 unsettled.append(c)
-    rest = np.asarray(unsettled, dtype=np.int32).reshape(-1, cand.shape[-1])
-    for rows, (reps, cost) in _in_chunks(costs_at_min_replicas, problem, rest, mesh, chunk_rows):
+            else:
+                table[tuple(int(v) for v in c)] = (int(r), float(k))
+    more = np.asarray(unsettled, dtype=np.int32).reshape(-1, cand.shape[-1])
+    n_rest = len(set(rest.tolist()))
+    for rows, (_, reps, cost) in _in_chunks(problem, more, rest, n_rest, mesh, chunk_rows):
         for c, r, k in zip(rows, reps, cost):
             table[tuple(int(v) for v in c)] = (int(r), float(k))
 
 
-def _in_chunks(fn, problem: Problem, rows: np.ndarray, mesh, chunk_rows: int):
-    """``(chunk, fn(problem, chunk) as numpy)`` for each ``chunk_rows`` slice of ``rows`` (padded
-    with its first row to one compiled shape; the padding's outputs dropped)."""
+def _in_chunks(problem: Problem, rows: np.ndarray, trials: np.ndarray, size: int, mesh, chunk_rows):
+    """``(chunk, first_trial_costs as numpy)`` for each ``chunk_rows`` slice of ``rows``, every
+    row trying the first ``size`` counts of ``trials`` (padded with its first row to one
+    compiled shape; the padding's outputs dropped)."""
+    steps = jnp.asarray(int(size).bit_length())
     for i in range(0, len(rows), chunk_rows):
         chunk = rows[i : i + chunk_rows]
         padded = pad_rows(chunk, chunk_rows)
+        tried = jnp.asarray(np.broadcast_to(trials, (len(padded), len(trials))))
+        sizes = jnp.full(len(padded), size, dtype=jnp.int32)
         if mesh is None:
-            out = fn(problem, jnp.asarray(padded))
+            out = first_trial_costs(problem, jnp.asarray(padded), tried, sizes, steps)
         else:
-            out = map_rows(fn, padded, mesh, problem=problem)
+            out = map_rows(
+                lambda p, x, tried=tried, sizes=sizes: first_trial_costs(p, x, tried, sizes, steps),
+                padded,
+                mesh,
+                problem=problem,
+            )
         yield chunk, tuple(np.asarray(a)[: len(chunk)] for a in out)
 
 

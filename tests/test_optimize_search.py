@@ -19,8 +19,9 @@ from optimize import (
     search,
     slo_probability,
 )
-from optimize._evaluate import draw_metrics
+from optimize._evaluate import draw_metrics, probe_trials
 from optimize._grid import KNOBS, one_hot_weights
+from optimize._search import _score_new
 from perfmodel import load_model
 
 GRID = Grid(
@@ -94,6 +95,18 @@ def test_min_replicas_is_the_first_feasible_count():
         # monotone: once feasible, more replicas stay feasible
         if feasible:
             assert all(meets_confidence(p, float(problem.confidence)) for p in probs[r - 1 :])
+    # the search scores by probes (1, 2, the most) then a bisection over the rest: same counts
+    scored: dict = {}
+    _score_new(problem, np.asarray(configs), scored, None, OPTIONS.chunk_rows)
+    for c, r in zip(np.asarray(configs), reps):
+        assert scored[tuple(int(v) for v in c)][0] == r
+
+
+def test_probe_trials_are_the_probes_then_every_count_above_them():
+    probes, rest = probe_trials(8)
+    assert probes.tolist() == [1, 2, 8, 8, 8, 8, 8, 8]
+    assert rest.tolist() == [3, 4, 5, 6, 7, 8, 8, 8]
+    assert [r.tolist() for r in probe_trials(2)] == [[1, 2], [2, 2]]
 
 
 def test_impossible_slo_is_reported_infeasible():
