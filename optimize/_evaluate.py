@@ -327,32 +327,11 @@ def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
     return jnp.asarray(replicas, dtype=float) * group * price * surcharge
 
 
-@cached_jit
 def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics) -> Array:
     """Fewest replicas (1..max) with SLO probability >= confidence, per config; ``max + 1`` when
-    even ``max_replicas`` falls short.  ``configs``: shape (n, len(KNOBS)).
-
-    Bisection on (lo, hi] with lo failing (0: none tried) and hi holding, hi starting at the
-    sentinel ``max + 1`` (taken to hold): ceil(log2(max + 1)) evaluations of one traced copy of
-    the model, which leave hi at the sentinel exactly when ``max`` itself falls short (the SLO
-    probability does not fall with replicas)."""
-    r_max = problem.grid.max_replicas
-
-    def one(config):
-        def step(_, bounds):
-            lo, hi = bounds
-            mid = jnp.maximum((lo + hi) // 2, 1)
-            ok = meets_confidence(
-                slo_probability(problem, config, mid.astype(float), metrics_fn), problem.confidence
-            )
-            return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
-
-        _, hi = jax.lax.fori_loop(
-            0, r_max.bit_length(), step, (jnp.asarray(0), jnp.asarray(r_max + 1))
-        )
-        return hi
-
-    return jax.vmap(one)(configs)
+    even ``max_replicas`` falls short.  ``configs``: shape (n, len(KNOBS)).  The bisection of
+    ``first_trial_costs`` over every count 1..max (ceil(log2(max + 1)) rounds)."""
+    return costs_at_min_replicas(problem, configs, metrics_fn)[0]
 
 
 PROBE_REPLICAS = (1, 2)
@@ -416,11 +395,15 @@ def probe_trials(max_replicas: int) -> tuple[np.ndarray, np.ndarray]:
     return padded(probes), padded(rest)
 
 
-@cached_jit
 def costs_at_min_replicas(
     problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics
 ) -> tuple[Array, Array]:
-    """(replicas, $/hour) per config; infeasible configs cost ``inf``."""
-    reps = min_replicas(problem, configs, metrics_fn)
-    cost = jax.vmap(lambda c, r: cost_per_hour(problem, c, r.astype(float)))(configs, reps)
-    return reps, jnp.where(reps <= problem.grid.max_replicas, cost, jnp.inf)
+    """(replicas, $/hour) per config at the fewest replicas meeting the chance constraints
+    (``min_replicas``); infeasible configs cost ``inf``."""
+    r_max = problem.grid.max_replicas
+    n = len(configs)
+    trials = jnp.broadcast_to(jnp.arange(1, r_max + 1, dtype=jnp.int32), (n, r_max))
+    sizes = jnp.full(n, r_max, dtype=jnp.int32)
+    steps = jnp.asarray(r_max.bit_length())
+    _, reps, cost = first_trial_costs(problem, configs, trials, sizes, steps, metrics_fn)
+    return reps, cost

@@ -278,10 +278,13 @@ def _score_new(
     )
     probes, rest = probe_trials(problem.grid.max_replicas)
     n_probes = len(set(probes.tolist()))
+    # counts lie between the last small probe and the most: holding at the most alone says
+    # only that the fewest is somewhere in between
+    gap = n_probes > 1 and probes[n_probes - 1] - probes[n_probes - 2] > 1
     unsettled = []
     for rows, (index, reps, cost) in _in_chunks(problem, new, probes, n_probes, mesh, chunk_rows):
         for c, i, r, k in zip(rows, index, reps, cost):
-            if i == n_probes - 1 and r > probes[n_probes - 2] + 1:  # holds at the most only
+            if gap and i == n_probes - 1:
                 unsettled.append(c)
             else:
                 table[tuple(int(v) for v in c)] = (int(r), float(k))
