@@ -338,11 +338,11 @@ def update_posterior(
             loc_c,
             scale_c,
             sigma,
-            jnp.asarray(prep.log_value),
-            loc_e,
-            scale_e,
-            unit_idx,
-            jnp.asarray(unit_key),
+            observed=jnp.asarray(prep.log_value),
+            loc_e=loc_e,
+            scale_e=scale_e,
+            unit_idx=unit_idx,
+            unit_key=jnp.asarray(unit_key),
             extra_fields=("diverging",),
         )
     new = {
