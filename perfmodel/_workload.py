@@ -14,6 +14,14 @@ import jax.numpy as jnp
 
 from ._types import Array, ArrayLike
 
+DEFAULT_PROMPT_TOKENS = 1024
+"""The prompt length every command assumes when none is given (``--input-len``) and
+``Workload()``'s: a chat-length request, one 1-2k-token context of a conversation or a short
+document."""
+DEFAULT_OUTPUT_TOKENS = 256
+"""The output length every command assumes when none is given (``--output-len``) and
+``Workload()``'s: a chat answer of a few paragraphs."""
+
 
 def _arr(default: float):
     return eqx.field(converter=jnp.asarray, default=default)
@@ -40,9 +48,9 @@ class Workload(eqx.Module):
     arrival_rate_per_s: Array = _arr(1.0)
     concurrency: Array = _arr(0.0)
     interarrival_cv: Array = _arr(1.0)
-    prompt_tokens_mean: Array = _arr(1024.0)
+    prompt_tokens_mean: Array = _arr(float(DEFAULT_PROMPT_TOKENS))
     prompt_tokens_cv: Array = _arr(0.0)
-    output_tokens_mean: Array = _arr(128.0)
+    output_tokens_mean: Array = _arr(float(DEFAULT_OUTPUT_TOKENS))
     output_tokens_cv: Array = _arr(0.0)
     requests_per_client: Array = _arr(float("inf"))
 

@@ -55,6 +55,8 @@ from ._traces import (
     workload_from_trace as workload_from_trace,
 )
 from ._workload import (
+    DEFAULT_OUTPUT_TOKENS as DEFAULT_OUTPUT_TOKENS,
+    DEFAULT_PROMPT_TOKENS as DEFAULT_PROMPT_TOKENS,
     Workload as Workload,
     lognormal_params as lognormal_params,
     sample_arrivals as sample_arrivals,

@@ -26,7 +26,7 @@ from perfmodel.dynamics import (
     workload_from_trace,
 )
 
-from ._options import positive
+from ._options import add_length_arguments, positive
 from ._progress import Phases
 from ._render import finite_or_none, latency_json
 from ._types import nonnegative_float, positive_float, positive_int, workload_source
@@ -52,12 +52,7 @@ def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = F
         help="trace CSV or preset: azure-code, azure-conv, sharegpt, arxiv, mooncake",
     )
     if lengths:
-        g.add_argument(
-            "--input-len", type=positive_int, default=2000, help="prompt tokens (default 2000)"
-        )
-        g.add_argument(
-            "--output-len", type=positive_int, default=200, help="output tokens (default 200)"
-        )
+        add_length_arguments(g)
     g.add_argument(
         "--input-cv",
         type=nonnegative_float,

@@ -22,6 +22,7 @@ from perfmodel import (
     mtp_layers,
     tp_divides_heads,
 )
+from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from ._types import positive_int, utilization
 from .errors import UsageError
@@ -71,6 +72,24 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("paged", "static"),
         default="paged",
         help="paged blocks, or static max_model_len reservation per sequence",
+    )
+
+
+def add_length_arguments(parser) -> None:
+    """``--input-len`` / ``--output-len``: every request's prompt and output tokens, defaulting
+    to the one default request (``perfmodel.dynamics.DEFAULT_PROMPT_TOKENS`` /
+    ``DEFAULT_OUTPUT_TOKENS``) that ``optimize``, ``fleet`` and ``forecast`` assume too."""
+    parser.add_argument(
+        "--input-len",
+        type=positive_int,
+        default=DEFAULT_PROMPT_TOKENS,
+        help=f"prompt tokens (default {DEFAULT_PROMPT_TOKENS})",
+    )
+    parser.add_argument(
+        "--output-len",
+        type=positive_int,
+        default=DEFAULT_OUTPUT_TOKENS,
+        help=f"output tokens (default {DEFAULT_OUTPUT_TOKENS})",
     )
 
 

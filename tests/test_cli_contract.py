@@ -137,3 +137,22 @@ def test_every_call_exits_0_or_2_with_one_line(capsys, command, data):
         typed = {a.option_strings[-1] for a in chosen if a.type not in (None, str, *PATH_TYPES)}
         values = [extra[i + 1] for i, w in enumerate(extra[:-1]) if w in typed]
         assert not any(_is_nan(v) for v in values), f"NaN accepted: {argv}"
+
+
+def test_every_command_assumes_the_same_default_request():
+    """Without --input-len / --output-len, explain and simulate (fixed lengths), optimize (mean
+    lengths) and ``Workload()`` describe one request: 1,024 prompt and 256 output tokens."""
+    from perfmodel.dynamics import Workload
+    from servingmath._dynamics_cli import resolve_workload as dynamics_workload
+    from servingmath.commands.optimize import resolve_workload as optimize_workload
+
+    parser = cli.build_parser()
+    lengths = set()
+    for base in (BASES["explain"], BASES["simulate"]):
+        w, _ = dynamics_workload(parser.parse_args([*base, "--rate", "2"]))
+        lengths.add((float(w.prompt_tokens_mean), float(w.output_tokens_mean)))
+    w = optimize_workload(parser.parse_args([*BASES["optimize"], "--rate", "2"]), 2.0)
+    lengths.add((float(w.prompt_tokens_mean), float(w.output_tokens_mean)))
+    default = Workload()
+    lengths.add((float(default.prompt_tokens_mean), float(default.output_tokens_mean)))
+    assert lengths == {(1024.0, 256.0)}

@@ -28,6 +28,7 @@ from .._features_cli import (
 )
 from .._options import (
     add_deployment_arguments,
+    add_length_arguments,
     positive,
     require_fit,
     require_mtp,
@@ -35,7 +36,6 @@ from .._options import (
 )
 from .._posterior_cli import add_posterior_arguments, quantiles, resolve_efficiency
 from .._render import human_bytes, human_seconds, table
-from .._types import positive_int
 from ..errors import UsageError
 
 HELP = "the budget sheet of one deployment: memory, compute, bandwidth, communication"
@@ -44,12 +44,7 @@ HELP = "the budget sheet of one deployment: memory, compute, bandwidth, communic
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_deployment_arguments(parser)
     add_feature_arguments(parser)
-    parser.add_argument(
-        "--input-len", type=positive_int, default=2000, help="prompt tokens (default 2000)"
-    )
-    parser.add_argument(
-        "--output-len", type=positive_int, default=200, help="output tokens (default 200)"
-    )
+    add_length_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_dynamics_arguments(parser)
     add_posterior_arguments(parser)

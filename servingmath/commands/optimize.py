@@ -13,6 +13,7 @@ from pathlib import Path
 
 import perfmodel as pm
 from perfmodel import CatalogError
+from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from .._options import require_mtp
 from .._posterior_cli import add_engine_argument
@@ -55,10 +56,14 @@ def add_problem_arguments(
             help="trace file or preset (rate, lengths, burstiness)",
         )
     parser.add_argument(
-        "--input-len", type=positive_float, help="mean prompt tokens (default 1024)"
+        "--input-len",
+        type=positive_float,
+        help=f"mean prompt tokens (default {DEFAULT_PROMPT_TOKENS})",
     )
     parser.add_argument(
-        "--output-len", type=positive_float, help="mean output tokens (default 256)"
+        "--output-len",
+        type=positive_float,
+        help=f"mean output tokens (default {DEFAULT_OUTPUT_TOKENS})",
     )
     parser.add_argument(
         "--output-cv", type=nonnegative_float, default=1.0, help="output-length CV (default 1)"
@@ -351,12 +356,7 @@ def resolve_workload(args: argparse.Namespace, rate: float | None = None):
     else:
         if rate is None:
             raise UsageError("give the load: --rate R (requests/s) or --workload TRACE")
-        wl = Workload(
-            arrival_rate_per_s=rate,
-            prompt_tokens_mean=1024.0,
-            output_tokens_mean=256.0,
-            output_tokens_cv=args.output_cv,
-        )
+        wl = Workload(arrival_rate_per_s=rate, output_tokens_cv=args.output_cv)
     updates = {}
     if args.input_len is not None:
         updates["prompt_tokens_mean"] = args.input_len
