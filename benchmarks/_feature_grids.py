@@ -1,4 +1,5 @@
-"""Agreement grids of issue 4 item 7: closed form vs simulator per feature, at p95.
+"""Agreement grids of the closed form against the simulator per feature (prefix cache,
+speculation, disaggregation, host KV tier), at p95.
 
 Each point: the closed form's arrival rate for a target utilisation (a few secant steps on one
 jitted closed form per model, the rate and the feature's knobs traced so it compiles once), then

@@ -7,8 +7,8 @@ Each command runs as a new process (``python -m servingmath ...``), first with a
 (cold: ``SERVINGMATH_CACHE`` pointed at a fresh folder, so no compiled programs and no draw cache
 of the posterior), then again with the cache it just filled (warm).  ``servingmath gpus`` (imports, catalogs, no JAX work) is the floor every figure
 is divided by, measured in the same run: the machines are shared, so the ratios are what to
-compare between runs.  Peak memory is the child's max RSS (``os.wait4``).  Targets
-(issue 18): warm explain <= 3 s, explain --rate <= 5 s, optimize (the README problem) <= 8 s,
+compare between runs.  Peak memory is the child's max RSS (``os.wait4``).  Targets:
+warm explain <= 3 s, explain --rate <= 5 s, optimize (the README problem) <= 8 s,
 simulate of 2,000 requests <= 5 s; the README command cold <= 30 s; every command <= 4 GB.
 """
 

@@ -56,7 +56,7 @@ QUICK_PER_CELL = 10
 offset (>= ``MIN_ROWS``), from a few rows instead of up to ``SERVING_ROWS_PER_CELL`` (the refit
 predicts each row through the load models)."""
 TARGET_APE, TARGET_COVERAGE, TARGET_K = 0.10, (0.85, 0.95), 10
-"""Issue 21's target: median APE and 90 %-interval coverage after ``TARGET_K`` runs."""
+"""The target: median APE and 90 %-interval coverage after ``TARGET_K`` runs."""
 
 
 def new_gpu_prior(

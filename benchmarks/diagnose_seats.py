@@ -13,7 +13,7 @@ closed form's own figures (``open_loop``'s running count and seat wait):
     PYTHONPATH=. python benchmarks/diagnose_seats.py b.json [--only Llama-3.1-8B:on:16384:1.0]
         [--requests 40000] [--seed 7]
 
-Used to locate the utilisation-0.9 misses of issue 3 (BENCHMARKS.md); not a test.
+A diagnostic for where the closed form and the simulator part near utilisation 0.9; not a test.
 """
 
 from __future__ import annotations
