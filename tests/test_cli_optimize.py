@@ -257,3 +257,48 @@ def test_optimize_json_keys_and_infeasible_value(capsys, tmp_path):
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and "no configuration meets p95 TTFT <= 0.0001 s" in err
     assert "relax --slo-ttft-p95 to >=" in err and " on h100-sxm TP" in err or " on l40s TP" in err
+
+
+class _Captured(Exception):
+    """Raised by a stand-in for the search to hand the problem a command built to the test."""
+
+
+@pytest.mark.parametrize("command", ["fleet", "forecast"])
+def test_fleet_and_forecast_offer_speculation_like_optimize(command, monkeypatch, capsys):
+    """--spec-draft / --spec-acceptance make the draft length a knob of the search in fleet and
+    forecast as in optimize (k = 0..8, the stated acceptance), and the configurations they report
+    name the draft and k."""
+    import numpy as np
+
+    import optimize
+    from optimize import KNOBS
+    from servingmath.commands.optimize import SPEC_K, describe_short
+
+    def capture(problem, *args, **kwargs):
+        raise _Captured(problem)
+
+    monkeypatch.setattr(optimize, "fleet_problem" if command == "fleet" else "search", capture)
+    load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
+    argv = [command, *BASE, "--gpus", "h100-sxm", *load]
+    argv += ["--spec-draft", "meta-llama/Llama-3.2-3B", "--spec-acceptance", "0.8"]
+    with pytest.raises(_Captured) as caught:
+        main(argv)
+    problem = caught.value.args[0]
+    assert problem.grid.spec_k == SPEC_K
+    assert np.allclose(np.asarray(problem.spec_acceptance), 0.8)
+    config = np.zeros(len(KNOBS), dtype=np.int32)
+    config[KNOBS.index("spec_k")] = SPEC_K.index(3)
+    assert describe_short(problem, ("h100-sxm",), config).endswith("speculative draft model k 3")
+    config[KNOBS.index("spec_k")] = 0
+    assert "speculative" not in describe_short(problem, ("h100-sxm",), config)
+
+
+def test_fleet_and_forecast_refuse_mtp_for_a_model_without_it(capsys):
+    for argv in (
+        ["fleet", *BASE, "--gpus", "h100-sxm", "--rate", "5", "--spec-draft", "mtp"],
+        ["forecast", *BASE, "--gpus", "h100-sxm", "--demand", "data/examples/demand.csv"]
+        + ["--spec-draft", "mtp"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "multi-token-prediction" in err

@@ -18,12 +18,16 @@ from ..reports import provenance
 from .optimize import (
     add_problem_arguments,
     add_report_argument,
+    add_speculation_arguments,
     check_output_paths,
+    check_speculation_arguments,
     close_figures,
+    describe_short,
     gpu_ids,
     problem_from_args,
     resolve_common,
     resolve_workload,
+    speculation_from_args,
     write_report,
 )
 
@@ -32,6 +36,7 @@ HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact mi
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
+    add_speculation_arguments(parser)
     parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
     parser.add_argument(
         "--num-classes",
@@ -95,8 +100,9 @@ def read_classes(path: str):
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Before the posterior loads: --max-gpus names only --gpus, --classes reads, --report is
-    writable."""
+    writable, --spec-draft mtp names a model with MTP layers."""
     check_output_paths(args, files=("report",))
+    check_speculation_arguments(args)
     gpus = gpu_ids(args)
     for g in args.max_gpus:
         if g not in gpus:
@@ -131,15 +137,23 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         )
     else:
         classes = read_classes_default(workload)
-    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
+    problem = problem_from_args(
+        args, model, gpus, workload, efficiency, hardware, **speculation_from_args(args, model)
+    )
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
     phases(f"pricing every configuration for {len(classes)} request classes (compiling first)")
-    fp, _configs = fleet_problem(problem, classes, rate, max_gpus)
+    fp, configs = fleet_problem(problem, classes, rate, max_gpus)
     phases("solving the fleet mix (gradient, then the exact MILP)")
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
     result = _report(gpus, classes, fp, plan, exact)
+    for c, entry in enumerate(result["classes"]):  # what each class runs on each usable type
+        entry["configuration"] = {
+            g: describe_short(problem, gpus, configs[c, j])
+            for j, g in enumerate(gpus)
+            if configs[c, j, 0] >= 0
+        }
     result["question"] = provenance.question(
         args,
         model.name,

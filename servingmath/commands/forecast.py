@@ -17,11 +17,15 @@ from ..reports import provenance
 from .optimize import (
     add_problem_arguments,
     add_report_argument,
+    add_speculation_arguments,
     check_output_paths,
+    check_speculation_arguments,
     close_figures,
+    describe_short,
     problem_from_args,
     resolve_common,
     resolve_workload,
+    speculation_from_args,
     write_report,
 )
 
@@ -35,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)",
     )
     add_problem_arguments(parser, workload=False)
+    add_speculation_arguments(parser)
     parser.add_argument(
         "--workload", type=workload_source, help="trace file or preset for the length distribution"
     )
@@ -69,7 +74,9 @@ def _clean(x):
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Before the demand and the posterior load: --report is writable."""
+    """Before the demand and the posterior load: --report is writable, --spec-draft mtp names a
+    model with MTP layers."""
+    check_speculation_arguments(args)
     check_output_paths(args, files=("report",))
 
 
@@ -96,7 +103,9 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     peak = max(p.requests_per_s for p in demand) or 1.0
     args.rate = peak
     workload = resolve_workload(args, rate=peak)
-    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
+    problem = problem_from_args(
+        args, model, gpus, workload, efficiency, hardware, **speculation_from_args(args, model)
+    )
     phases("searching configurations at the peak demand (compiling first)")
     found = search(problem)
     configs = {}
@@ -122,10 +131,8 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         )
     phases(f"replicas per posterior draw for {len(demand)} periods")
     periods = forecast_gpus(problem, configs, demand, seed=args.seed)
-    from .optimize import _describe_short
-
     result = {
-        "configurations": {g: _describe_short(problem, gpus, c) for g, c in configs.items()},
+        "configurations": {g: describe_short(problem, gpus, c) for g, c in configs.items()},
         "periods": periods,
     }
     result["question"] = provenance.question(

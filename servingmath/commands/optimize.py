@@ -441,6 +441,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES_PER_S",
         help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
     )
+    add_speculation_arguments(parser)
+
+
+def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
+    """--spec-draft / --spec-acceptance: speculative decoding as a knob of the search (optimize,
+    fleet, forecast); ``speculation_from_args`` reads them."""
     parser.add_argument(
         "--spec-draft",
         metavar="MODEL|mtp",
@@ -452,6 +458,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="A",
         help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)",
     )
+
+
+def check_speculation_arguments(args: argparse.Namespace) -> None:
+    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers."""
+    if args.spec_draft and args.spec_draft.lower() == "mtp":
+        require_mtp(args.model)
+
+
+def speculation_from_args(args: argparse.Namespace, model) -> dict:
+    """``make_problem``'s speculation arguments from --spec-draft / --spec-acceptance."""
+    return {"spec_draft": _spec_draft(args, model), "spec_acceptance": args.spec_acceptance}
 
 
 def _context_tokens(text: str) -> int:
@@ -478,7 +495,8 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
-    draft = _spec_draft(args, model)
+    speculation = speculation_from_args(args, model)
+    draft = speculation["spec_draft"]
     try:
         problem = problem_from_args(
             args,
@@ -487,9 +505,8 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             workload,
             efficiency,
             hardware,
-            spec_draft=draft,
-            spec_acceptance=args.spec_acceptance,
             transfer_bytes_per_s=args.transfer_bw,
+            **speculation,
         )
     except (ValueError, CatalogError) as exc:
         raise UsageError(str(exc)) from None
@@ -545,8 +562,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Before the posterior loads: --spec-draft mtp only for a model with MTP layers; --report
     and --emit are writable (re-checked here for callers that bypass the parser's types)."""
     check_slo_arguments(args)
-    if args.spec_draft and args.spec_draft.lower() == "mtp":
-        require_mtp(args.model)
+    check_speculation_arguments(args)
     check_output_paths(args, files=("report",), folders=("emit",))
 
 
@@ -815,12 +831,14 @@ def render(out: dict, args: argparse.Namespace) -> str:
     return text
 
 
-def _describe_short(problem, gpus, config) -> str:
-    """One line: TP/PP, dtypes and token budget of a configuration."""
+def describe_short(problem, gpus, config) -> str:
+    """One line: TP/PP, dtypes, token budget and speculation of a configuration."""
     from optimize import describe_config
 
     d = describe_config(problem, gpus, config, 1)
+    spec = d["speculative"]
     return (
         f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
         f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"
+        + (f", speculative {spec['draft']} k {spec['k']}" if spec else "")
     )
