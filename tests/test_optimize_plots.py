@@ -41,6 +41,8 @@ def test_optimize_plot_writes_two_pngs(tmp_path, capsys):
         "--json",
         "--max-replicas",
         "16",
+        "--pool-ratios",
+        "none",
         "--ttft-p95",
         "1.0",
         "--tpot-p95",

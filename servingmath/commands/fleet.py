@@ -225,6 +225,9 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             ]
         )
     )
+    for i, c in enumerate(result["classes"]):
+        for g, text in c["configuration"].items():
+            print(f"  class {i} on {g}: {text}")
     return 0
 
 
