@@ -310,7 +310,8 @@ def test_infeasible_fleet_exits_2_with_the_reason(monkeypatch, capsys, capacity,
     fp = FleetProblem(np.asarray([5.0]), capacity * one, one, one, np.asarray([1.0]))
     none = FleetPlan(np.zeros((1, 1), dtype=int), float("inf"))
     monkeypatch.setattr(optimize, "make_problem", lambda *a, **k: None)
-    monkeypatch.setattr(optimize, "fleet_problem", lambda *a, **k: (fp, None))
+    no_configs = -np.ones((1, 1, len(optimize.KNOBS)), dtype=np.int32)  # no usable pair
+    monkeypatch.setattr(optimize, "fleet_problem", lambda *a, **k: (fp, no_configs))
     monkeypatch.setattr(optimize, "fleet_gradient", lambda *a, **k: none)
     monkeypatch.setattr(optimize, "fleet_milp", lambda *a, **k: none)
     err = _one_line_exit_2(capsys, [*FLEET, "--max-gpus", "h100-sxm=1"], fragment)

@@ -87,7 +87,7 @@ def _fixed_fleet(monkeypatch, feasible: bool = True):
         plan = FleetPlan(np.zeros((2, 2), dtype=int), float("inf"))
     exact = FleetPlan(plan.replicas, plan.cost_per_hour * 0.99)
     monkeypatch.setattr(optimize, "make_problem", lambda *a, **k: None)
-    no_configs = -np.ones((2, 2, 11), dtype=np.int32)  # the JSON then describes none
+    no_configs = -np.ones((2, 2, len(optimize.KNOBS)), dtype=np.int32)  # no usable pair
     monkeypatch.setattr(optimize, "fleet_problem", lambda *a, **k: (fp, no_configs))
     monkeypatch.setattr(optimize, "fleet_gradient", lambda *a, **k: plan)
     monkeypatch.setattr(optimize, "fleet_milp", lambda *a: exact)

@@ -461,8 +461,10 @@ def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_speculation_arguments(args: argparse.Namespace) -> None:
-    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers."""
-    if args.spec_draft and args.spec_draft.lower() == "mtp":
+    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers (a caller
+    that bypasses the parser may leave the option out)."""
+    draft = getattr(args, "spec_draft", None)
+    if draft and draft.lower() == "mtp":
         require_mtp(args.model)
 
 
