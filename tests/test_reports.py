@@ -129,6 +129,29 @@ def test_fleet_report_numbers_are_the_json_numbers(tmp_path, capsys, monkeypatch
     )
 
 
+def test_fleet_page_lists_each_classs_configuration(tmp_path, capsys, monkeypatch):
+    """The configurations fleet's JSON names per class and GPU type are a table of the page (the
+    stand-in fleet has none, so the one class gets two here); without any the section is left
+    out."""
+    from servingmath.reports.pages import fleet_page
+
+    _fixed_fleet(monkeypatch)
+    argv = ["fleet", *LLAMA, "--gpus", "h100-sxm,l40s", "--rate", "7.5", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(c["configuration"] == {} for c in out["classes"])
+    assert "configuration per GPU type" not in fleet_page(out)
+    out["classes"][0]["configuration"] = {
+        "h100-sxm": "TP 2 PP 1",
+        "l40s": "TP 1 PP 1, speculative mtp k 3",
+    }
+    page = fleet_page(out)
+    rows = table_rows(page)
+    assert "configuration per GPU type" in page
+    assert ["0", "h100-sxm", "TP 2 PP 1"] in rows
+    assert ["0", "l40s", "TP 1 PP 1, speculative mtp k 3"] in rows
+
+
 def test_infeasible_fleet_still_writes_its_page_and_one_error_line(tmp_path, capsys, monkeypatch):
     _fixed_fleet(monkeypatch, feasible=False)
     page = tmp_path / "fleet.html"

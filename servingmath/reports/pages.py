@@ -128,6 +128,18 @@ def fleet_page(result: dict, figures: Figures = ()) -> str:
         ("Cost", cost),
         ("Request classes", classes),
     ]
+    configured = [
+        (str(i), g, text)
+        for i, c in enumerate(result["classes"])
+        for g, text in c.get("configuration", {}).items()
+    ]
+    if configured:
+        sections.append(
+            (
+                "Each class's configuration per GPU type",
+                Table(("class", "GPU", "configuration"), configured),
+            )
+        )
     return render_html(_title(q), question_rows(q), sections + _tail(result), figures)
 
 
