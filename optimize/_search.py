@@ -300,16 +300,17 @@ def _in_chunks(problem: Problem, rows: np.ndarray, trials: np.ndarray, size: int
     row trying the first ``size`` counts of ``trials`` (padded with its first row to one
     compiled shape; the padding's outputs dropped)."""
     steps = jnp.asarray(int(size).bit_length())
+    # every chunk is padded to ``chunk_rows`` rows and tries the same counts: built once
+    tried = jnp.asarray(np.broadcast_to(trials, (chunk_rows, len(trials))))
+    sizes = jnp.full(chunk_rows, size, dtype=jnp.int32)
     for i in range(0, len(rows), chunk_rows):
         chunk = rows[i : i + chunk_rows]
         padded = pad_rows(chunk, chunk_rows)
-        tried = jnp.asarray(np.broadcast_to(trials, (len(padded), len(trials))))
-        sizes = jnp.full(len(padded), size, dtype=jnp.int32)
         if mesh is None:
             out = first_trial_costs(problem, jnp.asarray(padded), tried, sizes, steps)
         else:
             out = map_rows(
-                lambda p, x, tried=tried, sizes=sizes: first_trial_costs(p, x, tried, sizes, steps),
+                lambda p, x: first_trial_costs(p, x, tried, sizes, steps),
                 padded,
                 mesh,
                 problem=problem,
