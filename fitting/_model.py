@@ -154,6 +154,19 @@ def kernel_groups(keys) -> np.ndarray:
     )
 
 
+def population_bias(key: str, *, new_gpu: bool) -> bool:
+    """Whether a GPU x group pair no fit saw draws eta ~ N(0, tau_gpu_kernel) rather than 0.
+
+    Kernel groups always do (each GPU's kernels sit off the roofline by their own amount).  A GPU
+    no fit saw also does on its whole-model and end-to-end groups (prefill, decode step, static
+    batch, serving, saturated): their (source, engine) offsets were learned on the GPUs each
+    source measured, so how the same engine fares on another GPU is a bias of the kernel groups'
+    size that the spec sheet cannot give.  A fitted GPU's whole-model groups and the anchor groups
+    get 0 (their rows pinned the offsets and the peaks)."""
+    whole_model = not key.startswith(("op:", "collective:"))
+    return bool(kernel_groups([key])[0]) or (whole_model and new_gpu)
+
+
 def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
     """Unconstrained value -> natural units through the parameter's link."""
     return jnp.exp(u) if PRIORS[name].link == "log" else 1.0 / (1.0 + jnp.exp(-u))

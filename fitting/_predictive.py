@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._model import STUDENT_DF, kernel_groups
+from ._model import STUDENT_DF, population_bias
 from ._posterior import Posterior, cell_offset_draws, draw_indices, parameter_draws
 from ._predict import Prepared, predict_log
 
@@ -27,15 +27,10 @@ def gpu_group_draws(
     rng: np.random.Generator,
 ) -> np.ndarray:
     """GPU x group bias draws eta_gk on log time, (draws, gpus, keys): fitted pairs keep theirs,
-    an unseen GPU or kernel group draws N(0, tau_gpu) (its own bias, unknown); a fitted GPU's
-    whole-model and serving groups, anchor groups and older posterior files without the term
-    get 0.
-
-    An unseen GPU's whole-model groups (prefill, decode step, static batch) and end-to-end groups
-    (serving, saturated) also draw N(0, tau_gpu): their (source, engine) offsets were learned on
-    the GPUs each source measured, so how the same engine fares on another GPU is a GPU x
-    scenario bias the fit cannot see, of the size the kernel groups' GPU biases show.  Fitted
-    GPUs keep 0 (their rows pinned the offsets), so in-sample intervals are unchanged."""
+    the others draw N(0, tau_gpu) or 0 as ``population_bias`` says (an unseen GPU's kernel,
+    whole-model and end-to-end groups: its own bias, unknown; a fitted GPU's whole-model groups
+    and anchor groups: 0, so in-sample intervals are unchanged); older posterior files without
+    the term get 0."""
     out = np.zeros((len(idx), len(gpus), len(keys)))
     post = posterior.idata.posterior
     if "gpu_group" not in post:
@@ -46,14 +41,11 @@ def gpu_group_draws(
     fit_keys = [str(k) for k in post["gpu_group"].coords["group"].values]
     tau_k, zero = posterior.flat("tau_gpu_kernel")[idx], np.zeros(len(idx))
     for j, k in enumerate(keys):
-        kernel = kernel_groups([k])[0]
-        whole_model = not k.startswith(("op:", "collective:"))
         for i, g in enumerate(gpus):
             if g in fit_gpus and k in fit_keys:
                 out[:, i, j] = eta[:, fit_gpus.index(g), fit_keys.index(k)]
             else:
-                unseen_gpu_step = whole_model and g not in fit_gpus
-                tau = tau_k if kernel or unseen_gpu_step else zero
+                tau = tau_k if population_bias(k, new_gpu=g not in fit_gpus) else zero
                 out[:, i, j] = tau * rng.standard_normal(len(idx))
     return out
 

@@ -12,7 +12,8 @@ Bayes step, Gelman et al., BDA3 ch. 5):
                                      saw, its engine's pooled cell (``stand_in_cell``); else
                                      Normal(0, tau_src or tau_kernel)
     eta_gk ~ Normal(m_gk, s_gk)      GPU x group bias: the GPU's fitted draws, else N(0, tau_gpu)
-                                     (none for end-to-end groups: ``gpu_group_prior``)
+                                     for kernel groups and for every group of a new GPU, its
+                                     end-to-end groups included (``gpu_group_prior``)
     sigma_k = s_k * exp(0.5 z), z ~ N(0, 1)   s_k the prior's posterior median (a new GPU's
                                      misfit may exceed what the fitted GPUs showed)
     rho_k ~ Beta(1, 1)               share of sigma_k^2 that is run to run (end-to-end groups)

@@ -171,3 +171,54 @@ def test_three_runs_of_a_new_gpu_keep_its_90_percent_intervals_on_its_other_runs
     assert skipped == 0 and len(in90) == 150
     # nominal 90 % (0.92 here); rows counted as independent: 0.80 on these rows
     assert in90.mean() >= 0.85, in90.mean()
+
+
+def _posterior_with_group_biases(n: int):
+    """A posterior of one fitted GPU ``a`` with GPU x group biases on a kernel and a step group."""
+    import arviz as az
+
+    from fitting._posterior import Posterior
+
+    return Posterior(
+        az.from_dict(
+            posterior={
+                "gpu_group": np.stack([np.full(n, 0.3), np.full(n, -0.2)], axis=-1)[None, :, None],
+                "tau_gpu_kernel": np.full((1, n), 0.4),
+            },
+            coords={"gpu": ["a"], "group": ["op:rope", "decode_step:time"]},
+            dims={"gpu_group": ["gpu", "group"]},
+        )
+    )
+
+
+def test_a_new_gpus_update_starts_its_end_to_end_biases_from_its_spec_sheet_predictive():
+    """The update's prior of eta for a new GPU is the spread the predictive gives it before any
+    run (tau_gpu_kernel on its kernel, whole-model and end-to-end groups); a GPU the prior fitted
+    keeps its own draws, and 0 on end-to-end groups (its runs pinned the offsets); anchor
+    groups get 0.  The merged posterior keeps the new GPU's end-to-end biases."""
+    from fitting._update_groups import gpu_group_prior, merge_gpu_group
+
+    n = 400
+    post = _posterior_with_group_biases(n)
+    keys = ("op:rope", "decode_step:time", "serving:ttft", "saturated:output_throughput", "op:norm")
+    loc, scale = gpu_group_prior(post, ("a", "new"), keys, from_population=False)
+    np.testing.assert_allclose(loc[0, :2], [0.3, -0.2])
+    np.testing.assert_allclose(scale[1, :4], 0.4)  # new GPU: tau on every non-anchor group
+    assert np.all(loc[1] == 0.0)
+    assert scale[0, 2] == scale[0, 3] == scale[1, 4] == 1e-3  # fitted GPU e2e; anchor group
+    # from the population, the fitted GPU is new too
+    _, scale_pop = gpu_group_prior(post, ("a",), keys, from_population=True)
+    np.testing.assert_allclose(scale_pop[0, :4], 0.4)
+
+    class Prep:
+        gpus, noise_keys = ("new",), ("serving:ttft",)
+
+    measured = np.full((1, n, 1, 1), 0.25)  # the update's draws of eta[new, serving:ttft]
+    out, merged_keys = merge_gpu_group(
+        post, Prep, {"gpu_group": measured}, np.arange(n), ["a", "new"], np.random.default_rng(0)
+    )
+    assert merged_keys == ["op:rope", "decode_step:time", "serving:ttft"]
+    np.testing.assert_allclose(out[:, 1, 2], 0.25)  # the new GPU's fitted TTFT bias
+    assert np.all(out[:, 0, 2] == 0.0)  # the fitted GPU: none on the new end-to-end group
+    np.testing.assert_allclose(out[:, 0, :2], [[0.3, -0.2]] * n)
+    assert abs(out[:, 1, 1].std() - 0.4) < 0.05  # the new GPU's unmeasured step group: tau
