@@ -19,11 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ._groups import noise_key
 from ._model import to_natural
 from ._posterior import Posterior
 from ._predictive import predictive_log_draws
 from ._rows import EFFICIENCY_FIELDS, prepare
 from ._update import E2E_SCENARIOS, gpu_prior, user_hardware, without_gpu
+from ._update_groups import MIN_SCALE, gpu_group_prior
 
 REFERENCE_CONCURRENCIES = (8.0, 64.0)
 """Closed-loop clients of the reference points: a lightly and a heavily batched decode."""
@@ -85,6 +87,9 @@ class UpdateReport:
         serving_rows, serving_rows_available: end-to-end rows the update used / was given.
         points: the reference predictions (empty when the update had no end-to-end run).
         parameters: the GPU's ``EFFICIENCY_FIELDS``, prior against updated.
+        biases: per end-to-end group the update measured (``serving:ttft`` ...), the factor
+            exp(eta) by which the GPU's runs sit off what the step and load models with the
+            engine's offsets give, prior against updated (empty for a GPU the prior fitted).
     """
 
     gpu: str
@@ -98,6 +103,7 @@ class UpdateReport:
     serving_rows_available: int
     points: tuple[ReferencePoint, ...]
     parameters: tuple[ParameterShift, ...]
+    biases: tuple[ParameterShift, ...] = ()
 
     @property
     def widest(self) -> ReferencePoint | None:
@@ -200,6 +206,7 @@ def update_report(
         post = updated.flat(name)[:, updated.gpus.index(gpu)]
         params.append(ParameterShift(name, Interval(lo, med, hi), _interval(post)))
     attrs = updated.idata.attrs
+    biases = _bias_shifts(prior, updated, gpu, e2e, from_population, z)
     base = rows.iloc[0] if len(rows) else runs[runs["gpu"] == gpu].iloc[0]
     return UpdateReport(
         gpu=gpu,
@@ -213,4 +220,24 @@ def update_report(
         serving_rows_available=int(attrs.get("serving_rows_available", len(e2e))),
         points=points,
         parameters=tuple(params),
+        biases=biases,
     )
+
+
+def _bias_shifts(prior, updated, gpu, e2e, from_population, z) -> tuple[ParameterShift, ...]:
+    """exp(eta) of ``gpu`` on each end-to-end group its runs measured whose prior had spread
+    (``gpu_group_prior``), prior against updated."""
+    post = updated.idata.posterior
+    if "gpu_group" not in post or not len(e2e):
+        return ()
+    keys = tuple(sorted(set(e2e[e2e["gpu"] == gpu].apply(noise_key, axis=1))))
+    groups = [str(k) for k in post["gpu_group"].coords["group"].values]
+    loc, scale = gpu_group_prior(prior, [gpu], keys, from_population=from_population)
+    shifts = []
+    for j, key in enumerate(keys):
+        if key not in groups or scale[0, j] <= MIN_SCALE:
+            continue
+        lo, med, hi = np.exp(loc[0, j] + scale[0, j] * z)
+        after = updated.flat("gpu_group")[:, updated.gpus.index(gpu), groups.index(key)]
+        shifts.append(ParameterShift(key, Interval(lo, med, hi), _interval(np.exp(after))))
+    return tuple(shifts)

@@ -140,6 +140,25 @@ def test_fit_reports_the_interval_widths_and_the_widest_reference_point(fit_outp
     assert re.search(r"\n  bandwidth_fraction +0\.\d+ \[", fit_output)
 
 
+def test_fit_reports_the_new_gpus_end_to_end_biases_prior_against_updated(fit_output):
+    """Each end-to-end group the runs measured: the prior factor exp(eta), eta ~ N(0, tau_gpu)
+    (median 1, the 90 % interval exp(+-1.645 tau) of the bundled tau_gpu_kernel), and the
+    update's narrower one."""
+    tau = float(np.sqrt(np.mean(fitting.load_posterior().flat("tau_gpu_kernel") ** 2)))
+    num = r"(\d+\.?\d*)"
+    found = {}
+    for group in ("serving:ttft", "serving:tpot", "serving:output_throughput"):
+        m = re.search(
+            rf"\n  {group} +{num} \[{num}, {num}\] x +{num} \[{num}, {num}\] x", fit_output
+        )
+        assert m, (group, fit_output)
+        found[group] = [float(v) for v in m.groups()]
+    for med0, lo0, hi0, med1, lo1, hi1 in found.values():
+        assert med0 == 1.0
+        np.testing.assert_allclose([lo0, hi0], np.exp([-1.645 * tau, 1.645 * tau]), rtol=0.01)
+        assert lo1 <= med1 <= hi1 and hi1 / lo1 < hi0 / lo0
+
+
 def test_the_updated_gpu_explains(files, fit_output, capsys):
     code = main(
         [

@@ -306,7 +306,16 @@ def render_update_report(report) -> str:
         )
         for p in report.parameters
     ]
-    return "\n".join(lines + _columns(rows))
+    lines += _columns(rows)
+    if report.biases:
+        lines.append(
+            f"end-to-end biases of {report.gpu}: measured / step and load models with the "
+            f"engine's offsets, median [90 % interval]"
+        )
+        rows = [("group", "prior", "updated")]
+        rows += [(p.name, _interval(p.before, "x"), _interval(p.after, "x")) for p in report.biases]
+        lines += _columns(rows)
+    return "\n".join(lines)
 
 
 def _columns(rows: list[tuple[str, ...]]) -> list[str]:
