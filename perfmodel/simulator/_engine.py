@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -88,6 +88,245 @@ class EngineRun:
     gaps: DecodeGaps
 
 
+@dataclass
+class _Replica:
+    """The mutable state of one replica's run: the requests, the FCFS queue, the running set,
+    the free KV blocks, the clock and what the run records (its decode gaps)."""
+
+    limits: EngineLimits
+    hooks: EngineHooks
+    requests: RequestState
+    concurrency: int
+    free_blocks: int
+    waiting: deque[int] = field(default_factory=deque)
+    running: list[int] = field(default_factory=list)
+    now_s: float = 0.0
+    next_arrival: int = 0  # first request not yet arrived (ids arrive in order)
+    next_closed: int = 0  # closed loop: first request not yet released
+    finished: int = 0
+    iterations: int = 0
+    busy_s: float = 0.0
+    gap_end_s: list[float] = field(default_factory=list)  # per decode iteration: its end,
+    gap_s: list[float] = field(default_factory=list)  # its duration
+    gap_seqs: list[float] = field(default_factory=list)  # and its decode sequences
+
+    @property
+    def size(self) -> int:
+        return len(self.requests.prompt)
+
+    def hold_blocks(self, tokens):
+        """Blocks a request holds for ``tokens`` in KV (static reservation: ``static_tokens``)."""
+        lim = self.limits
+        return blocks_for(lim.static_tokens if lim.static_tokens else tokens, lim.block_tokens)
+
+    def admit_blocks(self, r: int) -> int:
+        """Blocks request ``r`` needs to be admitted: its KV so far, what it still prefills and
+        the next token's slot (its shared prefix blocks not counted)."""
+        req = self.requests
+        return int(self.hold_blocks(req.kv[r] - req.shared[r] + req.need[r] - req.done[r] + 1))
+
+    def admit(self, r: int) -> None:
+        """Start ``r``: its cached prefix (first admission only) counts as prefilled."""
+        req, hooks = self.requests, self.hooks
+        if hooks.cached_prefix_tokens is not None and req.gen[r] == 0 and req.preempted[r] == 0:
+            cached = int(min(hooks.cached_prefix_tokens(r, int(req.prompt[r])), req.prompt[r] - 1))
+            req.done[r] += cached
+            req.kv[r] += cached
+            if hooks.shared_prefix_blocks:
+                req.shared[r] = cached
+        req.blocks[r] = self.admit_blocks(r)
+        self.free_blocks -= int(req.blocks[r])
+        self.running.append(r)
+
+    def preempt(self, r: int) -> None:
+        """Preemption by recompute: ``r`` frees its blocks and returns to the head of the queue to
+        prefill its prompt and generated tokens again."""
+        req = self.requests
+        self.free_blocks += int(req.blocks[r])
+        req.blocks[r] = req.kv[r] = req.shared[r] = req.done[r] = 0
+        req.need[r] = req.prompt[r] + req.gen[r]
+        req.preempted[r] += 1
+        self.running.remove(r)
+        self.waiting.appendleft(r)
+
+    def release_next(self, at_s: float) -> None:
+        """Closed loop: a request that leaves (finished or rejected) releases the next one."""
+        if self.concurrency > 0 and self.next_closed < self.size:
+            self.requests.arrival[self.next_closed] = at_s
+            self.next_closed += 1
+
+    def retire(self, done, at_s: float) -> None:
+        """Finish the requests ``done`` at ``at_s`` and free their blocks."""
+        req = self.requests
+        for r in done:
+            req.finish[r] = at_s
+            self.free_blocks += int(req.blocks[r])
+            req.blocks[r] = 0
+            self.running.remove(r)
+            self.finished += 1
+            self.release_next(at_s)
+
+    def take_arrivals(self) -> None:
+        """Queue every request that has arrived by now (rejected ones leave at once)."""
+        req = self.requests
+        while self.next_arrival < self.size and req.arrival[self.next_arrival] <= self.now_s:
+            if req.rejected[self.next_arrival]:
+                self.finished += 1
+                self.release_next(self.now_s)
+            else:
+                self.waiting.append(self.next_arrival)
+            self.next_arrival += 1
+
+    def next_arrival_s(self) -> float:
+        n = self.size
+        return self.requests.arrival[self.next_arrival] if self.next_arrival < n else np.inf
+
+    def record_gaps(self, end_s, seconds, seqs) -> None:
+        self.gap_end_s.extend(end_s)
+        self.gap_s.extend(seconds)
+        self.gap_seqs.extend(seqs)
+
+    def fast_forward(self, decode_run_s) -> bool:
+        """A stretch of decode-only iterations in one call (``fast_forward``); False when the
+        state needs a single step."""
+        ran = fast_forward(
+            self.requests,
+            self.running,
+            decode_run_s,
+            self.now_s,
+            self.next_arrival_s(),
+            self.free_blocks,
+            self.limits.block_tokens,
+            self.limits,
+        )
+        if ran is None:
+            return False
+        k, elapsed, grow, done_now, times = ran
+        self.record_gaps(
+            (self.now_s + np.cumsum(times)).tolist(), times.tolist(), [float(len(self.running))] * k
+        )
+        self.now_s += elapsed
+        self.busy_s += elapsed
+        self.iterations += k
+        self.free_blocks -= grow
+        self.retire(done_now, self.now_s)
+        return True
+
+    def decode_batch(self) -> np.ndarray:
+        """The iteration's decodes: running sequences done prefilling, at most min(S, B), each
+        given the block its next token needs; short of blocks, the most recently admitted
+        request is preempted until they fit.  Unchunked, none while the queue's head can be
+        admitted (a prefill-only iteration runs instead)."""
+        lim, req, waiting = self.limits, self.requests, self.waiting
+        head_fits = (
+            waiting
+            and len(self.running) < lim.max_num_seqs
+            and self.admit_blocks(waiting[0]) <= self.free_blocks
+        )
+        if not lim.chunked_prefill and head_fits:
+            return np.empty(0, np.int64)
+        run = np.fromiter(self.running, np.int64, len(self.running))
+        dec = run[req.done[run] >= req.need[run]] if len(run) else run
+        dec = dec[: min(lim.max_num_seqs, lim.max_num_batched_tokens)]
+        if lim.static_tokens is None and len(dec):
+            grow = blocks_for(req.kv[dec] - req.shared[dec] + 1, lim.block_tokens) - req.blocks[dec]
+            while grow.sum() > self.free_blocks and self.running:
+                victim = self.running[-1]
+                self.preempt(victim)
+                keep = dec != victim
+                dec, grow = dec[keep], grow[keep]
+            req.blocks[dec] += grow
+            self.free_blocks -= int(grow.sum())
+        return dec
+
+    def chunked_prefill(self, budget: int) -> list[tuple[int, int]]:
+        """Chunked: prompt chunks of running requests, then new admissions, FCFS into the
+        ``budget`` tokens the decodes leave (one sequence at most ``chunk_tokens``)."""
+        lim, req = self.limits, self.requests
+        cap = lim.chunk_tokens or lim.max_num_batched_tokens
+        chunks: list[tuple[int, int]] = []
+        for r in self.running:
+            if budget <= 0:
+                break
+            left = int(req.need[r] - req.done[r])
+            if left > 0:
+                c = min(left, budget, cap)
+                chunks.append((r, c))
+                budget -= c
+        while self.waiting and budget > 0 and len(self.running) < lim.max_num_seqs:
+            r = self.waiting[0]
+            if self.admit_blocks(r) > self.free_blocks:
+                break
+            self.waiting.popleft()
+            self.admit(r)
+            c = min(int(req.need[r] - req.done[r]), budget, cap)
+            chunks.append((r, c))
+            budget -= c
+        return chunks
+
+    def whole_prompts(self) -> list[tuple[int, int]]:
+        """Unchunked: a prefill-only iteration of whole prompts from the head of the queue, up to
+        the budget B (at least one prompt)."""
+        lim, req = self.limits, self.requests
+        chunks: list[tuple[int, int]] = []
+        used = 0
+        while self.waiting and len(self.running) < lim.max_num_seqs:
+            r = self.waiting[0]
+            size = int(req.need[r] - req.done[r])
+            if (chunks and used + size > lim.max_num_batched_tokens) or (
+                self.admit_blocks(r) > self.free_blocks
+            ):
+                break
+            self.waiting.popleft()
+            self.admit(r)
+            chunks.append((r, size))
+            used += size
+        return chunks
+
+    def idle(self) -> None:
+        """Nothing to run: a head that cannot fit even alone fails (first token and finish
+        inf); otherwise the clock jumps to the next arrival."""
+        if not self.running and self.waiting:
+            r = self.waiting.popleft()
+            self.requests.first[r] = self.requests.finish[r] = np.inf
+            self.finished += 1
+            return
+        if self.next_arrival < self.size:
+            self.now_s = self.requests.arrival[self.next_arrival]
+
+    def iterate(self, step_s, chunks: list[tuple[int, int]], dec: np.ndarray) -> None:
+        """Run one iteration of ``chunks`` and the decodes ``dec``: advance the clock by
+        ``step_s``, sample the first token of prompts completed, emit the decodes' tokens
+        (``decode_tokens`` each when speculative) and retire the finished."""
+        req = self.requests
+        pf = np.array([r for r, _ in chunks], np.int64)
+        pc = np.array([c for _, c in chunks], np.int64)
+        p_ctx = float(req.done[pf].mean()) if len(pf) else 0.0
+        d_ctx = float(req.kv[dec].mean()) if len(dec) else 0.0
+        dt = step_s(float(pc.sum()), float(len(pf)), p_ctx, float(len(dec)), d_ctx)
+        self.now_s += dt
+        self.busy_s += dt
+        self.iterations += 1
+        if len(dec):
+            self.record_gaps([self.now_s], [dt], [float(len(dec))])
+        done_now = []
+        if len(pf):
+            req.done[pf] += pc
+            req.kv[pf] += pc
+            complete = pf[req.done[pf] >= req.need[pf]]
+            req.gen[complete] += 1
+            fresh = complete[np.isnan(req.first[complete])]
+            req.first[fresh] = self.now_s
+            done_now.extend(complete[req.gen[complete] >= req.output[complete]].tolist())
+        if len(dec):
+            hook = self.hooks.decode_tokens
+            emit = 1 if hook is None else np.maximum(hook(dec), 1)
+            req.kv[dec] += emit
+            req.gen[dec] += emit
+            done_now.extend(dec[req.gen[dec] >= req.output[dec]].tolist())
+        self.retire(done_now, self.now_s)
+
+
 def run_engine(
     step_s: Callable[[float, float, float, float, float], float],
     arrival_s: np.ndarray,
@@ -114,185 +353,45 @@ def run_engine(
     Returns:
         the run's ``EngineRun``.
     """
-    lim = limits
     n = len(prompt_tokens)
     arrival = np.array(arrival_s, dtype=np.float64)
     if concurrency > 0:
         arrival[:] = np.inf
         arrival[: min(concurrency, n)] = 0.0
-    R = RequestState(arrival, prompt_tokens, output_tokens, lim.max_model_len)
-    B, S, blk = lim.max_num_batched_tokens, lim.max_num_seqs, lim.block_tokens
-    cap = lim.chunk_tokens or B
-    free = lim.total_blocks
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    now, nxt, finished, iters, busy = 0.0, 0, 0, 0, 0.0
-    gap_end: list[float] = []  # per decode iteration: end time, duration, sequences
-    gap_s: list[float] = []
-    gap_seqs: list[float] = []
-    next_closed = min(concurrency, n)
-
-    def hold(tokens):
-        return blocks_for(lim.static_tokens if lim.static_tokens else tokens, blk)
-
-    def admit_blocks(r):
-        return int(hold(R.kv[r] - R.shared[r] + R.need[r] - R.done[r] + 1))
-
-    def admit(r):
-        nonlocal free
-        if hooks.cached_prefix_tokens is not None and R.gen[r] == 0 and R.preempted[r] == 0:
-            cached = int(min(hooks.cached_prefix_tokens(r, int(R.prompt[r])), R.prompt[r] - 1))
-            R.done[r] += cached
-            R.kv[r] += cached
-            if hooks.shared_prefix_blocks:
-                R.shared[r] = cached
-        R.blocks[r] = admit_blocks(r)
-        free -= int(R.blocks[r])
-        running.append(r)
-
-    def preempt(r):
-        nonlocal free
-        free += int(R.blocks[r])
-        R.blocks[r] = 0
-        R.kv[r] = 0
-        R.shared[r] = 0
-        R.done[r] = 0
-        R.need[r] = R.prompt[r] + R.gen[r]
-        R.preempted[r] += 1
-        running.remove(r)
-        waiting.appendleft(r)
-
-    def release_next(at):
-        """Closed loop: a request that leaves (finished or rejected) releases the next one."""
-        nonlocal next_closed
-        if concurrency > 0 and next_closed < n:
-            R.arrival[next_closed] = at
-            next_closed += 1
-
-    def retire(done, at):
-        """Free finished requests' blocks."""
-        nonlocal free, finished
-        for r in done:
-            R.finish[r] = at
-            free += int(R.blocks[r])
-            R.blocks[r] = 0
-            running.remove(r)
-            finished += 1
-            release_next(at)
-
-    while finished < n:
-        while nxt < n and R.arrival[nxt] <= now:
-            if R.rejected[nxt]:
-                finished += 1
-                release_next(now)
-            else:
-                waiting.append(nxt)
-            nxt += 1
-        if not running and not waiting:
-            if nxt >= n:  # every request has left: the last ones were rejected on arrival
+    replica = _Replica(
+        limits=limits,
+        hooks=hooks,
+        requests=RequestState(arrival, prompt_tokens, output_tokens, limits.max_model_len),
+        concurrency=concurrency,
+        free_blocks=limits.total_blocks,
+        next_closed=min(concurrency, n),
+    )
+    while replica.finished < n:
+        replica.take_arrivals()
+        if not replica.running and not replica.waiting:
+            if replica.next_arrival >= n:  # every request has left: the last ones were rejected
                 break
-            now = R.arrival[nxt]
+            replica.now_s = replica.next_arrival_s()
             continue
-        if decode_run_s is not None and not waiting and hooks.decode_tokens is None:
-            ran = fast_forward(
-                R, running, decode_run_s, now, R.arrival[nxt] if nxt < n else np.inf, free, blk, lim
-            )
-            if ran is not None:
-                k, elapsed, grow, done_now, times = ran
-                gap_end.extend((now + np.cumsum(times)).tolist())
-                gap_s.extend(times.tolist())
-                gap_seqs.extend([float(len(running))] * k)
-                now += elapsed
-                busy += elapsed
-                iters += k
-                free -= grow
-                retire(done_now, now)
-                continue
-        chunks: list[tuple[int, int]] = []
-        dec = np.empty(0, np.int64)
-        if lim.chunked_prefill or not (
-            waiting and len(running) < S and admit_blocks(waiting[0]) <= free
-        ):
-            run = np.fromiter(running, np.int64, len(running))
-            dec = run[R.done[run] >= R.need[run]] if len(run) else run
-            dec = dec[: min(S, B)]
-            if lim.static_tokens is None and len(dec):
-                grow = blocks_for(R.kv[dec] - R.shared[dec] + 1, blk) - R.blocks[dec]
-                while grow.sum() > free and running:
-                    victim = running[-1]
-                    preempt(victim)
-                    keep = dec != victim
-                    dec, grow = dec[keep], grow[keep]
-                R.blocks[dec] += grow
-                free -= int(grow.sum())
-        budget = B - len(dec)
-        if lim.chunked_prefill:
-            for r in running:
-                if budget <= 0:
-                    break
-                left = int(R.need[r] - R.done[r])
-                if left > 0:
-                    c = min(left, budget, cap)
-                    chunks.append((r, c))
-                    budget -= c
-            while waiting and budget > 0 and len(running) < S:
-                r = waiting[0]
-                if admit_blocks(r) > free:
-                    break
-                waiting.popleft()
-                admit(r)
-                c = min(int(R.need[r] - R.done[r]), budget, cap)
-                chunks.append((r, c))
-                budget -= c
-        elif len(dec) == 0:
-            used = 0
-            while waiting and len(running) < S:
-                r = waiting[0]
-                size = int(R.need[r] - R.done[r])
-                if (chunks and used + size > B) or admit_blocks(r) > free:
-                    break
-                waiting.popleft()
-                admit(r)
-                chunks.append((r, size))
-                used += size
+        forward = decode_run_s is not None and not replica.waiting and hooks.decode_tokens is None
+        if forward and replica.fast_forward(decode_run_s):
+            continue
+        dec = replica.decode_batch()
+        budget = limits.max_num_batched_tokens - len(dec)
+        if limits.chunked_prefill:
+            chunks = replica.chunked_prefill(budget)
+        else:
+            chunks = replica.whole_prompts() if len(dec) == 0 else []
         if not chunks and not len(dec):
-            if not running and waiting:  # the head cannot fit even alone: report it as failed
-                r = waiting.popleft()
-                R.first[r] = R.finish[r] = np.inf
-                finished += 1
-                continue
-            now = R.arrival[nxt] if nxt < n else now
+            replica.idle()
             continue
-
-        pf = np.array([r for r, _ in chunks], np.int64)
-        pc = np.array([c for _, c in chunks], np.int64)
-        p_ctx = float(R.done[pf].mean()) if len(pf) else 0.0
-        d_ctx = float(R.kv[dec].mean()) if len(dec) else 0.0
-        dt = step_s(float(pc.sum()), float(len(pf)), p_ctx, float(len(dec)), d_ctx)
-        now += dt
-        busy += dt
-        iters += 1
-        if len(dec):
-            gap_end.append(now)
-            gap_s.append(dt)
-            gap_seqs.append(float(len(dec)))
-
-        done_now = []
-        if len(pf):
-            R.done[pf] += pc
-            R.kv[pf] += pc
-            complete = pf[R.done[pf] >= R.need[pf]]
-            R.gen[complete] += 1
-            fresh = complete[np.isnan(R.first[complete])]
-            R.first[fresh] = now
-            done_now.extend(complete[R.gen[complete] >= R.output[complete]].tolist())
-        if len(dec):
-            emit = 1 if hooks.decode_tokens is None else np.maximum(hooks.decode_tokens(dec), 1)
-            R.kv[dec] += emit
-            R.gen[dec] += emit
-            done_now.extend(dec[R.gen[dec] >= R.output[dec]].tolist())
-        retire(done_now, now)
-        if progress is not None and iters % 2000 == 0:
-            progress(finished, n)
-    gaps = DecodeGaps(*(np.asarray(x, dtype=np.float64) for x in (gap_end, gap_s, gap_seqs)))
-    return EngineRun(R, iters, busy, gaps)
+        replica.iterate(step_s, chunks, dec)
+        if progress is not None and replica.iterations % 2000 == 0:
+            progress(replica.finished, n)
+    gaps = DecodeGaps(
+        *(
+            np.asarray(x, dtype=np.float64)
+            for x in (replica.gap_end_s, replica.gap_s, replica.gap_seqs)
+        )
+    )
+    return EngineRun(replica.requests, replica.iterations, replica.busy_s, gaps)
