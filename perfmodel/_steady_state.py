@@ -21,8 +21,15 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr
 
-from ._batching import DecodeCost, decode_iteration_s, prefill_budget_tokens, seat_capacity
+from ._batching import (
+    DecodeCost,
+    EngineConfig,
+    decode_iteration_s,
+    prefill_budget_tokens,
+    seat_capacity,
+)
 from ._smooth import smooth_max, smooth_min
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._types import Array
 
 BUSY_SHARE_CAP = 0.99
@@ -78,6 +85,209 @@ def prompts_present(rho_p):
     return 1.0 / (1.0 - jnp.minimum(rho_p, BUSY_SHARE_CAP))
 
 
+class Pricing(eqx.Module):
+    """What prices one iteration at the steady state: the budgets, the scheduler, the decode
+    cost, the arrival rate, the served prompt law and the decodes' mean context (tokens)."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    deployment: Deployment
+    efficiency: Efficiency
+    config: EngineConfig
+    cost: DecodeCost
+    rate: Array  # arrivals per second at this replica
+    prompt_nodes: Array  # (K,) served prompt tokens
+    prompt_mean: Array
+    prompt_var: Array  # the served law's variance (the nodes' times the tail ratio)
+    decode_context: Array  # mean context a decode reads (length-biased), tokens
+    temperature: float = eqx.field(static=True, default=0.0)
+
+    def iteration_s(self, **tokens) -> Array:
+        """One iteration (``decode_iteration_s``) with ``tokens``' prefill and decode work."""
+        return decode_iteration_s(
+            self.model,
+            self.hardware,
+            self.deployment,
+            self.efficiency,
+            self.cost,
+            temperature=self.temperature,
+            **tokens,
+        )
+
+    def budget_tokens(self, n_d) -> Array:
+        """Prefill tokens an iteration with ``n_d`` decodes has room for."""
+        return prefill_budget_tokens(self.deployment, self.config, n_d, self.temperature)
+
+    def decode_only_s(self, n_d) -> Array:
+        """tau_d: a decode-only iteration of ``n_d`` sequences."""
+        return self.iteration_s(decode_seqs=n_d, decode_context=self.decode_context)
+
+    def budget_iteration_s(self, n_d, prompt) -> Array:
+        """Chunked: an iteration carrying a full budget of a ``prompt``-token prompt's chunks
+        (at the mean context of its later chunks) and the decode batch."""
+        budget = self.budget_tokens(n_d)
+        return self.iteration_s(
+            prefill_tokens=budget,
+            prefill_seqs=1.0,
+            prefill_context=jnp.maximum(prompt - budget, 0.0) / 2.0,
+            decode_seqs=n_d,
+            decode_context=self.decode_context,
+        )
+
+
+class PrefillCosts(eqx.Module):
+    """Per prompt node, seconds: its own prefill, the prefill server's time while backlogged,
+    and what it adds to the decode gaps; with the decode-only iteration tau_d."""
+
+    tau_d: Array
+    own: Array
+    busy: Array
+    delta: Array
+
+
+def prefill_costs(x: Pricing, n_d, rho_p) -> PrefillCosts:
+    """``PrefillCosts`` at decode batch ``n_d`` and prefill busy share ``rho_p``.
+
+    Chunked: a prompt within the budget rides one iteration with the decodes, a longer one P /
+    B budget iterations; a backlogged iteration packs the prompts present, k = 1 / (1 - rho_p)
+    of them, as far as the budget holds them (not a full budget: at B = 16384 and rho_p ~ 0.75
+    the backlog is ~4 prompts, not B / E[P] = 16).  Unchunked: whole prompts packed FCFS into
+    prefill-only iterations, the next prompt that does not fit wasting on average half a prompt
+    of the budget (first-fit bin packing, no reordering).  Either way the server's time per
+    prompt is the packed one while a backlog lasts (probability rho_p), its own otherwise."""
+    tau_d = x.decode_only_s(n_d)
+    p, p_mean, ctx = x.prompt_nodes, x.prompt_mean, x.decode_context
+    if x.config.chunked_prefill:
+        budget = x.budget_tokens(n_d)
+        small = x.iteration_s(
+            prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx
+        )
+        chunk = x.budget_iteration_s(n_d, p)
+        fits = p <= budget
+        own = jnp.where(fits, small, p / budget * chunk)
+        delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
+        held = smooth_min(prompts_present(rho_p) * p_mean, budget, x.temperature)
+        full = x.iteration_s(
+            prefill_tokens=held,
+            prefill_seqs=jnp.maximum(held / p_mean, 1.0),
+            decode_seqs=n_d,
+            decode_context=ctx,
+        )
+        busy = rho_p * (p / held * full) + (1.0 - rho_p) * own
+        return PrefillCosts(tau_d, own, busy, delta)
+    b = x.deployment.max_num_batched_tokens
+    own = x.iteration_s(prefill_tokens=p, prefill_seqs=1.0)
+    fill = jnp.clip(b - p_mean / 2.0, jnp.minimum(p_mean, b), b)
+    packed = jnp.where(
+        p <= fill, p / fill * x.iteration_s(prefill_tokens=fill, prefill_seqs=fill / p), own
+    )
+    busy = rho_p * packed + (1.0 - rho_p) * own
+    return PrefillCosts(tau_d, own, busy, busy)
+
+
+def _carrying_share(x: Pricing, n_d, tpot, tau_d) -> tuple[Array, Array]:
+    """Chunked: the share f of iterations that carry prefill and the prompt tokens each carries.
+
+    A prompt spans m = max(1, P / budget) iterations; prompts in prefill at an iteration are
+    Poisson(x = lambda tau E[m]) (M/G/inf occupancy), f = 1 - exp(-x), and prompt tokens are
+    conserved: at least lambda E[P] TPOT / B of a full budget's iterations carry prefill
+    (backlogged: all).  Arrivals cluster behind long iterations: a carrying group (the first
+    prompt P with the others at their mean, c = tokens - E[P]: P + c tokens over S = (P + c) / B
+    iterations) is followed by another with p_c = E[1 - exp(-lambda T_P)], a decode-only
+    iteration by a carrying one with p_d = 1 - exp(-lambda tau_d): a two-state renewal,
+    f = R / (R + 1 / p_d), R = E[S] / (1 - p_c), below the Poisson 1 - exp(-x).  A carrying run
+    goes on while prefill is left over: the tokens arriving during an iteration (compound
+    Poisson: gamma with mean ``need``, scale the token-weighted prompt E[P^2] / E[P], shape k)
+    exceed what the next iteration takes, q = P(A > B), by the Wilson-Hilferty cube-root normal
+    (smooth to every order, unlike igamma's a-derivative)."""
+    rate, p_nodes, p_mean, temperature = x.rate, x.prompt_nodes, x.prompt_mean, x.temperature
+    budget = x.budget_tokens(n_d)
+    m_mean = jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
+    occupancy = rate * tpot * m_mean
+    small = occupancy < 1e-9
+    f = jnp.where(small, occupancy, -jnp.expm1(-jnp.where(small, 1.0, occupancy)))
+    need = p_mean / m_mean * occupancy
+    f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
+    tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
+    c = jnp.maximum(tokens - p_mean, 0.0)
+    group = p_nodes + c
+    k_tok = jnp.minimum(group, budget)
+    t_group = x.iteration_s(
+        prefill_tokens=k_tok,
+        prefill_seqs=(1.0 + c / p_mean) * k_tok / group,
+        prefill_context=jnp.maximum(group - budget, 0.0) / 2.0,
+        decode_seqs=n_d,
+        decode_context=x.decode_context,
+    )
+    p_c = jnp.mean(-jnp.expm1(-rate * t_group))
+    p_d = -jnp.expm1(-rate * tau_d)
+    run_c = jnp.mean(group / k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
+    f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, 1e-30))
+    p2 = p_mean + x.prompt_var / p_mean
+    k = jnp.maximum(need / p2, 1e-6)
+    h = 1.0 / (9.0 * k)
+    q = ndtr(-(jnp.cbrt(budget / p2 / k) - 1.0 + h) / jnp.sqrt(h))
+    f_run = 1.0 - (1.0 - f_run) * (1.0 - q)
+    f = jnp.minimum(smooth_max(f_run, need / budget, temperature), 1.0)
+    return f, smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)
+
+
+def mean_gap(x: Pricing, n_d, rho_p, tpot) -> MeanGap:
+    """Mean iteration gap at decode batch ``n_d``, busy share ``rho_p`` and previous gap ``tpot``.
+
+    Unchunked: prompts get their own iterations, tau_d / (1 - lambda E[Delta]); prompts
+    arriving during a gap get prefill-only iterations before the next decode, so a share
+    f = 1 - exp(-lambda TPOT) of the gaps hold some (Poisson arrivals), each longer than tau_d by
+    the prefill that makes the mean gap, (gap - tau_d) / f.  Chunked: a mixture of decode-only
+    iterations (memory-bound, tau_d) and iterations carrying prefill (compute-bound,
+    ``_carrying_share``); the mean of the two is what a decode waits, not T at the mean tokens
+    (Jensen: the roofline max is convex): gap = f T(tokens, n_d) + (1 - f) tau_d.  Attention is
+    quadratic in the prompt, so k prompts sharing an iteration, priced at their mean length
+    (``forward_step``'s per-prompt = tokens / seqs), count E[P] + Var(P) / (k E[P]) each."""
+    pc = prefill_costs(x, n_d, rho_p)
+    tau_d = pc.tau_d
+    if not x.config.chunked_prefill:
+        extra = jnp.minimum(x.rate * jnp.mean(pc.delta), BUSY_SHARE_CAP)
+        gap = tau_d / (1.0 - extra)
+        f_u = jnp.maximum(-jnp.expm1(-x.rate * tpot), 1e-9)
+        return MeanGap(tau_d, pc.own, pc.busy, pc.delta, gap, f_u, tau_d + (gap - tau_d) / f_u)
+    f, tokens = _carrying_share(x, n_d, tpot, tau_d)
+    shared = jnp.maximum(tokens / x.prompt_mean, 1.0)
+    p_eff = x.prompt_mean + x.prompt_var / (shared * x.prompt_mean)
+    carry = x.iteration_s(
+        prefill_tokens=tokens,
+        prefill_seqs=tokens / p_eff,
+        decode_seqs=n_d,
+        decode_context=x.decode_context,
+    )
+    return MeanGap(tau_d, pc.own, pc.busy, pc.delta, f * carry + (1.0 - f) * tau_d, f, carry)
+
+
+def _gap_slope(x: Pricing, n_d, rho_p, tpot) -> Array:
+    """d TPOT / d n_d at state n_d with the gap self-consistent in itself: partial slopes in n_d
+    and in the gap (through the share of iterations carrying prefill), slope = dn / (1 - dt)."""
+    one = jnp.ones_like(n_d)
+    _, d_n = jax.jvp(lambda n: mean_gap(x, n, rho_p, tpot).gap_s, (n_d,), (one,))
+    _, d_t = jax.jvp(lambda t: mean_gap(x, n_d, rho_p, t).gap_s, (tpot,), (one,))
+    return d_n / jnp.maximum(1.0 - d_t, 0.05)
+
+
+def _prefill_rate_slope(x: Pricing, n_d) -> Array:
+    """d ln c / d n_d of the prefill tokens/s while backlogged, c(n) = (B - n) / T(B - n prefill
+    tokens, n decodes): chunked, the decodes go first, so the prefill server slows as the decode
+    batch grows; unchunked, prefill-only iterations go first and their speed does not depend on
+    the batch (0)."""
+    if not x.config.chunked_prefill:
+        return jnp.zeros_like(n_d)
+
+    def prefill_rate(n):
+        budget = x.budget_tokens(n)
+        return budget / x.budget_iteration_s(n, budget)
+
+    c0, dc = jax.jvp(prefill_rate, (n_d,), (jnp.ones_like(n_d),))
+    return dc / c0
+
+
 def steady_state(
     model,
     hardware,
@@ -102,209 +312,67 @@ def steady_state(
     """
     cost = DecodeCost() if cost is None else cost
     p_mean = jnp.mean(p_nodes)
-    p_var = jnp.var(p_nodes) * tail
     # a decode at a random iteration belongs to a request picked in proportion to its output
     # length O (it decodes for O iterations), at a uniform point of it: the mean context is
     # E[P] + E[O (O - 1) / 2] / E[O] = E[P] + (E[O] (1 + cv_O^2) - 1) / 2
     ctx_d = p_mean + jnp.maximum(o_mean * (1.0 + jnp.square(o_cv)) - 1.0, 0.0) / 2.0
+    x = Pricing(
+        model=model,
+        hardware=hardware,
+        deployment=deployment,
+        efficiency=efficiency,
+        config=config,
+        cost=cost,
+        rate=rate,
+        prompt_nodes=p_nodes,
+        prompt_mean=p_mean,
+        prompt_var=jnp.var(p_nodes) * tail,
+        decode_context=ctx_d,
+        temperature=temperature,
+    )
     o_dec = jnp.maximum(o_mean - 1.0, 0.0)
     if cost.speculative:
         o_dec = o_dec / cost.tokens_per_step()
     seats = seat_capacity(model, hardware, deployment, ctx_d, temperature)
 
-    def T(**kw):
-        return decode_iteration_s(
-            model, hardware, deployment, efficiency, cost, temperature=temperature, **kw
-        )
-
-    def budget_iteration(n_d, prompt):
-        """Chunked: an iteration carrying a full budget of a ``prompt``-token prompt's chunks
-        (at the mean context of its later chunks) and the decode batch."""
-        budget = prefill_budget_tokens(deployment, config, n_d, temperature)
-        return T(
-            prefill_tokens=budget,
-            prefill_seqs=1.0,
-            prefill_context=jnp.maximum(prompt - budget, 0.0) / 2.0,
-            decode_seqs=n_d,
-            decode_context=ctx_d,
-        )
-
-    def costs(n_d, rho_p):
-        tau_d = T(decode_seqs=n_d, decode_context=ctx_d)
-        p = p_nodes
-        if config.chunked_prefill:
-            budget = prefill_budget_tokens(deployment, config, n_d, temperature)
-            small = T(prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx_d)
-            chunk = budget_iteration(n_d, p)
-            fits = p <= budget
-            own = jnp.where(fits, small, p / budget * chunk)
-            delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
-            # a backlogged iteration packs the prompts present, k = 1 / (1 - rho_p) of them, as
-            # far as the budget holds them (not a full budget: at B = 16384 and rho_p ~ 0.75 the
-            # backlog is ~4 prompts, not B / E[P] = 16)
-            held = smooth_min(prompts_present(rho_p) * p_mean, budget, temperature)
-            full = T(
-                prefill_tokens=held,
-                prefill_seqs=jnp.maximum(held / p_mean, 1.0),
-                decode_seqs=n_d,
-                decode_context=ctx_d,
-            )
-            packed = p / held * full
-            # prefill-server time per prompt: packed into full iterations while a backlog lasts
-            # (probability rho_p), its own iteration(s) otherwise
-            busy = rho_p * packed + (1.0 - rho_p) * own
-        else:
-            b = deployment.max_num_batched_tokens
-            own = T(prefill_tokens=p, prefill_seqs=1.0)
-            # whole prompts packed FCFS: the next prompt that does not fit wastes on average
-            # half a prompt of the budget (first-fit bin packing, no reordering)
-            fill = jnp.clip(b - p_mean / 2.0, jnp.minimum(p_mean, b), b)
-            packed = jnp.where(
-                p <= fill, p / fill * T(prefill_tokens=fill, prefill_seqs=fill / p), own
-            )
-            # prefill-server time per prompt: packed into full iterations while a backlog lasts
-            # (probability rho_p), its own iteration(s) otherwise
-            busy = rho_p * packed + (1.0 - rho_p) * own
-            delta = busy
-        return tau_d, own, busy, delta
-
-    def mean_gap(n_d, rho_p, tpot):
-        """Mean iteration gap.  Unchunked: prompts get their own iterations, tau_d / (1 - lambda E[Delta]).
-        Chunked: a mixture of decode-only iterations (memory-bound, tau_d) and iterations that
-        carry prefill (compute-bound); the mean of the two is what a decode waits, not T at the
-        mean tokens (Jensen: the roofline max is convex).  A prompt spans m = max(1, P / budget)
-        iterations; prompts in prefill at an iteration are Poisson(x = lambda tau E[m]) (M/G/inf
-        occupancy), so a fraction f = 1 - exp(-x) of iterations carry lambda E[P] tau / f tokens:
-        gap = f T(tokens / f, n_d) + (1 - f) tau_d.  Few prompts: the lumpy law; many: every
-        iteration carries prefill (the spread law).  Prompt tokens are conserved: when
-        lambda E[P] tau exceeds f (B - n_d), the prefill is budget-bound (a backlog) and
-        f = lambda E[P] tau / (B - n_d) of the iterations carry a full budget.  The share itself
-        is a two-state renewal rather than Poisson: a long carrying iteration gathers the prompts
-        that arrive during it, so carrying iterations come in runs (fewer, fuller ones)."""
-        tau_d, own, busy, delta = costs(n_d, rho_p)
-        extra = jnp.minimum(rate * jnp.mean(delta), BUSY_SHARE_CAP)
-        if not config.chunked_prefill:
-            # prompts arriving during a gap get prefill-only iterations before the next decode:
-            # a share f = 1 - exp(-lambda TPOT) of the gaps hold some (Poisson arrivals), each
-            # longer than tau_d by the prefill that makes the mean gap, (gap - tau_d) / f
-            gap = tau_d / (1.0 - extra)
-            f_u = jnp.maximum(-jnp.expm1(-rate * tpot), 1e-9)
-            return MeanGap(tau_d, own, busy, delta, gap, f_u, tau_d + (gap - tau_d) / f_u)
-        budget = prefill_budget_tokens(deployment, config, n_d, temperature)
-        x = rate * tpot * jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
-        small = x < 1e-9
-        f = jnp.where(small, x, -jnp.expm1(-jnp.where(small, 1.0, x)))
-        m_mean = jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
-        # prompt tokens are conserved: lambda E[P] TPOT of them per iteration on average, so at
-        # least that share of a full budget's iterations carry prefill (backlogged: all of them)
-        need = p_mean / m_mean * x
-        f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
-        tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
-        # arrivals cluster behind long iterations: the next iteration carries prefill with
-        # probability 1 - exp(-lambda t) after one of length t.  A carrying group (the first
-        # prompt P with the others at their mean, c = tokens - E[P]: P + c tokens over
-        # S = (P + c) / B iterations) is followed by another with p_c = E[1 - exp(-lambda T_P)],
-        # a decode-only iteration by a carrying one with p_d = 1 - exp(-lambda tau_d): a
-        # two-state renewal, f = R / (R + 1 / p_d), R = E[S] / (1 - p_c), below the Poisson
-        # 1 - exp(-x) (long carrying iterations gather the next prompts)
-        c = jnp.maximum(tokens - p_mean, 0.0)
-        group = p_nodes + c
-        k_tok = jnp.minimum(group, budget)
-        t_group = T(
-            prefill_tokens=k_tok,
-            prefill_seqs=(1.0 + c / p_mean) * k_tok / group,
-            prefill_context=jnp.maximum(group - budget, 0.0) / 2.0,
-            decode_seqs=n_d,
-            decode_context=ctx_d,
-        )
-        p_c = jnp.mean(-jnp.expm1(-rate * t_group))
-        p_d = -jnp.expm1(-rate * tau_d)
-        run_c = jnp.mean(group / k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
-        f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, 1e-30))
-        # and a carrying run goes on while prefill is left over: the tokens arriving during an
-        # iteration (compound Poisson: gamma with mean ``need``, scale the token-weighted prompt
-        # E[P^2] / E[P], shape k) exceed what the next iteration can take, q = P(A > B), by the
-        # Wilson-Hilferty cube-root normal (smooth to every order, unlike igamma's a-derivative)
-        p2 = p_mean + p_var / p_mean
-        k = jnp.maximum(need / p2, 1e-6)
-        h = 1.0 / (9.0 * k)
-        q = ndtr(-(jnp.cbrt(budget / p2 / k) - 1.0 + h) / jnp.sqrt(h))
-        f_run = 1.0 - (1.0 - f_run) * (1.0 - q)
-        f = jnp.minimum(smooth_max(f_run, need / budget, temperature), 1.0)
-        tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)
-        # attention is quadratic in the prompt: a prefill token at position i attends i, so the
-        # token-weighted prompt is E[P^2] / E[P]; k prompts sharing an iteration are priced at
-        # their mean length (``forward_step``'s per-prompt = tokens / seqs), which gives
-        # E[(sum P)^2 / k] / E[sum P] = E[P] + Var(P) / (k E[P])
-        shared = jnp.maximum(tokens / p_mean, 1.0)
-        p_eff = p_mean + p_var / (shared * p_mean)
-        carry = T(
-            prefill_tokens=tokens,
-            prefill_seqs=tokens / p_eff,
-            decode_seqs=n_d,
-            decode_context=ctx_d,
-        )
-        return MeanGap(tau_d, own, busy, delta, f * carry + (1.0 - f) * tau_d, f, carry)
-
     def step(_, state):
         n_d, rho_p, tpot = state
-        g = mean_gap(n_d, rho_p, tpot)
-        busy, gap = g.busy, g.gap_s
-        rho_new = jnp.minimum(rate * jnp.mean(busy), 1.0)
-        n_new = smooth_min(rate * o_dec * gap, seats, temperature)
-        return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new), 0.5 * (tpot + gap)
+        g = mean_gap(x, n_d, rho_p, tpot)
+        rho_new = jnp.minimum(rate * jnp.mean(g.busy), 1.0)
+        n_new = smooth_min(rate * o_dec * g.gap_s, seats, temperature)
+        return 0.5 * (n_d + n_new), 0.5 * (rho_p + rho_new), 0.5 * (tpot + g.gap_s)
 
     zero = jnp.zeros_like(rate)
     n_d, rho_p, tpot = jax.lax.fori_loop(0, FIXED_POINT_ITERATIONS, step, (zero, zero, zero))
-    g = mean_gap(n_d, rho_p, tpot)
-    tau_d, own, busy, delta, tpot = g.tau_d, g.own, g.busy, g.delta, g.gap_s
-    carry_share, carry_s = g.carry_share, g.carry_s
-    # d TPOT / d n_d at state n_d with the gap self-consistent in itself: partial slopes in n_d
-    # and in the gap (through the share of iterations carrying prefill), slope = dn / (1 - dt)
-    one = jnp.ones_like(n_d)
-    _, d_n = jax.jvp(lambda n: mean_gap(n, rho_p, tpot).gap_s, (n_d,), (one,))
-    _, d_t = jax.jvp(lambda t: mean_gap(n_d, rho_p, t).gap_s, (tpot,), (one,))
-    slope = d_n / jnp.maximum(1.0 - d_t, 0.05)
+    g = mean_gap(x, n_d, rho_p, tpot)
     # the gap with every running slot decoding: what sets the rate at which the slots saturate
     full = jax.lax.fori_loop(
         0,
         FULL_SLOT_ITERATIONS,
-        lambda _, t: mean_gap(seats, rho_p, t).gap_s,
-        jnp.maximum(tpot, tau_d),
+        lambda _, t: mean_gap(x, seats, rho_p, t).gap_s,
+        jnp.maximum(g.gap_s, g.tau_d),
     )
-    # prefill tokens/s while backlogged, c(n) = (B - n) / T(B - n prefill tokens, n decodes):
-    # chunked, the decodes go first, so the prefill server slows as the decode batch grows
-    if config.chunked_prefill:
-
-        def prefill_rate(n):
-            budget = prefill_budget_tokens(deployment, config, n, temperature)
-            return budget / budget_iteration(n, budget)
-
-        c0, dc = jax.jvp(prefill_rate, (n_d,), (one,))
-        rate_slope = dc / c0
-    else:  # prefill-only iterations go first: their speed does not depend on the batch
-        rate_slope = jnp.zeros_like(n_d)
     # chunked, an iteration carries at most one budget of prefill, so no request's mean gap can
     # exceed the gap of iterations that all carry a full one (unchunked: no such cap)
     if config.chunked_prefill:
-        gap_max = budget_iteration(n_d, p_mean)
+        gap_max = x.budget_iteration_s(n_d, p_mean)
     else:
         gap_max = jnp.full_like(n_d, jnp.inf)
     return Steady(
-        slope=slope,
+        slope=_gap_slope(x, n_d, rho_p, g.gap_s),
         n_d=n_d,
-        tau_d=tau_d,
-        tpot=tpot,
-        own=own,
-        busy=busy,
-        delta2=jnp.mean(delta) ** 2 + jnp.var(delta) * tail,
-        rho_p=rate * jnp.mean(busy),
+        tau_d=g.tau_d,
+        tpot=g.gap_s,
+        own=g.own,
+        busy=g.busy,
+        delta2=jnp.mean(g.delta) ** 2 + jnp.var(g.delta) * tail,
+        rho_p=rate * jnp.mean(g.busy),
         seats=seats,
-        extra=jnp.minimum(rate * jnp.mean(delta), BUSY_SHARE_CAP),
+        extra=jnp.minimum(rate * jnp.mean(g.delta), BUSY_SHARE_CAP),
         tpot_full=full,
-        rate_slope=rate_slope,
+        rate_slope=_prefill_rate_slope(x, n_d),
         gap_max=gap_max,
         ctx_d=ctx_d,
-        carry_share=carry_share,
-        carry_s=carry_s,
+        carry_share=g.carry_share,
+        carry_s=g.carry_s,
     )
