@@ -164,12 +164,13 @@ def test_three_runs_of_a_new_gpu_keep_its_90_percent_intervals_on_its_other_runs
         warmup=60,
         chains=1,
         seed=0,
-        max_tree_depth=5,
+        max_tree_depth=4,
     )
     assert len(prep.log_value) == 39 and updated.idata.attrs["update_run_units"] == 15
     _, _, _, in90, skipped = fitting.score_rows(updated, held, num_draws=100, seed=0)
     assert skipped == 0 and len(in90) == 150
-    # nominal 90 % (0.92 here); rows counted as independent: 0.80 on these rows
+    # nominal 90 % (0.90 here; 0.91 at tree depth 5); rows counted as independent: 0.80 on these
+    # rows
     assert in90.mean() >= 0.85, in90.mean()
 
 
