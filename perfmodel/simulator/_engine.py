@@ -201,15 +201,16 @@ class _Replica:
         )
         if ran is None:
             return False
-        k, elapsed, grow, done_now, times = ran
         self.record_gaps(
-            (self.now_s + np.cumsum(times)).tolist(), times.tolist(), [float(len(self.running))] * k
+            (self.now_s + np.cumsum(ran.iteration_s)).tolist(),
+            ran.iteration_s.tolist(),
+            [float(len(self.running))] * ran.iterations,
         )
-        self.now_s += elapsed
-        self.busy_s += elapsed
-        self.iterations += k
-        self.free_blocks -= grow
-        self.retire(done_now, self.now_s)
+        self.now_s += ran.elapsed_s
+        self.busy_s += ran.elapsed_s
+        self.iterations += ran.iterations
+        self.free_blocks -= ran.blocks_taken
+        self.retire(ran.finished, self.now_s)
         return True
 
     def decode_batch(self) -> np.ndarray:

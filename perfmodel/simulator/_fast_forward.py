@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ._requests import blocks_for
@@ -15,31 +17,45 @@ chunks only while the next arrival is still ahead, so an open loop (tens of deco
 arrivals) needs one call and a closed loop at most ``FAST_FORWARD_MAX / DECODE_RUN_CHUNK``."""
 
 
-def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
+@dataclass(frozen=True)
+class DecodeStretch:
+    """What a run of decode-only iterations did (``fast_forward``)."""
+
+    iterations: int
+    elapsed_s: float
+    blocks_taken: int
+    finished: list[int]  # ids of the requests it finished
+    iteration_s: np.ndarray  # each iteration's seconds
+
+
+def fast_forward(
+    requests, running, decode_run_s, now_s, next_arrival_s, free_blocks, block_tokens, limits
+) -> DecodeStretch | None:
     """Run decode-only iterations until the next arrival, finish or KV shortage, in one call.
 
     The iteration times are those of k single decode steps at context c, c + 1, ... (same
     ``forward_step``), so the result equals stepping one by one.
 
-    Returns (iterations, elapsed s, blocks taken, finished ids, each iteration's seconds) or
-    None to take a single step.
+    Returns the ``DecodeStretch``, or None to take a single step.
     """
+    req = requests
     if not running:
         return None
     run = np.fromiter(running, np.int64, len(running))
-    if np.any(R.done[run] < R.need[run]) or len(run) > min(
-        lim.max_num_seqs, lim.max_num_batched_tokens
+    if np.any(req.done[run] < req.need[run]) or len(run) > min(
+        limits.max_num_seqs, limits.max_num_batched_tokens
     ):
         return None
-    k = int(min((R.output[run] - R.gen[run]).min(), FAST_FORWARD_MAX))
+    k = int(min((req.output[run] - req.gen[run]).min(), FAST_FORWARD_MAX))
     if k < 2:
         return None
     grow = 0
-    if lim.static_tokens is None:
-        grow = int((blocks_for(R.kv[run] - R.shared[run] + k, blk) - R.blocks[run]).sum())
-        if grow > free:
+    if limits.static_tokens is None:
+        held = blocks_for(req.kv[run] - req.shared[run] + k, block_tokens)
+        grow = int((held - req.blocks[run]).sum())
+        if grow > free_blocks:
             return None
-    context, gap = float(R.kv[run].mean()), next_arrival - now
+    context, gap = float(req.kv[run].mean()), next_arrival_s - now_s
     chunks: list[np.ndarray] = []
     done, elapsed = 0, 0.0
     while done < k and (not chunks or elapsed < gap):  # times up to the next arrival, by chunk
@@ -49,10 +65,11 @@ def fast_forward(R, running, decode_run_s, now, next_arrival, free, blk, lim):
     times = np.concatenate(chunks)
     cum = np.cumsum(times)
     k = int(min(np.searchsorted(cum, gap) + 1, len(cum)))
-    if lim.static_tokens is None:
-        new_blocks = blocks_for(R.kv[run] - R.shared[run] + k, blk)
-        grow = int((new_blocks - R.blocks[run]).sum())
-        R.blocks[run] = new_blocks
-    R.kv[run] += k
-    R.gen[run] += k
-    return k, float(cum[k - 1]), grow, run[R.gen[run] >= R.output[run]].tolist(), times[:k]
+    if limits.static_tokens is None:
+        new_blocks = blocks_for(req.kv[run] - req.shared[run] + k, block_tokens)
+        grow = int((new_blocks - req.blocks[run]).sum())
+        req.blocks[run] = new_blocks
+    req.kv[run] += k
+    req.gen[run] += k
+    finished = run[req.gen[run] >= req.output[run]].tolist()
+    return DecodeStretch(k, float(cum[k - 1]), grow, finished, times[:k])
