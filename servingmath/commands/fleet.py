@@ -27,7 +27,6 @@ from .optimize import (
     problem_from_args,
     resolve_common,
     resolve_workload,
-    speculation_from_args,
     write_report,
 )
 
@@ -137,9 +136,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         )
     else:
         classes = read_classes_default(workload)
-    problem = problem_from_args(
-        args, model, gpus, workload, efficiency, hardware, **speculation_from_args(args, model)
-    )
+    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
     phases(f"pricing every configuration for {len(classes)} request classes (compiling first)")

@@ -25,7 +25,6 @@ from .optimize import (
     problem_from_args,
     resolve_common,
     resolve_workload,
-    speculation_from_args,
     write_report,
 )
 
@@ -103,9 +102,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     peak = max(p.requests_per_s for p in demand) or 1.0
     args.rate = peak
     workload = resolve_workload(args, rate=peak)
-    problem = problem_from_args(
-        args, model, gpus, workload, efficiency, hardware, **speculation_from_args(args, model)
-    )
+    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     phases("searching configurations at the peak demand (compiling first)")
     found = search(problem)
     configs = {}

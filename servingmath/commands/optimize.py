@@ -141,12 +141,23 @@ def add_problem_arguments(
 
 
 def problem_from_args(
-    args: argparse.Namespace, model, gpus, workload, efficiency, hardware, **extra
+    args: argparse.Namespace,
+    model,
+    gpus,
+    workload,
+    efficiency,
+    hardware,
+    *,
+    speculation: dict | None = None,
+    **extra,
 ):
-    """``optimize.make_problem`` with the SLOs, confidence, knob grid and quality penalty the
-    command line gives (``extra``: speculation and transfer settings ``optimize`` adds)."""
+    """``optimize.make_problem`` with the SLOs, confidence, knob grid, quality penalty, prefix
+    and speculation the command line gives (``speculation``: ``speculation_from_args`` already
+    read, else read here; ``extra``: the transfer setting ``optimize`` adds)."""
     from optimize import make_problem
 
+    if speculation is None:
+        speculation = speculation_from_args(args, model)
     share, length = getattr(args, "prefix_reuse", None), getattr(args, "prefix_len", None)
     if (share is None) != (length is None):
         raise UsageError("--prefix-reuse and --prefix-len go together; pass both or neither")
@@ -171,6 +182,7 @@ def problem_from_args(
             quality_penalty=args.quality_penalty,
             prefix_reuse=share,
             prefix_tokens=length,
+            **speculation,
             **extra,
         )
     except (ValueError, CatalogError) as exc:
@@ -508,7 +520,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             efficiency,
             hardware,
             transfer_bytes_per_s=args.transfer_bw,
-            **speculation,
+            speculation=speculation,
         )
     except (ValueError, CatalogError) as exc:
         raise UsageError(str(exc)) from None
