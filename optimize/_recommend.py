@@ -30,7 +30,16 @@ from ._describe import _select, describe_config
 from ._engine_args import engine_args
 from ._evaluate import constraint_slacks, constraints_hold, draw_metrics
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
-from ._grid import POOL, PREFILL_GPU, deployment_from_weights, grid_tables, one_hot_weights
+from ._grid import (
+    GPU,
+    POOL,
+    PP,
+    PREFILL_GPU,
+    TP,
+    deployment_from_weights,
+    grid_tables,
+    one_hot_weights,
+)
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._search import SearchOptions, search
@@ -112,12 +121,17 @@ def _per_million(problem: Problem, cost: float) -> float:
     return cost / tokens_per_hour * 1e6
 
 
+def _group(config: np.ndarray) -> tuple[int, ...]:
+    """(GPU, TP, PP, pool split, prefill GPU): the runner-ups name one configuration of each."""
+    return tuple(int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU))
+
+
 def _candidates(found, count: int) -> np.ndarray:
-    """Rows of the cheapest search results, at most one per (GPU, TP, PP, pool split, prefill
-    GPU), ``count`` of them (padded by repeats: one compiled verdict shape)."""
+    """Rows of the cheapest search results, at most one per ``_group``, ``count`` of them
+    (padded by repeats: one compiled verdict shape)."""
     picked, seen = [], set()
     for i, (c, k) in enumerate(zip(found.configs, found.cost_per_hour)):
-        key = (c[0], c[1], c[2], c[POOL], c[PREFILL_GPU])
+        key = _group(c)
         if np.isfinite(k) and key not in seen:
             seen.add(key)
             picked.append(i)
@@ -126,6 +140,31 @@ def _candidates(found, count: int) -> np.ndarray:
     while len(picked) < count:
         picked.append(picked[-1] if picked else 0)
     return np.asarray(picked)
+
+
+RECHECK_ROUNDS = 2
+"""Further verdict rounds after the first, each over the next cheapest search results."""
+
+
+def _undercutting(found, checked: set[int], below: float, count: int) -> np.ndarray:
+    """Rows of the search results not yet re-checked that the search model prices strictly
+    below ``below`` (the best verified cost), cheapest first, at most ``count`` (padded by
+    repeats: the verdict's one compiled shape); empty when there are none.
+
+    The search model and the verdict can disagree on configurations the search ranks as ties:
+    many settings of the token budget, chunk and sequence cap cost the same replica count in
+    the search model, while the verdict's per-draw tails (a long prefill chunk stalling decode
+    iterations) need one more replica for some of them.  The first round checks one of each
+    tie; when the verdict raises it, another configuration the search priced lower may still
+    hold at that count."""
+    picked = [
+        i
+        for i in np.flatnonzero(found.cost_per_hour < below * (1.0 - 1e-9))
+        if int(i) not in checked
+    ][:count]
+    while picked and len(picked) < count:
+        picked.append(picked[-1])
+    return np.asarray(picked, dtype=int)
 
 
 def recommend(
@@ -175,6 +214,20 @@ def recommend(
     if verify:
         say(f"re-checking {len(rows)} candidates over the posterior draws")
         reps, costs, verdict, models = verify_replicas(problem, cands, reps)
+        checked = {int(i) for i in rows}
+        for _ in range(RECHECK_ROUNDS):
+            more = _undercutting(found, checked, float(np.min(costs)), num_verified)
+            if not len(more):
+                break
+            say(f"re-checking {len(set(more.tolist()))} more the search priced lower")
+            checked |= {int(i) for i in more}
+            more_reps, more_costs, more_verdict, more_models = verify_replicas(
+                problem, found.configs[more], found.replicas[more]
+            )
+            cands = np.concatenate([cands, found.configs[more]])
+            reps = np.concatenate([reps, more_reps])
+            costs = np.concatenate([costs, more_costs])
+            verdict, models = [*verdict, *more_verdict], [*models, *more_models]
     verified = np.asarray([m != "search model" for m in models])
     order = np.lexsort((~verified, costs))  # cheapest first; a re-checked answer wins a tie
     uniq = []
@@ -188,9 +241,10 @@ def recommend(
     metrics = verdict[best]
     say("shadow prices and cost elasticities of the answer")
     out = _explain(problem, gpus, model_name, config, r, float(costs[best]), metrics, draft_name)
-    alternatives = []
+    alternatives, groups = [], {_group(config)}
     for i in uniq[1:]:
-        if np.isfinite(costs[i]):
+        if np.isfinite(costs[i]) and _group(cands[i]) not in groups:
+            groups.add(_group(cands[i]))
             d = describe_config(problem, gpus, cands[i], int(reps[i]))
             alternatives.append(
                 {
