@@ -317,6 +317,42 @@ class _Captured(Exception):
 
 
 @pytest.mark.parametrize("command", ["fleet", "forecast"])
+def test_fleet_and_forecast_offer_prefill_chunks_like_optimize(command, monkeypatch, capsys):
+    """--chunk-sizes offers the same prefill chunks in fleet and forecast as in optimize (none
+    given: one chunk, the whole token budget, as before), and their configurations name a chunk
+    below the budget; a bad list is one line and exit 2 before any work."""
+    import numpy as np
+
+    import optimize
+    from optimize import KNOBS
+    from servingmath.commands.optimize import describe_short
+
+    def capture(problem, *args, **kwargs):
+        raise _Captured(problem)
+
+    monkeypatch.setattr(optimize, "fleet_problem" if command == "fleet" else "search", capture)
+    load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
+    argv = [command, *BASE, "--gpus", "h100-sxm", *load]
+    grids = []
+    for chunks in ([], ["--chunk-sizes", "2048,512"]):
+        with pytest.raises(_Captured) as caught:
+            main([*argv, *chunks])
+        grids.append(caught.value.args[0])
+    assert grids[0].grid.chunk_sizes == (0,) and grids[1].grid.chunk_sizes == (512, 2048)
+    problem = grids[1]
+    config = np.zeros(len(KNOBS), dtype=np.int32)
+    config[KNOBS.index("max_num_batched_tokens")] = problem.grid.max_num_batched_tokens.index(2048)
+    line = describe_short(problem, ("h100-sxm",), config)  # chunk 512 under a 2048 budget
+    assert line.endswith("max_num_batched_tokens 2048, max_num_seqs 64, prefill chunk 512")
+    config[KNOBS.index("chunk_size")] = 1  # 2048: the whole budget, no chunk named
+    assert "chunk" not in describe_short(problem, ("h100-sxm",), config)
+    capsys.readouterr()
+    assert main([*argv, "--chunk-sizes", "0,512"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--chunk-sizes" in err
+
+
+@pytest.mark.parametrize("command", ["fleet", "forecast"])
 def test_fleet_and_forecast_offer_speculation_like_optimize(command, monkeypatch, capsys):
     """--spec-draft / --spec-acceptance make the draft length a knob of the search in fleet and
     forecast as in optimize (k = 0..8, the stated acceptance), and the configurations they report

@@ -16,6 +16,7 @@ from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
 from ..reports import provenance
 from .optimize import (
+    add_chunk_argument,
     add_problem_arguments,
     add_report_argument,
     add_speculation_arguments,
@@ -36,6 +37,7 @@ HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact mi
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     add_speculation_arguments(parser)
+    add_chunk_argument(parser, default=None)
     parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
     parser.add_argument(
         "--num-classes",

@@ -15,6 +15,7 @@ from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
 from ..reports import provenance
 from .optimize import (
+    add_chunk_argument,
     add_problem_arguments,
     add_report_argument,
     add_speculation_arguments,
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_problem_arguments(parser, workload=False)
     add_speculation_arguments(parser)
+    add_chunk_argument(parser, default=None)
     parser.add_argument(
         "--workload", type=workload_source, help="trace file or preset for the length distribution"
     )

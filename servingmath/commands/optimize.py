@@ -434,12 +434,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write the recommendation's launch scripts (vllm.sh, sglang.sh, trtllm.sh) and a "
         "Kubernetes deployment.yaml (one Deployment per pool) into this folder",
     )
-    parser.add_argument(
-        "--chunk-sizes",
-        default=DEFAULT_CHUNKS,
-        metavar="N,...",
-        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {DEFAULT_CHUNKS})",
-    )
+    add_chunk_argument(parser)
     parser.add_argument(
         "--pool-ratios",
         default=None,
@@ -454,6 +449,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
     )
     add_speculation_arguments(parser)
+
+
+def add_chunk_argument(
+    parser: argparse.ArgumentParser, default: str | None = DEFAULT_CHUNKS
+) -> None:
+    """--chunk-sizes: the prefill chunks the search offers (optimize, fleet, forecast; None:
+    one chunk, the whole token budget)."""
+    said = default if default is not None else "one chunk of max_num_batched_tokens"
+    parser.add_argument(
+        "--chunk-sizes",
+        default=default,
+        metavar="N,...",
+        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {said})",
+    )
 
 
 def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -846,13 +855,16 @@ def render(out: dict, args: argparse.Namespace) -> str:
 
 
 def describe_short(problem, gpus, config) -> str:
-    """One line: TP/PP, dtypes, token budget and speculation of a configuration."""
+    """One line: TP/PP, dtypes, token budget (and a prefill chunk below it) and speculation of
+    a configuration."""
     from optimize import describe_config
 
     d = describe_config(problem, gpus, config, 1)
     spec = d["speculative"]
+    chunk = d["chunk_size"]
     return (
         f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
         f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"
+        + (f", prefill chunk {chunk}" if chunk < d["max_num_batched_tokens"] else "")
         + (f", speculative {spec['draft']} k {spec['k']}" if spec else "")
     )
