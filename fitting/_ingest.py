@@ -167,9 +167,15 @@ def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndar
 
 
 def _fill(frame: pd.DataFrame, fills: dict[str, Any], tool: bool) -> pd.DataFrame:
-    """Put the caller's ``gpu=``/``model=``/... into the cells the file left empty."""
+    """Put the caller's ``gpu=``/``model=``/... into the cells the file left empty (a stream
+    interval into the notes of rows whose notes do not give one)."""
     for col, value in fills.items():
         if value is None:
+            continue
+        if col == "stream_interval":
+            unsaid = ~frame["notes"].str.contains("stream_interval=", regex=False)
+            noted = frame["notes"] + f";stream_interval={int(value)}"
+            frame["notes"] = frame["notes"].where(~unsaid, noted.str.lstrip(";"))
             continue
         if tool and col == "model":  # the served name a tool records is often a local path
             recorded = frame["model"]
@@ -196,6 +202,7 @@ def load_measurements(
     tp: int | None = None,
     num_gpus: int | None = None,
     engine: str | None = None,
+    stream_interval: int | None = None,
 ) -> IngestResult:
     """Read measurement files (or folders of them) into one validated tidy table.
 
@@ -209,6 +216,8 @@ def load_measurements(
         gpu, model, tp, num_gpus, engine: what the files do not record.  They fill empty cells of
             a tidy CSV; for tool outputs they set the row (``model=`` replaces the served name the
             tool recorded, which is kept in ``notes``).  ``num_gpus`` defaults to ``tp``.
+        stream_interval: tokens the engine streamed per chunk (its ``--stream-interval``), for
+            rows whose notes do not say: a client's ITL is the gap between chunks.
 
     Returns:
         ``IngestResult``: the table (SCHEMA.md columns; ``Int64`` counts, ``float64`` values in
@@ -224,6 +233,7 @@ def load_measurements(
         "tp": tp,
         "engine": engine,
         "num_gpus": num_gpus if num_gpus is not None else tp,
+        "stream_interval": stream_interval,
     }
     files = _expand([paths] if isinstance(paths, (str, PathLike)) else paths)
     if not files:

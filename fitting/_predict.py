@@ -100,7 +100,8 @@ def _workloads(b: dict, prompt_z: jnp.ndarray) -> Workload:
 
 
 def _closed_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
-    """Closed-loop serving and saturated (offline) rows through ``closed_loop_metrics``."""
+    """Closed-loop serving and saturated (offline) rows through ``closed_loop_metrics``; an ITL
+    row is the gap between streamed chunks, ``stream`` tokens each (``stream_chunk_tokens``)."""
     model, hw, dep = b["specs"]
 
     def one(m, h, d, e, w):
@@ -109,7 +110,7 @@ def _closed_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarra
         return jnp.concatenate([r.ttft_s, r.tpot_s, r.itl_s, r.e2e_s, thr])
 
     table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
-    return table[b["config"], b["col"].astype(int)]
+    return table[b["config"], b["col"].astype(int)] * b["stream"]
 
 
 def _config_efficiency(b: dict, eff: Efficiency) -> Efficiency:
@@ -137,7 +138,7 @@ def _open_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
         return jnp.concatenate(lat + [thr])
 
     table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
-    return table[b["config"], b["col"].astype(int)]
+    return table[b["config"], b["col"].astype(int)] * b["stream"]
 
 
 def predict_log(

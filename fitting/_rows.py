@@ -195,6 +195,47 @@ def _requests_per_client(row: pd.Series) -> float:
     return max(value / clients, 1.0) if clients > 0 else DEFAULT_REQUESTS_PER_CLIENT
 
 
+INFERENCEMAX_STREAM_TOKENS = (
+    # (engine, model prefix, gpu, weight dtype or "" for any) -> tokens per streamed chunk
+    (("sglang", "deepseek-ai/DeepSeek-R1", "b200", "fp8"), 30.0),
+    (("sglang", "", "", ""), 10.0),
+    (("trtllm", "", "", ""), 20.0),
+)
+"""Tokens per streamed chunk in InferenceMAX's launch scripts (SemiAnalysis InferenceMAX
+``benchmarks/*.sh``): SGLang ``--stream-interval 10`` (``dsr1_fp8_h200_slurm.sh``, the FP4 B200
+scripts) and 30 for DeepSeek-R1 FP8 on B200 (``dsr1_fp8_b200_docker.sh``); TensorRT-LLM
+``stream_interval: 20`` in its extra options (``gptoss_fp4_*_trt_slurm.sh``); vLLM sets none
+(one token per chunk).  The files record the clients' ITL, the gap between streamed chunks, not
+this setting; each of its 901 runs' mean ITL / mean TPOT is within 2.1 % of it
+(``test_predict``)."""
+
+
+def stream_chunk_tokens(row: pd.Series) -> float:
+    """Tokens the engine streamed per chunk in a serving run: the notes' ``stream_interval``
+    (an engine's ``--stream-interval``) when recorded, InferenceMAX's launch-script setting for
+    its rows, else 1 (every engine's default: vLLM, SGLang and TensorRT-LLM stream each token).
+
+    A client's inter-token latency (ITL) is the gap between chunks it receives: with k tokens
+    a chunk, its mean is k x the per-token gap (mean TPOT), while TPOT, TTFT and E2E are per
+    request and unchanged."""
+    found = notes_dict(row.get("notes")).get("stream_interval", "").strip()
+    if found:
+        try:
+            value = float(found)
+        except ValueError:
+            value = math.nan
+        if not (value >= 1 and math.isfinite(value)):
+            raise ValueError(f"stream_interval={found!r} in notes is not a token count >= 1")
+        return value
+    if str(row.get("source", "")) == "inferencemax":
+        engine, model = str(row.get("engine", "")), str(row.get("model", ""))
+        gpu, wdt = str(row.get("gpu", "")), str(row.get("weight_dtype", ""))
+        for (e, m, g, w), tokens in INFERENCEMAX_STREAM_TOKENS:
+            if e == engine and model.startswith(m) and g in ("", gpu) and w in ("", wdt):
+                return tokens
+    return 1.0
+
+
 def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     """Serving (closed loop at ``concurrency`` or open loop at ``request_rate``) and saturated
     rows -> deployment specs and workload numbers (``perfmodel.closed_loop_metrics`` /
@@ -248,6 +289,7 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
         "rate": rate if open_loop else 1.0,
         "rounds": _requests_per_client(row) if scenario == "serving" else math.inf,
         "col": float(col),
+        "stream": stream_chunk_tokens(row) if metric == "itl" else 1.0,
         "open": float(open_loop),
     }
 
@@ -301,7 +343,7 @@ def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc):
 
 E2E_BLOCKS = ("closed", "open")
 """Blocks whose rows share a configuration: one evaluation yields every metric and statistic."""
-PER_ROW = ("pos", "col")
+PER_ROW = ("pos", "col", "stream")
 """Features of an end-to-end row that are its own (the rest describe its configuration)."""
 
 

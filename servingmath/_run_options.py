@@ -11,7 +11,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def add_run_fill_arguments(parser: argparse.ArgumentParser, *, engine_help: str) -> None:
-    """``--engine``, ``--gpu`` and ``--tp`` for rows that do not record them."""
+    """``--engine``, ``--gpu``, ``--tp`` and ``--stream-interval`` for rows that do not record
+    them."""
     parser.add_argument("--engine", choices=ENGINES, default=None, help=engine_help)
     parser.add_argument(
         "--gpu",
@@ -23,4 +24,13 @@ def add_run_fill_arguments(parser: argparse.ArgumentParser, *, engine_help: str)
         type=positive_int,
         default=None,
         help="tensor-parallel degree of rows that do not record one",
+    )
+    parser.add_argument(
+        "--stream-interval",
+        type=positive_int,
+        default=None,
+        metavar="TOKENS",
+        help="tokens the engine streamed per chunk (vLLM/SGLang --stream-interval, TensorRT-LLM "
+        "stream_interval) for runs whose files do not say (default 1): their ITL is the gap "
+        "between chunks",
     )

@@ -366,3 +366,23 @@ def test_describe_reports_scenarios_gpus_and_sources(bundled):
     assert "op 440,439" in text and "collective 27,648" in text and "static_batch 201" in text
     assert "serving 15,334" in text and "saturated 180" in text
     assert "by gpu: h100-sxm 286,495" in text and "splitwise 2,520" in text
+
+
+def test_stream_interval_fills_the_notes_of_runs_that_do_not_say(tmp_path):
+    """``stream_interval=`` (``--stream-interval``) joins the notes of every row of a tool's
+    result file, which never records the server's setting; a tidy row that says its own keeps
+    it; the ITL row then reads it."""
+    from fitting._rows import stream_chunk_tokens
+
+    table = load_measurements(VLLM, engine="vllm", stream_interval=10, **H100).table
+    itl = table[table.metric == "itl"]
+    assert len(itl) and all(stream_chunk_tokens(r) == 10.0 for _, r in itl.iterrows())
+    assert table.notes.str.count("stream_interval=").eq(1).all()
+    tidy = pd.read_csv(TIDY)
+    tidy["notes"] = tidy["notes"].fillna("").astype(str) + ";stream_interval=4"
+    path = tmp_path / "tidy.csv"
+    tidy.to_csv(path, index=False)
+    kept = load_measurements(path, stream_interval=10).table
+    assert kept.notes.str.contains("stream_interval=4").all()
+    assert not kept.notes.str.contains("stream_interval=10").any()
+    assert not load_measurements(VLLM, **H100).table.notes.str.contains("stream_interval").any()

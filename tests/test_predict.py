@@ -535,3 +535,60 @@ def test_serving_stats_open_and_closed_loop_predict_p90_between_p50_and_p95(conc
     assert "serving runs are predicted for mean, median, p50, p90, p95, p99" in prep.skipped[0][1]
     values = np.exp(np.asarray(predict_log(prep, default_params(prep.gpus))))
     assert np.all(np.isfinite(values)) and np.all(np.diff(values) >= 0.0), values
+
+
+def test_an_itl_row_is_the_gap_between_streamed_chunks():
+    """A run that streams k tokens a chunk (notes ``stream_interval=k``) measures its ITL
+    between chunks: k x the per-token ITL of the same run, while its TPOT is unchanged; a
+    stream interval that is not a token count >= 1 is skipped with the reason."""
+    common = {
+        "source": "lab",
+        "engine": "sglang",
+        "gpu": "h100-sxm",
+        "scenario": "serving",
+        "model": "meta-llama/Llama-3.1-8B",
+        "num_gpus": 1,
+        "tp": 1,
+        "weight_dtype": "bf16",
+        "kv_dtype": "bf16",
+        "input_len": 1024.0,
+        "output_len": 256.0,
+        "concurrency": 16.0,
+        "request_rate": np.inf,
+        "stat": "mean",
+        "value": 0.02,
+    }
+    rows = [
+        row(metric="itl", notes="stream_interval=1", **common),
+        row(metric="itl", notes="stream_interval=8", **common),
+        row(metric="tpot", notes="stream_interval=8", **common),
+        row(metric="itl", **common),  # unrecorded: one token a chunk
+        row(metric="itl", notes="stream_interval=0", **common),
+    ]
+    prep, y = predicted(rows)
+    assert len(y) == 4 and "stream_interval='0'" in prep.skipped[0][1]
+    assert y[1] == pytest.approx(8.0 * y[0], rel=1e-12) and y[3] == pytest.approx(y[0], rel=1e-12)
+    assert y[2] < y[1]  # TPOT is per token
+
+
+def test_inferencemax_stream_intervals_are_each_runs_itl_over_tpot():
+    """InferenceMAX's launch-script stream intervals (``INFERENCEMAX_STREAM_TOKENS``) against
+    its files: every run's mean ITL / mean TPOT is within 2.5 % of the tokens per chunk the rule
+    gives it (vLLM 1, SGLang 10 or 30, TensorRT-LLM 20)."""
+    from fitting._rows import stream_chunk_tokens
+    from fitting.ingest import load_measurements
+
+    table = load_measurements(["data/measurements/inferencemax_nvidia.csv.gz"]).table
+    mean = table[(table["stat"] == "mean") & table["metric"].isin(["itl", "tpot"])].copy()
+    mean["run"] = mean["notes"].str.extract(r"(gha_run_id=\d+; artifact_index=\d+)")[0]
+    keys = ["run", "gpu", "model", "engine", "tp", "input_len", "output_len", "concurrency"]
+    runs = mean.pivot_table(index=keys, columns="metric", values="value", aggfunc="first")
+    itl_rows = mean[mean["metric"] == "itl"]
+    tokens = pd.Series(
+        itl_rows.apply(stream_chunk_tokens, axis=1).to_numpy(),
+        index=pd.MultiIndex.from_frame(itl_rows[keys]),
+    )
+    ratio = (runs["itl"] / runs["tpot"]).reindex(tokens.index)
+    assert len(ratio) > 800 and set(tokens) == {1.0, 10.0, 20.0, 30.0}
+    deviation = np.abs(ratio / tokens - 1.0)
+    np.testing.assert_array_less(deviation, 0.025)  # largest: 2.1 % (a vLLM run)

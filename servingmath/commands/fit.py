@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             tp=args.tp,
             model=args.model,
             engine=args.engine,
+            stream_interval=args.stream_interval,
         )
     except (fitting.MeasurementFormatError, ValueError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
