@@ -24,3 +24,22 @@ TensorRT-LLM replay their decode iterations as CUDA graphs and all-reduce within
 peer-memory custom kernel (one or two barriers, not NCCL's ring of 2(p - 1) hops); the CUDA-graph
 custom all-reduce that aiconfigurator timed costs ~0.4x the nccl-tests latency (4.3-4.7 us for
 2-8 H100s at small messages), so end-to-end rows take that cell's scale on alpha and alpha_0."""
+
+STAND_IN_GROUPS = {"serving:itl": "serving:tpot", "serving:rate:itl": "serving:rate:tpot"}
+"""Group -> the measured group a posterior that never fitted it takes its offsets and noise from.
+A client's ITL is the per-token decode gap (times the tokens a chunk), the gap mean TPOT averages
+per request; without ITL rows its spread is TPOT's, not the widest fitted group's."""
+
+
+def stand_in_group(key: str) -> str | None:
+    """``STAND_IN_GROUPS``' stand-in of noise group ``key``, or None."""
+    return STAND_IN_GROUPS.get(key)
+
+
+def noise_index(known: tuple[str, ...] | list[str], key: str) -> int | None:
+    """Index in ``known`` (a posterior's noise groups) of ``key``, else of its stand-in group,
+    else None (the caller then takes the widest fitted noise)."""
+    for k in (key, stand_in_group(key)):
+        if k is not None and k in known:
+            return list(known).index(k)
+    return None

@@ -19,7 +19,7 @@ import numpy as np
 import perfmodel
 from perfmodel import KERNEL_FIELDS, Efficiency
 
-from ._names import EFFICIENCY_FIELDS, ENGINE_ALL_REDUCE_CELL, PARAM_NAMES
+from ._names import EFFICIENCY_FIELDS, ENGINE_ALL_REDUCE_CELL, PARAM_NAMES, stand_in_group
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
 """Bundled posterior, relative to ``perfmodel.data_dir()``."""
@@ -323,8 +323,9 @@ def cell_offset_draws(
 
 def stand_in_cell(posterior: Posterior, cell: str) -> str | None:
     """The fitted cell whose offset draws ``cell`` takes: itself when fitted, else its engine's
-    pooled cell ``"engine:<engine>|<group>"``, else ``"engine:*|<group>"``; None when the
-    posterior has none of them (the offset is then N(0, tau_src) or N(0, tau_kernel))."""
+    pooled cell ``"engine:<engine>|<group>"``, else ``"engine:*|<group>"``; for a group the
+    posterior never fitted, the same search in its stand-in group (``STAND_IN_GROUPS``); None
+    when there is none of them (the offset is then N(0, tau_src) or N(0, tau_kernel))."""
     if cell in posterior.cells:
         return cell
     source, _, key = cell.partition("|")
@@ -332,6 +333,10 @@ def stand_in_cell(posterior: Posterior, cell: str) -> str | None:
     for pooled in (engine, f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}"):
         if pooled in posterior.cells:
             return pooled
+    if not any(c.endswith(f"|{key}") for c in posterior.cells):  # a group never fitted
+        stand_in = stand_in_group(key)
+        if stand_in is not None:
+            return stand_in_cell(posterior, f"{source}|{stand_in}")
     return None
 
 

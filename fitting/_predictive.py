@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._model import STUDENT_DF, population_bias
+from ._names import noise_index
 from ._posterior import Posterior, cell_offset_draws, draw_indices, parameter_draws
 from ._predict import Prepared, predict_log
 
@@ -87,7 +88,7 @@ def predictive_log_draws(
 
     log y = log f(theta_g; delta_cell) + eta_gk + sigma_group * t_nu (the cell offset adds to log time, or
     scales a collective's latency); unseen GPUs and cells take population draws (an unseen group's
-    sigma is the largest fitted one), and a prompt mean the row does not record is drawn from its
+    sigma is its stand-in group's, ``STAND_IN_GROUPS``, else the largest fitted one), and a prompt mean the row does not record is drawn from its
     log-normal (``MLPERF_PROMPT_LOG_SD``).
     """
     rng = np.random.default_rng(seed)
@@ -100,10 +101,8 @@ def predictive_log_draws(
     )
     keys = posterior.noise_keys
     sig_all = posterior.flat("sigma")[idx]
-    sig = np.stack(
-        [sig_all[:, keys.index(k)] if k in keys else sig_all.max(axis=1) for k in prep.noise_keys],
-        axis=1,
-    )
+    found = [noise_index(keys, k) for k in prep.noise_keys]
+    sig = np.stack([sig_all[:, j] if j is not None else sig_all.max(axis=1) for j in found], axis=1)
     # the prompt mean an MLPerf row does not record, one standard-normal draw per posterior draw
     # (its own stream: the parameter and noise draws stay those of the same seed)
     prompt_z = np.random.default_rng((seed, PROMPT_STREAM)).standard_normal(len(idx))

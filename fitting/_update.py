@@ -65,6 +65,7 @@ from ._model import (
     prior_center_unconstrained,
     to_natural,
 )
+from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
 from ._predict import predict_log, prepare
 from ._serving_stage import E2E_SCENARIOS
@@ -155,7 +156,8 @@ def _cell_prior(posterior: Posterior, cell: str) -> tuple[float, float]:
 def _sigma(posterior: Posterior, keys: tuple[str, ...]) -> np.ndarray:
     med = np.median(posterior.flat("sigma"), axis=0)
     known = posterior.noise_keys
-    return np.asarray([med[known.index(k)] if k in known else med.max() for k in keys])
+    found = [noise_index(known, k) for k in keys]
+    return np.asarray([med[j] if j is not None else med.max() for j in found])
 
 
 def run_labels(rows: pd.DataFrame) -> pd.Series:

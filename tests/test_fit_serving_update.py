@@ -211,6 +211,26 @@ def test_an_unseen_lab_draws_its_engine_pooled_cell():
     assert m == pytest.approx(pooled.mean()) and s == pytest.approx(pooled.std())
 
 
+def test_a_posterior_that_never_fitted_itl_reads_it_as_tpot():
+    """ITL cells and noise come from the ITL groups when any lab measured ITL; a posterior fitted
+    without ITL rows takes TPOT's (the per-token gap ITL chunks add up), not N(0, tau_src) and the
+    widest fitted noise."""
+    from types import SimpleNamespace
+
+    from fitting._names import noise_index
+
+    post = fitting.load_posterior()
+    assert stand_in_cell(post, "my-lab:vllm|serving:itl") == "engine:vllm|serving:itl"
+    without = SimpleNamespace(cells=[c for c in post.cells if not c.endswith("|serving:itl")])
+    assert stand_in_cell(without, "my-lab:vllm|serving:itl") == "engine:vllm|serving:tpot"
+    assert stand_in_cell(without, "inferencemax:sglang|serving:itl") == (
+        "inferencemax:sglang|serving:tpot"
+    )
+    keys = ("serving:ttft", "serving:tpot", "serving:itl")
+    assert noise_index(keys, "serving:itl") == 2 and noise_index(keys[:2], "serving:itl") == 1
+    assert noise_index(keys[:2], "serving:e2e_latency") is None
+
+
 @functools.lru_cache(maxsize=1)
 def _serving_table() -> pd.DataFrame:
     return fitting.load_measurements([str(RUNS)]).table
