@@ -86,10 +86,11 @@ def predictive_log_draws(
 ) -> np.ndarray:
     """Posterior predictive draws of log value for every row of ``prep``: (num_draws, rows).
 
-    log y = log f(theta_g; delta_cell) + eta_gk + sigma_group * t_nu (the cell offset adds to log time, or
-    scales a collective's latency); unseen GPUs and cells take population draws (an unseen group's
-    sigma is its stand-in group's, ``STAND_IN_GROUPS``, else the largest fitted one), and a prompt mean the row does not record is drawn from its
-    log-normal (``MLPERF_PROMPT_LOG_SD``).
+    log y = log f(theta_g; delta_cell) + eta_gk + sigma_group * t_nu (the cell offset adds to
+    log time, or scales a collective's latency); unseen GPUs and cells take population draws (an
+    unseen group's sigma is its stand-in group's, ``STAND_IN_GROUPS``, else the largest fitted
+    one), and a prompt mean the row does not record is drawn from its log-normal
+    (``MLPERF_PROMPT_LOG_SD``).
     """
     rng = np.random.default_rng(seed)
     idx = draw_indices(posterior, num_draws, rng)
