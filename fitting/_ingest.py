@@ -167,15 +167,9 @@ def _csv_frame(path: Path, fills: dict[str, Any]) -> tuple[pd.DataFrame, np.ndar
 
 
 def _fill(frame: pd.DataFrame, fills: dict[str, Any], tool: bool) -> pd.DataFrame:
-    """Put the caller's ``gpu=``/``model=``/... into the cells the file left empty (a stream
-    interval into the notes of rows whose notes do not give one)."""
+    """Put the caller's ``gpu=``/``model=``/... into the cells the file left empty."""
     for col, value in fills.items():
         if value is None:
-            continue
-        if col == "stream_interval":
-            unsaid = ~frame["notes"].str.contains("stream_interval=", regex=False)
-            noted = frame["notes"] + f";stream_interval={int(value)}"
-            frame["notes"] = frame["notes"].where(~unsaid, noted.str.lstrip(";"))
             continue
         if tool and col == "model":  # the served name a tool records is often a local path
             recorded = frame["model"]
@@ -189,6 +183,16 @@ def _fill(frame: pd.DataFrame, fills: dict[str, Any], tool: bool) -> pd.DataFram
             if col == "model":  # op/collective rows legitimately have no model
                 empty &= ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS)
             frame[col] = frame[col].where(~empty, str(value))
+    return frame
+
+
+def _note_default(frame: pd.DataFrame, key: str, value: object) -> pd.DataFrame:
+    """``key=value`` appended to the notes of rows whose notes do not give ``key``."""
+    if value is None:
+        return frame
+    unsaid = ~frame["notes"].str.contains(f"{key}=", regex=False)
+    noted = (frame["notes"] + f";{key}={value}").str.lstrip(";")
+    frame["notes"] = frame["notes"].where(~unsaid, noted)
     return frame
 
 
@@ -233,7 +237,6 @@ def load_measurements(
         "tp": tp,
         "engine": engine,
         "num_gpus": num_gpus if num_gpus is not None else tp,
-        "stream_interval": stream_interval,
     }
     files = _expand([paths] if isinstance(paths, (str, PathLike)) else paths)
     if not files:
@@ -248,6 +251,9 @@ def load_measurements(
         )
         frame, lines = _tool_frame(path, skipped) if tool else _csv_frame(path, fills)
         frame = _fill(frame, fills, tool)
+        frame = _note_default(
+            frame, "stream_interval", None if stream_interval is None else int(stream_interval)
+        )
         _check_labels(frame, lines, path)
         frame = _numbers(frame, lines, path)
         frames.append(_catalog_filter(frame, lines, path, catalog, skipped))

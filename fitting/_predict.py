@@ -100,8 +100,7 @@ def _workloads(b: dict, prompt_z: jnp.ndarray) -> Workload:
 
 
 def _closed_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
-    """Closed-loop serving and saturated (offline) rows through ``closed_loop_metrics``; an ITL
-    row is the gap between streamed chunks, ``stream`` tokens each (``stream_chunk_tokens``)."""
+    """Closed-loop serving and saturated (offline) rows through ``closed_loop_metrics``."""
     model, hw, dep = b["specs"]
 
     def one(m, h, d, e, w):
@@ -109,7 +108,14 @@ def _closed_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarra
         thr = jnp.stack([r.output_tokens_per_s, r.total_tokens_per_s, r.requests_per_s])
         return jnp.concatenate([r.ttft_s, r.tpot_s, r.itl_s, r.e2e_s, thr])
 
-    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
+    return _per_row(
+        b, jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
+    )
+
+
+def _per_row(b: dict, table: jnp.ndarray) -> jnp.ndarray:
+    """Each row's entry of its configuration's (configurations, columns) table; an ITL row's
+    gap spans ``stream`` tokens (``stream_chunk_tokens``), every other row's factor is 1."""
     return table[b["config"], b["col"].astype(int)] * b["stream"]
 
 
@@ -137,8 +143,9 @@ def _open_block(b: dict, eff: Efficiency, prompt_z: jnp.ndarray) -> jnp.ndarray:
         )
         return jnp.concatenate(lat + [thr])
 
-    table = jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
-    return table[b["config"], b["col"].astype(int)] * b["stream"]
+    return _per_row(
+        b, jax.vmap(one)(model, hw, dep, _config_efficiency(b, eff), _workloads(b, prompt_z))
+    )
 
 
 def predict_log(

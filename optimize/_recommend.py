@@ -137,9 +137,12 @@ def _candidates(found, count: int) -> np.ndarray:
             picked.append(i)
         if len(picked) == count:
             break
-    while len(picked) < count:
-        picked.append(picked[-1] if picked else 0)
-    return np.asarray(picked)
+    return _padded(picked or [0], count)
+
+
+def _padded(rows: list[int], count: int) -> np.ndarray:
+    """``rows`` repeated at the end up to ``count`` (the verdict's one compiled shape)."""
+    return np.asarray(rows + rows[-1:] * (count - len(rows)), dtype=int)
 
 
 RECHECK_ROUNDS = 2
@@ -162,9 +165,7 @@ def _undercutting(found, checked: set[int], below: float, count: int) -> np.ndar
         for i in np.flatnonzero(found.cost_per_hour < below * (1.0 - 1e-9))
         if int(i) not in checked
     ][:count]
-    while picked and len(picked) < count:
-        picked.append(picked[-1])
-    return np.asarray(picked, dtype=int)
+    return _padded(picked, count) if picked else np.zeros(0, dtype=int)
 
 
 def recommend(
