@@ -271,3 +271,38 @@ def workload_from_trace(trace: Trace, arrival_rate_per_s: float | None = None) -
         output_tokens_mean=float(np.mean(trace.output_tokens)),
         output_tokens_cv=_cv(trace.output_tokens.astype(float)),
     )
+
+
+def rescale_arrivals(trace: Trace, rate: float) -> Trace:
+    """``trace`` with its clock stretched to arrive at ``rate`` requests/s, burstiness kept.
+
+    Every arrival time is multiplied by one factor, (n - 1) / (rate * span) for n requests over
+    ``span`` seconds: the n - 1 gaps then average 1 / rate, and their shape (the gaps' CV, the
+    bursts) is the trace's own.  A trace whose arrivals span no time keeps its clock.
+    """
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    scale = (len(trace) - 1) / (rate * span) if span > 0 else 1.0
+    return Trace(
+        trace.arrival_s * scale,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        trace.name,
+        trace.block_hashes,
+        trace.hash_block_tokens,
+    )
+
+
+def poisson_arrivals(trace: Trace, rate: float, seed: int) -> Trace:
+    """``trace``'s requests arriving as a Poisson process at ``rate`` requests/s (for a
+    length-only trace): independent exponential gaps of mean 1 / rate drawn on ``seed``'s stream,
+    the first request at time 0 (the arrival times are the gaps' running sum less the first gap).
+    """
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, len(trace))
+    return Trace(
+        np.cumsum(gaps) - gaps[0],
+        trace.prompt_tokens,
+        trace.output_tokens,
+        trace.name,
+        trace.block_hashes,
+        trace.hash_block_tokens,
+    )

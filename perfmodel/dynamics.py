@@ -15,6 +15,10 @@ from ._batching import (
     seat_capacity as seat_capacity,
 )
 from ._closed_loop import closed_loop_metrics as closed_loop_metrics
+from ._load_elasticity import (
+    LOAD_ELASTICITY_STEP as LOAD_ELASTICITY_STEP,
+    ttft_p95_load_elasticity as ttft_p95_load_elasticity,
+)
 from ._queueing import (
     allen_cunneen_wait_s as allen_cunneen_wait_s,
     ggc_wait_probability as ggc_wait_probability,
@@ -51,6 +55,8 @@ from ._traces import (
     PRESETS as PRESETS,
     Trace as Trace,
     load_trace as load_trace,
+    poisson_arrivals as poisson_arrivals,
+    rescale_arrivals as rescale_arrivals,
     trace_path as trace_path,
     workload_from_trace as workload_from_trace,
 )

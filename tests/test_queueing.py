@@ -407,3 +407,25 @@ def test_one_program_serves_every_model_and_gpu_of_the_same_structure():
     assert _TRACING["traces"] == 0
     # 70B on 4 x TP4 A100s: ~9x the weights over 4 GPUs of ~2/3 the bandwidth, a slower decode step
     assert bool(other.stable) and float(other.tpot_s.mean) > 1.5 * float(first.tpot_s.mean)
+
+
+def test_ttft_p95_load_elasticity_is_the_exponent_of_a_power_law():
+    """A p95 TTFT of c * rate^3 has elasticity exactly 3; closed loop and overload: None."""
+    from types import SimpleNamespace
+
+    from perfmodel.dynamics import Workload, ttft_p95_load_elasticity
+
+    def metrics_at(w, stable=True):
+        p95 = 0.2 * float(w.arrival_rate_per_s) ** 3
+        return SimpleNamespace(stable=stable, ttft_s=SimpleNamespace(p95=p95))
+
+    open_loop = Workload(arrival_rate_per_s=4.0)
+    assert ttft_p95_load_elasticity(metrics_at, open_loop) == pytest.approx(3.0, rel=1e-9)
+    closed = Workload(arrival_rate_per_s=0.0, concurrency=8.0)
+    assert ttft_p95_load_elasticity(metrics_at, closed) is None
+    overloaded = metrics_at(open_loop, stable=False)
+    assert ttft_p95_load_elasticity(metrics_at, open_loop, overloaded) is None
+    # stable at the rate, but +-1 % overloads (an infinite p95): not defined either
+    overloads = SimpleNamespace(stable=False, ttft_s=SimpleNamespace(p95=float("inf")))
+    here = metrics_at(open_loop)
+    assert ttft_p95_load_elasticity(lambda w: overloads, open_loop, here) is None

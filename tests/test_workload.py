@@ -123,3 +123,28 @@ def test_workload_is_a_pytree_of_arrays():
 
     leaves = jax.tree_util.tree_leaves(Workload(arrival_rate_per_s=2.0))
     assert len(leaves) == 8
+
+
+def test_rescale_arrivals_stretches_every_gap_by_one_factor():
+    """Four requests over 3 s (1 req/s) rescaled to 2 req/s: gaps of 0.5 s, shape kept."""
+    from perfmodel.dynamics import Trace, rescale_arrivals
+
+    bursty = Trace([0.0, 0.5, 1.0, 3.0], [10, 20, 30, 40], [1, 2, 3, 4], "t")
+    out = rescale_arrivals(bursty, 2.0)
+    # n - 1 = 3 gaps over 3 s -> factor 3 / (2 * 3) = 0.5
+    np.testing.assert_allclose(out.arrival_s, [0.0, 0.25, 0.5, 1.5])
+    np.testing.assert_array_equal(out.prompt_tokens, bursty.prompt_tokens)
+    same = Trace([2.0, 2.0], [1, 1], [1, 1])
+    np.testing.assert_array_equal(rescale_arrivals(same, 5.0).arrival_s, [2.0, 2.0])
+
+
+def test_poisson_arrivals_start_at_zero_with_mean_gap_one_over_rate():
+    from perfmodel.dynamics import Trace, poisson_arrivals
+
+    n = 20_000
+    lengths = Trace(np.full(n, np.nan), np.ones(n, int), np.ones(n, int))
+    out = poisson_arrivals(lengths, 4.0, seed=0)
+    gaps = np.diff(out.arrival_s)
+    assert out.arrival_s[0] == 0.0 and (gaps >= 0).all()
+    assert gaps.mean() == pytest.approx(0.25, rel=0.03)  # exponential: mean 1/rate ...
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.03)  # ... and CV 1
