@@ -19,6 +19,8 @@ latencies, so net_s is +inf / -inf when only one side is stable (nan when neithe
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -216,4 +218,48 @@ def disaggregation(
         prefill_interference=1.0 / stretch,
         colocated_stable=stable_c,
         split_stable=stable_s,
+    )
+
+
+def colocated_decode_batch(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    prompt_tokens: float,
+    output_tokens: float,
+    arrival_rate_per_s: float | None,
+) -> float:
+    """Sequences decoding together per replica of a colocated deployment under load (a float).
+
+    Little's law: the replica's arrival rate lambda / replicas times the time each request spends
+    decoding, (output - 1) x TPOT (the first output token comes from prefill), with the TPOT of
+    the colocated pool in ``disaggregation`` (prefill interference included).  The batch is at
+    least 1 and at most the seats, max(min(KV-cache sequences of prompt + output tokens,
+    max_num_seqs), 1) (``VerdictBudgets.decode_batch``); the seats when that TPOT is infinite
+    (overloaded), and 1 without a rate (one request at a time).
+    """
+    seats = min(
+        float(max_concurrent_requests(model, hardware, deployment, prompt_tokens + output_tokens)),
+        float(deployment.max_num_seqs),
+    )
+    if arrival_rate_per_s is None:
+        return 1.0
+    rate = arrival_rate_per_s
+    r = disaggregation(
+        model,
+        efficiency,
+        colocated=(hardware, deployment),
+        prefill=(hardware, deployment),
+        decode=(hardware, deployment),
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        arrival_rate_per_s=rate,
+    )
+    tpot = float(r.colocated_tpot_s)
+    if not math.isfinite(tpot):
+        return max(seats, 1.0)
+    return min(
+        max(rate / float(deployment.replicas) * max(output_tokens - 1.0, 0.0) * tpot, 1.0),
+        max(seats, 1.0),
     )

@@ -21,6 +21,10 @@ from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step
 from ._types import Array, ArrayLike
 
+PCIE5_X16_BYTES_PER_S = 63e9
+"""Host <-> GPU bandwidth of one PCIe 5.0 x16 link, one direction: 32 GT/s per lane x 16 lanes
+x 128/130 line encoding / 8 bits per byte ~ 63 GB/s."""
+
 
 class HostTier(eqx.Module):
     """Decode throughput of one replica with and without the host tier (tokens/s; seconds)."""

@@ -7,6 +7,7 @@ from ._disagg import (
     DEFAULT_ORCHESTRATION_S as DEFAULT_ORCHESTRATION_S,
     DEFAULT_TRANSFER_LATENCY_S as DEFAULT_TRANSFER_LATENCY_S,
     Disaggregation as Disaggregation,
+    colocated_decode_batch as colocated_decode_batch,
     disaggregation as disaggregation,
     kv_transfer_s as kv_transfer_s,
 )
@@ -27,7 +28,11 @@ from ._features_under_load import (
     prefix_workload as prefix_workload,
     speculative_serving_metrics as speculative_serving_metrics,
 )
-from ._host_tier import HostTier as HostTier, host_tier as host_tier
+from ._host_tier import (
+    PCIE5_X16_BYTES_PER_S as PCIE5_X16_BYTES_PER_S,
+    HostTier as HostTier,
+    host_tier as host_tier,
+)
 from ._parallel_choice import (
     ParallelOption as ParallelOption,
     best_parallelism as best_parallelism,

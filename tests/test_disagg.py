@@ -301,3 +301,34 @@ def test_split_serving_utilization_grows_with_load_and_overload_is_inf(rate, fac
             assert np.all(np.isinf(np.asarray(m.ttft_s))) and np.all(np.isinf(np.asarray(m.e2e_s)))
     flooded = _split(1e4)
     assert not bool(flooded.stable) and np.all(np.isinf(np.asarray(flooded.tpot_s)))
+
+
+def test_colocated_decode_batch_is_littles_law_capped_at_the_seats():
+    """batch = lambda / replicas x (output - 1) x TPOT, between 1 and the seats."""
+    from perfmodel import max_concurrent_requests
+    from perfmodel.features import colocated_decode_batch
+
+    model, eff = load_model("meta-llama/Llama-3.1-8B"), Efficiency()
+    dep = Deployment.create(replicas=2)
+    prompt, output, rate = 1000.0, 201.0, 4.0
+    tpot = float(
+        disaggregation(
+            model,
+            eff,
+            colocated=(H100, dep),
+            prefill=(H100, dep),
+            decode=(H100, dep),
+            prompt_tokens=prompt,
+            output_tokens=output,
+            arrival_rate_per_s=rate,
+        ).colocated_tpot_s
+    )
+    # 2 req/s per replica, each decoding 200 tokens at tpot seconds
+    expected = 2.0 * 200.0 * tpot
+    assert 1.0 < expected < 256.0
+    got = colocated_decode_batch(model, H100, dep, eff, prompt, output, rate)
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert colocated_decode_batch(model, H100, dep, eff, prompt, output, None) == 1.0
+    seats = min(float(max_concurrent_requests(model, H100, dep, prompt + output)), 256.0)
+    flood = colocated_decode_batch(model, H100, dep, eff, prompt, output, 1e6)
+    assert flood == pytest.approx(seats)  # overloaded: the seats (max_num_seqs 256 here)

@@ -49,3 +49,10 @@ def test_gain_falls_with_link_bandwidth():
 def test_host_tier_lets_a_sequence_run_that_hbm_cannot_hold():
     r = _tier(32000.0, 64e9)
     assert float(r.hbm_sequences) == 0.0 and float(r.tokens_per_s_with_host) > 0.0
+
+
+def test_pcie5_x16_bandwidth_is_lanes_times_rate_times_encoding():
+    from perfmodel.features import PCIE5_X16_BYTES_PER_S
+
+    # 32 GT/s per lane x 16 lanes x 128/130 encoding / 8 bits = 63.0 GB/s
+    assert PCIE5_X16_BYTES_PER_S == pytest.approx(32e9 * 16 * (128 / 130) / 8, rel=1e-3)
