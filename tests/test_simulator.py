@@ -211,3 +211,29 @@ def test_cached_prefix_blocks_are_shared_not_copied():
     assert plain.first_token_s[2] > decode_200
     assert shared.first_token_s[2] < 0.2 * decode_200 and shared.preemptions.sum() == 0
     np.testing.assert_array_equal(shared.reused_tokens, [0] + [1536] * 5)
+
+
+def test_synthetic_prefix_hit_rate_counts_only_the_common_prefix_blocks():
+    """Block 16, a 64-token common prefix: request 0 (shared, 100-token prompt) can reuse 4
+    blocks = 64 tokens; request 1 (shared, 40-token prompt: 2 full blocks) at most 32 tokens;
+    request 2 is unique.  Reused 64 + 10 of reusable 64 + 32 -> 74 / 96."""
+    from perfmodel.simulator import (
+        PrefixCaching,
+        synthetic_prefix_hashes,
+        synthetic_prefix_hit_rate,
+        synthetic_shared_requests,
+    )
+
+    prompts = np.array([100, 40, 80])
+    hashes = synthetic_prefix_hashes(prompts, np.array([True, True, False]), 64, 16)
+    prefix = PrefixCaching(hashes, 16)
+    served = np.array([True, True, True])
+    reused = np.array([80.0, 10.0, 16.0])  # request 0 over-reports: counted up to 64
+    assert synthetic_prefix_hit_rate(prefix, prompts, reused, served) == pytest.approx(74 / 96)
+    assert synthetic_shared_requests(prefix) == 2
+    # a rejected request reuses nothing and has nothing reusable
+    served = np.array([True, False, True])
+    reused = np.array([64.0, 0.0, 0.0])
+    assert synthetic_prefix_hit_rate(prefix, prompts, reused, served) == pytest.approx(1.0)
+    none = PrefixCaching(synthetic_prefix_hashes(prompts, np.zeros(3, bool), 64, 16), 16)
+    assert synthetic_prefix_hit_rate(none, prompts, reused, served) == 0.0

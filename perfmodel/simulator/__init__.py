@@ -13,6 +13,8 @@ from ._features import (
     Speculation as Speculation,
     shared_prefix_caching as shared_prefix_caching,
     synthetic_prefix_hashes as synthetic_prefix_hashes,
+    synthetic_prefix_hit_rate as synthetic_prefix_hit_rate,
+    synthetic_shared_requests as synthetic_shared_requests,
 )
 from ._prefix_cache import (
     MOONCAKE_BLOCK_TOKENS as MOONCAKE_BLOCK_TOKENS,

@@ -64,7 +64,8 @@ def synthetic_prefix_hashes(
         head = min(prefix_tokens // block_tokens, full) if shared[i] else 0
         out.append(
             tuple(
-                [("prefix", j) for j in range(head)] + [("unique", i, j) for j in range(head, full)]
+                [(PREFIX_TAG, j) for j in range(head)]
+                + [("unique", i, j) for j in range(head, full)]
             )
         )
     return out
@@ -83,6 +84,38 @@ def shared_prefix_caching(
     shared = np.random.default_rng(seed).random(len(prompt_tokens)) < float(shared_fraction)
     hashes = synthetic_prefix_hashes(prompt_tokens, shared, int(prefix_tokens), block_tokens)
     return PrefixCaching(hashes, block_tokens)
+
+
+PREFIX_TAG = "prefix"
+"""First element of a common-prefix block's identity in ``synthetic_prefix_hashes``."""
+
+
+def synthetic_prefix_hit_rate(
+    prefix: PrefixCaching, prompt_tokens: np.ndarray, reused_tokens: np.ndarray, served: np.ndarray
+) -> float:
+    """Share of the reusable prompt tokens the cache served, over ``synthetic_prefix_hashes``
+    requests: only the common prefix's blocks can hit (unique blocks never recur), so a served
+    request can reuse its prefix blocks times the block size, at most its prompt less one token
+    (the last prompt token is always computed to give the first output token).  Each request's
+    reuse counts up to that bound (``reused_tokens``, 0 where not ``served``); 0 when nothing was
+    reusable."""
+    block = prefix.hash_block_tokens
+    reusable = np.array(
+        [
+            min(sum(1 for h in hs if h[0] == PREFIX_TAG) * block, p - 1)
+            for hs, p in zip(prefix.block_hashes, prompt_tokens)
+        ],
+        dtype=float,
+    )
+    reusable[~served] = 0.0
+    return (
+        float(np.minimum(reused_tokens, reusable).sum() / reusable.sum()) if reusable.sum() else 0.0
+    )
+
+
+def synthetic_shared_requests(prefix: PrefixCaching) -> int:
+    """Requests of ``synthetic_prefix_hashes`` chains that open with the common prefix."""
+    return int(sum(1 for hs in prefix.block_hashes if hs and hs[0][0] == PREFIX_TAG))
 
 
 def replica_hooks(
