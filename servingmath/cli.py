@@ -52,7 +52,7 @@ def _load_commands() -> dict[str, object]:
 
 
 _FLAG_PREFIX = re.compile(r"^argument (-[\w-]+)(?:/-[\w-]+)*: (?=must )")
-"""argparse's "argument --rate/--r: must be ..." prefix of a ``servingmath._types`` message."""
+"""argparse's "argument --rate/--r: must be ..." prefix of a ``servingmath.options.validators`` message."""
 
 
 class _Parser(argparse.ArgumentParser):

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from servingmath import cli
-from servingmath._types import output_dir, output_file, workload_source
+from servingmath.options.validators import output_dir, output_file, workload_source
 
 LLAMA = ["--model", "meta-llama/Llama-3.1-8B"]
 BASES: dict[str, list[str]] = {
@@ -143,8 +143,8 @@ def test_every_command_assumes_the_same_default_request():
     """Without --input-len / --output-len, explain and simulate (fixed lengths), optimize (mean
     lengths) and ``Workload()`` describe one request: 1,024 prompt and 256 output tokens."""
     from perfmodel.dynamics import Workload
-    from servingmath._dynamics_cli import resolve_workload as dynamics_workload
-    from servingmath.commands.optimize import resolve_workload as optimize_workload
+    from servingmath.options.load import resolve_workload as dynamics_workload
+    from servingmath.options.problem import resolve_workload as optimize_workload
 
     parser = cli.build_parser()
     lengths = set()

@@ -192,7 +192,8 @@ def test_disagg_pools_on_other_gpus_run_at_those_gpus_efficiencies(monkeypatch):
     import argparse
 
     import perfmodel as pm
-    from servingmath import _disagg_cli
+    from servingmath.evaluation import features
+    from servingmath.options import disagg
 
     h100, a100 = pm.load_hardware("h100-sxm"), pm.load_hardware("a100-sxm-80gb")
     own, a100_eff = pm.Efficiency(), pm.Efficiency(compute_fraction_max=0.3)
@@ -206,8 +207,8 @@ def test_disagg_pools_on_other_gpus_run_at_those_gpus_efficiencies(monkeypatch):
         passed.update(kw, efficiency=efficiency)
         raise StopIteration  # the wiring is all this test checks
 
-    monkeypatch.setattr(_disagg_cli, "resolve_efficiency", fake_resolve)
-    monkeypatch.setattr(_disagg_cli.ft, "disaggregation", fake_disaggregation)
+    monkeypatch.setattr(disagg, "resolve_efficiency", fake_resolve)
+    monkeypatch.setattr(features.ft, "disaggregation", fake_disaggregation)
     args = argparse.Namespace(
         disagg="1:1",
         prefill_gpu="a100-sxm-80gb",
@@ -218,7 +219,7 @@ def test_disagg_pools_on_other_gpus_run_at_those_gpus_efficiencies(monkeypatch):
     )
     model = pm.load_model("meta-llama/Llama-3.1-8B")
     with pytest.raises(StopIteration):
-        _disagg_cli._disagg(args, model, h100, pm.Deployment.create(), own, 2000.0, 200.0, 1.0)
+        features._disagg(args, model, h100, pm.Deployment.create(), own, 2000.0, 200.0, 1.0)
     assert asked == [a100.name]
     assert passed["efficiency"] is own and passed["decode_efficiency"] is own
     assert passed["prefill_efficiency"] is a100_eff

@@ -325,7 +325,7 @@ def test_fleet_and_forecast_offer_prefill_chunks_like_optimize(command, monkeypa
 
     import optimize
     from optimize import KNOBS
-    from servingmath.commands.optimize import describe_short
+    from servingmath.reports.optimize import describe_short
 
     def capture(problem, *args, **kwargs):
         raise _Captured(problem)
@@ -361,7 +361,8 @@ def test_fleet_and_forecast_offer_speculation_like_optimize(command, monkeypatch
 
     import optimize
     from optimize import KNOBS
-    from servingmath.commands.optimize import SPEC_K, describe_short
+    from servingmath.options.problem import SPEC_K
+    from servingmath.reports.optimize import describe_short
 
     def capture(problem, *args, **kwargs):
         raise _Captured(problem)

@@ -8,8 +8,9 @@ import pytest
 
 import perfmodel as pm
 from perfmodel.dynamics import Workload
-from servingmath._dynamics_cli import dynamics_report, render_dynamics
 from servingmath.cli import main
+from servingmath.evaluation.load import dynamics_report
+from servingmath.reports.load import render_dynamics
 
 BASE = ["--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm"]
 LOAD_KEYS = {"ttft_s", "tpot_s", "e2e_s", "stable", "output_tokens_per_s"}

@@ -7,9 +7,9 @@ import json
 import pandas as pd
 
 import fitting
-from servingmath import _progress
-from servingmath._progress import CLEAR_LINE, Phases, phases_for
+from servingmath import progress
 from servingmath.cli import main
+from servingmath.progress import CLEAR_LINE, Phases, phases_for
 
 
 class _Terminal(io.StringIO):
@@ -35,7 +35,7 @@ def test_disabled_phases_write_nothing():
     phases = Phases("fit", enabled=False, stream=stream)
     phases("sampling")
     phases.done()
-    assert stream.getvalue() == "" and _progress.callback(phases) is None
+    assert stream.getvalue() == "" and progress.callback(phases) is None
 
 
 def test_on_only_for_a_terminal_and_never_under_json(monkeypatch):

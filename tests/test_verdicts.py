@@ -104,8 +104,8 @@ import json
 
 import pytest
 
-from servingmath._features_cli import add_feature_arguments, validate_feature_arguments
 from servingmath.errors import UsageError
+from servingmath.options.features import add_feature_arguments, validate_feature_arguments
 
 
 def _args(*argv):

@@ -6,10 +6,10 @@ import argparse
 import time
 from pathlib import Path
 
-from .._progress import phases_for
-from .._run_options import ENGINES, add_run_fill_arguments
-from .._types import nonnegative_int, output_dir, output_file, positive_int
 from ..errors import UsageError
+from ..options.run_fill import ENGINES, add_run_fill_arguments
+from ..options.validators import nonnegative_int, output_dir, output_file, positive_int
+from ..progress import phases_for
 
 HELP = "fit the efficiency posterior to measurements (NUTS, or SVI with --svi)"
 """Engines ``--engine`` names (the ones the bundled posterior has pooled end-to-end cells for)."""
@@ -258,7 +258,7 @@ def _update(args: argparse.Namespace, result) -> int:
 
 def _interval(x, unit: str) -> str:
     """``median [lo, hi]`` of an ``Interval`` in ``unit`` (seconds as s/ms/us)."""
-    from .._render import human_seconds
+    from ..reports.render import human_seconds
 
     if unit == "s":
         return f"{human_seconds(x.median)} [{human_seconds(x.lo)}, {human_seconds(x.hi)}]"

@@ -10,26 +10,23 @@ import sys
 
 from perfmodel import CatalogError
 
-from .._progress import Phases, run_with_phases
-from .._render import table
-from .._types import assignments, nonnegative_float, output_dir, positive_int
 from ..errors import UsageError
-from ..reports import provenance
-from .optimize import (
+from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
+from ..options.problem import (
     add_chunk_argument,
     add_problem_arguments,
-    add_report_argument,
     add_speculation_arguments,
-    check_output_paths,
     check_speculation_arguments,
-    close_figures,
-    describe_short,
     gpu_ids,
     problem_from_args,
     resolve_common,
     resolve_workload,
-    write_report,
 )
+from ..options.validators import assignments, nonnegative_float, output_dir, positive_int
+from ..progress import Phases, run_with_phases
+from ..reports import provenance
+from ..reports.optimize import describe_short
+from ..reports.render import table
 
 HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact milp check)"
 

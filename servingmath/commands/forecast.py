@@ -9,25 +9,22 @@ import math
 import os
 import sys
 
-from .._progress import Phases, run_with_phases
-from .._render import table
-from .._types import output_dir, output_file, positive_int, workload_source
 from ..errors import UsageError
-from ..reports import provenance
-from .optimize import (
+from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
+from ..options.problem import (
     add_chunk_argument,
     add_problem_arguments,
-    add_report_argument,
     add_speculation_arguments,
-    check_output_paths,
     check_speculation_arguments,
-    close_figures,
-    describe_short,
     problem_from_args,
     resolve_common,
     resolve_workload,
-    write_report,
 )
+from ..options.validators import output_dir, output_file, positive_int, workload_source
+from ..progress import Phases, run_with_phases
+from ..reports import provenance
+from ..reports.optimize import describe_short
+from ..reports.render import table
 
 HELP = "GPUs per type and period for a demand forecast, intervals from demand x posterior"
 

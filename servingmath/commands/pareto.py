@@ -8,22 +8,19 @@ import sys
 
 import perfmodel as pm
 
-from .._progress import Phases, run_with_phases
-from .._render import human_seconds
-from .._types import output_dir
 from ..errors import UsageError
-from ..reports import provenance
-from .optimize import (
+from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
+from ..options.problem import (
     add_problem_arguments,
-    add_report_argument,
-    check_output_paths,
-    close_figures,
     gpu_ids,
     grid_from_args,
     resolve_common,
     resolve_workload,
-    write_report,
 )
+from ..options.validators import output_dir
+from ..progress import Phases, run_with_phases
+from ..reports import provenance
+from ..reports.render import human_seconds
 
 HELP = (
     "throughput-interactivity frontier: output tokens/s per GPU vs tokens/s per user over TP, PP, "

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 import perfmodel as pm
-from perfmodel.dynamics import Trace, workload_from_trace
+from perfmodel.dynamics import Trace, poisson_arrivals, rescale_arrivals, workload_from_trace
 from perfmodel.simulator import (
     Speculation,
     engine_summary,
@@ -16,42 +16,30 @@ from perfmodel.simulator import (
     simulate,
 )
 
-from .._dynamics_cli import (
-    add_dynamics_arguments,
-    check_scheduler,
-    engine_scales_line,
-    engine_scales_report,
-    rescale_arrivals,
-    resolve_workload,
-    simulation_progress,
-    simulation_report,
+from ..errors import UsageError
+from ..evaluation.features import feature_report
+from ..evaluation.load import engine_scales_report
+from ..evaluation.simulated import (
+    prefix_caching,
+    simulate_disagg,
+    simulated_features,
+    trace_reuse,
 )
-from .._features_cli import (
-    add_feature_arguments,
-    feature_report,
-    render_features,
-    validate_feature_arguments,
-)
-from .._options import (
+from ..options.calibration import add_calibration_arguments, simulation_efficiency
+from ..options.deployment import (
     add_deployment_arguments,
     positive,
     require_fit,
     require_mtp,
     resolve_deployment,
 )
-from .._progress import phases_for
-from .._render import human_seconds, table
-from .._simulate_cli import (
-    add_calibration_arguments,
-    prefix_caching,
-    render_simulated,
-    simulate_disagg,
-    simulated_features,
-    simulation_efficiency,
-    trace_reuse,
-)
-from .._types import nonnegative_int, positive_int
-from ..errors import UsageError
+from ..options.features import add_feature_arguments, validate_feature_arguments
+from ..options.load import add_dynamics_arguments, check_scheduler, resolve_workload
+from ..options.validators import nonnegative_int, positive_int
+from ..progress import phases_for, simulation_progress
+from ..reports.features import render_features
+from ..reports.load import simulation_report
+from ..reports.simulated import render_simulated, render_simulation
 
 HELP = "simulate a continuous-batching engine request by request: TTFT, TPOT, E2E percentiles"
 
@@ -79,40 +67,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         require_mtp(args.model)
 
 
-STABLE_WORDS = {True: "yes", False: "no (the queue grew over the run)", None: "too short to tell"}
-
-
-def _render(r: dict) -> str:
-    rows = []
-    for key, label in (
-        ("ttft_s", "TTFT"),
-        ("tpot_s", "TPOT"),
-        ("itl_s", "ITL (over gaps)"),
-        ("e2e_s", "E2E"),
-    ):
-        p = r[key]
-        rows.append(
-            (
-                label,
-                "  ".join(
-                    f"{k} {human_seconds(v) if v is not None else 'inf'}" for k, v in p.items()
-                ),
-            )
-        )
-    rows += [
-        ("engine busy fraction", f"{r['busy_fraction']:.2f}"),
-        ("stable", STABLE_WORDS[r["stable"]]),
-        ("output tokens/s", f"{r['output_tokens_per_s']:,.0f}"),
-        ("mean decode batch", f"{r['decode_batch']:.1f}"),
-        ("requests (preemptions)", f"{r['requests']:,} ({r['preemptions']:,})"),
-        ("rejected", f"{r['rejected']:,}"),
-        ("engine offsets", engine_scales_line(r["engine_scales"])),
-    ]
-    head = f"efficiencies: {r['efficiency_source']}\n"
-    note = f"\nnote: {r['note']}" if r.get("note") else ""
-    return head + table(rows) + note
-
-
 def _requests(args, workload, trace, concurrency) -> tuple[Trace, int]:
     """The requests to simulate (a trace's head, rescaled to --rate; or sampled) and the loop."""
     if trace is None:
@@ -124,15 +78,7 @@ def _requests(args, workload, trace, concurrency) -> tuple[Trace, int]:
         if args.rate is not None and sub.has_arrivals:
             sub = rescale_arrivals(sub, args.rate)
         elif not sub.has_arrivals:
-            gaps = np.random.default_rng(args.seed).exponential(1.0 / args.rate, len(sub))
-            sub = Trace(
-                np.cumsum(gaps) - gaps[0],
-                sub.prompt_tokens,
-                sub.output_tokens,
-                sub.name,
-                sub.block_hashes,
-                sub.hash_block_tokens,
-            )
+            sub = poisson_arrivals(sub, args.rate, args.seed)
     return sub, concurrency
 
 
@@ -209,9 +155,7 @@ def run(args: argparse.Namespace) -> int:
         )
     report.update(features)
     simulated = (
-        simulated_features(result, prefix, args, block, efficiency)
-        if (prefix or speculation)
-        else {}
+        simulated_features(result, prefix, args, efficiency) if (prefix or speculation) else {}
     )
     if measured is not None:
         simulated["trace_reuse_replay"] = measured
@@ -229,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if simulated:
         report["simulated"] = simulated
-    text = _render(report) + "\n" + render_features(features)
+    text = render_simulation(report) + "\n" + render_features(features)
     if simulated:
         text += "\n" + render_simulated(simulated)
     print(json.dumps(report, indent=2) if args.json else text)

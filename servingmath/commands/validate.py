@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from .._progress import phases_for
-from .._run_options import add_run_fill_arguments
-from .._types import nonnegative_int, output_dir, positive_int
 from ..errors import UsageError
+from ..options.run_fill import add_run_fill_arguments
+from ..options.validators import nonnegative_int, output_dir, positive_int
+from ..progress import phases_for
 
 HELP = "score a posterior on measurements: median/mean APE and 50/90% interval coverage"
 

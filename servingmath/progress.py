@@ -65,3 +65,15 @@ def run_with_phases(
 def callback(phases: Phases) -> Callable[[str], None] | None:
     """``phases`` as the optional ``progress`` argument of a library call (None when off)."""
     return phases if phases.enabled else None
+
+
+def simulation_progress(phases: Phases, total: int):
+    """A ``progress(finished, total)`` callback updating the command's progress line
+    (on a terminal only, never under ``--json``) for runs of 2,000+ requests."""
+    if not phases.enabled or total < 2000:
+        return None
+
+    def show(done: int, n: int) -> None:
+        phases(f"simulated {done:,}/{n:,} requests")
+
+    return show

@@ -1,22 +1,23 @@
-"""``--disagg P:D [--prefill-gpu --decode-gpu --transfer-bw]``: the two pools and the closed-form
-split-vs-colocated report, shared by ``explain`` and ``simulate``."""
+"""``--disagg P:D [--prefill-gpu --decode-gpu --transfer-bw]``: the two pools of a disaggregated
+deployment (GPU counts, hardware, deployments, KV hand-off bandwidth) and each pool's efficiency.
+"""
 
 from __future__ import annotations
 
 import argparse
-import math
 from typing import NamedTuple
 
 import equinox as eqx
 
 import perfmodel as pm
-from perfmodel import CatalogError, Deployment, HardwareSpec, features as ft
+from perfmodel import CatalogError, Deployment, HardwareSpec
 
-from ._posterior_cli import resolve_efficiency
-from .errors import UsageError
+from ..errors import UsageError
+from .posterior import resolve_efficiency
 
 
-def _pools(text: str) -> tuple[int, int]:
+def parse_pools(text: str) -> tuple[int, int]:
+    """``--disagg P:D`` -> (prefill GPUs, decode GPUs), each >= 1."""
     try:
         p, d = (int(x) for x in text.split(":"))
     except ValueError:
@@ -39,7 +40,8 @@ def _hardware(name: str | None, default: HardwareSpec, args: argparse.Namespace)
         raise UsageError(str(exc)) from None
 
 
-def _pool(deployment: Deployment, gpus: int, flag: str) -> Deployment:
+def pool_deployment(deployment: Deployment, gpus: int, flag: str) -> Deployment:
+    """``deployment`` with as many TP x PP replicas as ``gpus`` holds (a whole multiple)."""
     group = int(deployment.tp) * int(deployment.pp)
     if gpus % group:
         raise UsageError(
@@ -62,11 +64,11 @@ class DisaggPools(NamedTuple):
 
 def disagg_pools(args, hardware, deployment) -> DisaggPools:
     """Resolve the pools' GPU counts, hardware, deployments and KV hand-off bandwidth."""
-    p_gpus, d_gpus = _pools(args.disagg)
+    p_gpus, d_gpus = parse_pools(args.disagg)
     hw_p = _hardware(args.prefill_gpu, hardware, args)
     hw_d = _hardware(args.decode_gpu, hardware, args)
-    pre = _pool(deployment, p_gpus, "--disagg prefill pool")
-    dec = _pool(deployment, d_gpus, "--disagg decode pool")
+    pre = pool_deployment(deployment, p_gpus, "--disagg prefill pool")
+    dec = pool_deployment(deployment, d_gpus, "--disagg decode pool")
     bw = args.transfer_bw if args.transfer_bw is not None else float(hw_p.internode_bytes_per_s)
     return DisaggPools(p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw)
 
@@ -80,35 +82,3 @@ def pool_efficiency(args, hardware, efficiency, pool_hardware, resolve=None) -> 
     if resolve is None:
         return resolve_efficiency(args, pool_hardware, args.weight_dtype)[0]
     return resolve(args, pool_hardware)
-
-
-def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
-    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
-    block = {
-        "prefill_gpus": p_gpus,
-        "decode_gpus": d_gpus,
-        "prefill_gpu": hw_p.name,
-        "decode_gpu": hw_d.name,
-    }
-    t_kv = float(ft.kv_transfer_s(model, pre, prompt, bw))
-    if rate is not None:
-        co = _pool(deployment, p_gpus + d_gpus, "--disagg colocated comparison")
-        r = ft.disaggregation(
-            model,
-            efficiency,
-            colocated=(hardware, co),
-            prefill=(hw_p, pre),
-            decode=(hw_d, dec),
-            prompt_tokens=prompt,
-            output_tokens=output,
-            arrival_rate_per_s=rate,
-            transfer_bytes_per_s=bw,
-            prefill_efficiency=pool_efficiency(args, hardware, efficiency, hw_p),
-            decode_efficiency=pool_efficiency(args, hardware, efficiency, hw_d),
-        )
-        block.update(
-            {k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()}
-        )
-    else:
-        block["note"] = "pass --rate to compare TTFT/TPOT/E2E against the colocated system"
-    return {"kv_transfer_s": t_kv, "disaggregation": block}

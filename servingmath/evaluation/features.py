@@ -1,10 +1,10 @@
-"""Options and report for the serving features (prefix reuse, speculation, disaggregation, host KV tier), shared by ``explain`` and ``simulate``.
+"""The serving features (prefix reuse, speculation, disaggregation, host KV tier) of ``explain`` and
+``simulate``, evaluated with the closed forms in ``perfmodel.features``.
 
-``add_feature_arguments`` declares prefix reuse, speculative decoding, disaggregation and the host
-KV tier; ``feature_report`` evaluates them with the closed forms in ``perfmodel.features`` and
-returns a JSON-ready dict (always the keys ``prefix_hit_rate``, ``effective_prefill_tokens``,
-``spec_tokens_per_step``, ``spec_speedup``, ``kv_transfer_s``, ``verdicts``; a feature that was
-not asked for reports the plain engine: no reuse, one token per step, no transfer).
+``feature_report`` returns a JSON-ready dict (always the keys ``prefix_hit_rate``,
+``effective_prefill_tokens``, ``spec_tokens_per_step``, ``spec_speedup``, ``kv_transfer_s``,
+``verdicts``; a feature that was not asked for reports the plain engine: no reuse, one token per
+step, no transfer); ``feature_load`` is the load the latency model serves with them on.
 """
 
 from __future__ import annotations
@@ -20,72 +20,10 @@ from optimize import cached_jit
 from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
 from perfmodel.dynamics import DecodeCost
 
-from ._disagg_cli import DisaggPools as DisaggPools, _disagg, _pools, disagg_pools as disagg_pools
-from ._dynamics_cli import load_metrics
-from ._types import finite_float, positive_float
-from .errors import UsageError
-
-MAX_SPEC_K = 16
-"""Largest --spec-k accepted: engines verify a handful of draft tokens per step (vLLM's and
-SGLang's examples use 1-8); at acceptance a < 1 the k-th token is accepted with probability a^k,
-so past 16 drafts only add draft and verification cost."""
-
-DEFAULT_HOST_KV_BYTES_PER_S = 63e9
-"""PCIe 5.0 x16, one direction: 32 GT/s * 16 lanes * 128/130 encoding / 8 bits ~ 63 GB/s."""
-
-
-def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
-    """Feature options (the paged-KV ``--block-size`` is a deployment option)."""
-    g = parser.add_argument_group("serving features")
-    g.add_argument(
-        "--prefix-reuse",
-        type=finite_float,
-        metavar="FRACTION",
-        help="share of requests that open with a shared prefix (0..1)",
-    )
-    g.add_argument("--prefix-len", type=int, metavar="N", help="shared prefix length (tokens)")
-    g.add_argument(
-        "--spec-draft", metavar="MODEL|mtp", help="speculative decoding: draft model or mtp"
-    )
-    g.add_argument(
-        "--spec-k",
-        type=int,
-        default=4,
-        metavar="K",
-        help=f"draft tokens per step, 1..{MAX_SPEC_K} (default 4)",
-    )
-    g.add_argument(
-        "--spec-acceptance",
-        type=finite_float,
-        metavar="A",
-        help="per-token acceptance in [0, 1] (default: prior from measured acceptance lengths)",
-    )
-    g.add_argument(
-        "--disagg", metavar="PREFILL_GPUS:DECODE_GPUS", help="split prefill and decode pools"
-    )
-    g.add_argument("--prefill-gpu", metavar="G", help="prefill pool hardware id (default --gpu)")
-    g.add_argument("--decode-gpu", metavar="G", help="decode pool hardware id (default --gpu)")
-    g.add_argument(
-        "--transfer-bw",
-        type=finite_float,
-        metavar="BYTES_PER_S",
-        help="KV hand-off bandwidth per GPU (default: the inter-node network)",
-    )
-    g.add_argument(
-        "--host-kv-bytes", type=finite_float, metavar="BYTES", help="host-memory KV tier per GPU"
-    )
-    g.add_argument(
-        "--host-kv-bw",
-        type=positive_float,
-        default=DEFAULT_HOST_KV_BYTES_PER_S,
-        metavar="BYTES_PER_S",
-        help="host <-> GPU bandwidth (default PCIe 5.0 x16, 63e9)",
-    )
-
-
-def _fraction(name: str, value: float) -> None:
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise UsageError(f"{name} must be in [0, 1], got {value}; pass e.g. {name} 0.5")
+from ..errors import UsageError
+from ..options.disagg import disagg_pools, pool_deployment, pool_efficiency
+from ..options.features import validate_feature_arguments
+from .load import load_metrics
 
 
 def _lengths(args, workload) -> tuple[float, float, float | None]:
@@ -95,47 +33,6 @@ def _lengths(args, workload) -> tuple[float, float, float | None]:
         )
         return float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), rate
     return float(args.input_len), float(args.output_len), getattr(args, "rate", None)
-
-
-def validate_feature_arguments(args: argparse.Namespace, prompt_tokens: float) -> None:
-    """Every check that needs no budget, so bad input fails fast (``UsageError``, one line)."""
-    if args.prefix_reuse is not None or args.prefix_len is not None:
-        if args.prefix_reuse is None or args.prefix_len is None:
-            raise UsageError(
-                "--prefix-reuse and --prefix-len go together; pass both, e.g. 0.8 and 1024"
-            )
-        _fraction("--prefix-reuse", args.prefix_reuse)
-        if args.prefix_len < 0:
-            raise UsageError(
-                f"--prefix-len must be >= 0 tokens, got {args.prefix_len}; pass e.g. --prefix-len 1024"
-            )
-        if args.prefix_len > prompt_tokens:
-            raise UsageError(
-                f"--prefix-len {args.prefix_len} is longer than the {prompt_tokens:.0f}-token prompt; "
-                "pass a prefix no longer than the prompt"
-            )
-    if args.spec_draft:
-        if not 1 <= args.spec_k <= MAX_SPEC_K:
-            raise UsageError(
-                f"--spec-k must be a positive integer <= {MAX_SPEC_K} draft tokens, got "
-                f"{args.spec_k}; pass e.g. --spec-k 4"
-            )
-        if args.spec_acceptance is not None:
-            _fraction("--spec-acceptance", args.spec_acceptance)
-    if args.disagg:
-        _pools(args.disagg)
-        if args.transfer_bw is not None and not (
-            math.isfinite(args.transfer_bw) and args.transfer_bw > 0
-        ):
-            raise UsageError(
-                f"--transfer-bw must be a positive number of bytes/s, got {args.transfer_bw}"
-            )
-    if args.host_kv_bytes is not None and not (
-        math.isfinite(args.host_kv_bytes) and args.host_kv_bytes >= 0 and args.host_kv_bw > 0
-    ):
-        raise UsageError(
-            "--host-kv-bytes must be >= 0 and --host-kv-bw > 0; pass e.g. --host-kv-bytes 256e9"
-        )
 
 
 def _spec_params(args, model) -> tuple:
@@ -303,7 +200,9 @@ def feature_report(
 
     spec = None
     if args.spec_draft:  # the decode batch (a fixed point under load) matters only here
-        batch = _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate)
+        batch = ft.colocated_decode_batch(
+            model, hardware, deployment, efficiency, prompt, output, rate
+        )
         spec = _spec(args, model, hardware, deployment, efficiency, prompt, output, batch)
     out["spec_tokens_per_step"] = spec["tokens_per_step"] if spec else 1.0
     out["spec_speedup"] = spec["speedup"] if spec else 1.0
@@ -368,58 +267,33 @@ def feature_report(
     return out
 
 
-def _decode_batch(model, hardware, deployment, efficiency, prompt, output, rate) -> float:
-    """Sequences decoding together per replica: 1 without a rate, else Little's law on the
-    colocated TPOT (the KV/sequence cap when overloaded)."""
-    seats = min(
-        float(pm.max_concurrent_requests(model, hardware, deployment, prompt + output)),
-        float(deployment.max_num_seqs),
-    )
-    if rate is None:
-        return 1.0
-    r = ft.disaggregation(
-        model,
-        efficiency,
-        colocated=(hardware, deployment),
-        prefill=(hardware, deployment),
-        decode=(hardware, deployment),
-        prompt_tokens=prompt,
-        output_tokens=output,
-        arrival_rate_per_s=rate,
-    )
-    tpot = float(r.colocated_tpot_s)
-    if not math.isfinite(tpot):
-        return max(seats, 1.0)
-    return min(
-        max(rate / float(deployment.replicas) * max(output - 1.0, 0.0) * tpot, 1.0), max(seats, 1.0)
-    )
-
-
-def render_features(report: dict) -> str:
-    """Human lines for ``feature_report``: the headline numbers, then each verdict."""
-    lines = [
-        (
-            f"prefix cache: hit rate {report['prefix_hit_rate']:.2f}, effective prefill "
-            f"{report['effective_prefill_tokens']:,.0f} tokens ({report['prefix_prefill_speedup']:.2f}x faster)"
-        ),
-        (
-            f"speculative decoding: {report['spec_tokens_per_step']:.2f} tokens/step, "
-            f"speedup {report['spec_speedup']:.2f}x"
-        ),
-    ]
-    if "disaggregation" in report:
-        d = report["disaggregation"]
-        net = d.get("net_s")
-        lines.append(
-            f"disaggregation {d['prefill_gpus']}:{d['decode_gpus']}: KV hand-off "
-            f"{report['kv_transfer_s'] * 1e3:.2f} ms"
-            + (f", net E2E gain {net * 1e3:+.1f} ms per request" if net is not None else "")
+def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
+    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
+    block = {
+        "prefill_gpus": p_gpus,
+        "decode_gpus": d_gpus,
+        "prefill_gpu": hw_p.name,
+        "decode_gpu": hw_d.name,
+    }
+    t_kv = float(ft.kv_transfer_s(model, pre, prompt, bw))
+    if rate is not None:
+        co = pool_deployment(deployment, p_gpus + d_gpus, "--disagg colocated comparison")
+        r = ft.disaggregation(
+            model,
+            efficiency,
+            colocated=(hardware, co),
+            prefill=(hw_p, pre),
+            decode=(hw_d, dec),
+            prompt_tokens=prompt,
+            output_tokens=output,
+            arrival_rate_per_s=rate,
+            transfer_bytes_per_s=bw,
+            prefill_efficiency=pool_efficiency(args, hardware, efficiency, hw_p),
+            decode_efficiency=pool_efficiency(args, hardware, efficiency, hw_d),
         )
-    if "host_tier" in report:
-        h = report["host_tier"]
-        lines.append(
-            f"host KV tier: {h['host_sequences_used']:.0f} more sequences, "
-            f"throughput {100 * h['gain_fraction']:+.0f}%"
+        block.update(
+            {k: (float(v) if math.isfinite(float(v)) else None) for k, v in r.__dict__.items()}
         )
-    lines += [f"{k}: {v}" for k, v in report["verdicts"].items()]
-    return "\n".join(lines)
+    else:
+        block["note"] = "pass --rate to compare TTFT/TPOT/E2E against the colocated system"
+    return {"kv_transfer_s": t_kv, "disaggregation": block}

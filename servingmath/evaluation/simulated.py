@@ -1,11 +1,10 @@
-"""``servingmath simulate`` helpers: calibration options, the serving features run inside the
-engine (prefix cache, speculation, two pools) and their report."""
+"""The serving features run inside ``simulate``'s engine: the prefix cache (synthetic shared
+prefixes or a trace's own block hashes), speculation, two disaggregated pools, and what the engine
+measured of them.
+"""
 
 from __future__ import annotations
 
-import argparse
-
-import jax
 import numpy as np
 
 import perfmodel as pm
@@ -17,57 +16,15 @@ from perfmodel.simulator import (
     replay_trace_reuse,
     shared_prefix_caching,
     simulate_disaggregated,
+    synthetic_prefix_hit_rate,
+    synthetic_shared_requests,
 )
 
-from ._disagg_cli import pool_efficiency
-from ._features_cli import disagg_pools
-from ._options import require_fit
-from ._posterior_cli import add_engine_argument, resolve_efficiency
-from ._render import human_seconds, latency_json
-from ._types import nonnegative_int, positive_int
-from .errors import UsageError
-
-
-def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
-    """--posterior, --prior, --draws, --draw (``--seed`` is simulate's own)."""
-    g = parser.add_argument_group(
-        "calibration",
-        "the simulator's step times use ONE efficiency: the per-field median of --draws posterior "
-        "draws for the deployment's GPU (as explain and optimize), or draw --draw I of them",
-    )
-    g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
-    add_engine_argument(g)
-    g.add_argument(
-        "--prior",
-        action="store_true",
-        help="use the spec-sheet default efficiencies instead of a posterior",
-    )
-    g.add_argument(
-        "--draws",
-        type=positive_int,
-        default=200,
-        help="posterior draws the median is taken over (default 200)",
-    )
-    g.add_argument(
-        "--draw",
-        type=nonnegative_int,
-        metavar="I",
-        help="simulate at posterior draw I (0 <= I < --draws, drawn with --seed) instead of the median",
-    )
-
-
-def simulation_efficiency(args, hardware) -> tuple[pm.Efficiency, str]:
-    """The efficiency the simulator runs at, and where it came from."""
-    if args.draw is not None and args.prior:
-        raise UsageError("--draw picks a posterior draw; drop --prior or --draw")
-    median, draws, source = resolve_efficiency(args, hardware, args.weight_dtype)
-    if args.draw is None:
-        return median, source + (", median" if draws is not None else "")
-    if not 0 <= args.draw < args.draws:
-        raise UsageError(
-            f"--draw must be in [0, {args.draws - 1}] (one of --draws {args.draws}), got {args.draw}"
-        )
-    return jax.tree.map(lambda x: x[args.draw], draws), f"{source}, draw {args.draw}"
+from ..errors import UsageError
+from ..options.calibration import simulation_efficiency
+from ..options.deployment import require_fit
+from ..options.disagg import disagg_pools, pool_efficiency
+from ..reports.render import latency_json
 
 
 def prefix_caching(args, trace: Trace, block: int) -> PrefixCaching | None:
@@ -97,7 +54,7 @@ def trace_reuse(trace: Trace | None, model, hardware, deployment) -> dict | None
 
 
 def simulated_features(
-    result, prefix: PrefixCaching | None, args, block: int, efficiency: pm.Efficiency
+    result, prefix: PrefixCaching | None, args, efficiency: pm.Efficiency
 ) -> dict:
     """Hit rate, reuse and tokens per step as the engine measured them."""
     out: dict = {}
@@ -105,25 +62,11 @@ def simulated_features(
         prompt = result.prompt_tokens.astype(float)
         reused = np.where(result.rejected, 0.0, result.reused_tokens)
         served = ~result.rejected
-        if (
-            args.prefix_reuse is not None
-        ):  # only the common prefix can hit (unique blocks never recur)
-            reusable = np.array(
-                [
-                    min(sum(1 for h in hs if h[0] == "prefix") * block, p - 1)
-                    for hs, p in zip(prefix.block_hashes, result.prompt_tokens)
-                ],
-                dtype=float,
+        if args.prefix_reuse is not None:  # synthetic shared-prefix chains
+            out["prefix_hit_rate"] = synthetic_prefix_hit_rate(
+                prefix, result.prompt_tokens, reused, served
             )
-            reusable[~served] = 0.0
-            out["prefix_hit_rate"] = (
-                float(np.minimum(reused, reusable).sum() / reusable.sum())
-                if reusable.sum()
-                else 0.0
-            )
-            out["shared_requests"] = int(
-                sum(1 for hs in prefix.block_hashes if hs and hs[0][0] == "prefix")
-            )
+            out["shared_requests"] = synthetic_shared_requests(prefix)
         else:  # a hashed trace: share of served requests that reused at least one block
             out["prefix_hit_rate"] = float((reused[served] > 0).mean()) if served.any() else 0.0
         out["prefix_reused_token_fraction"] = (
@@ -212,44 +155,3 @@ def simulate_disagg(
     if speculation is not None:
         out["spec_tokens_per_step"] = float(r.spec_tokens_per_step)
     return out
-
-
-def render_simulated(sim: dict) -> str:
-    lines = ["simulated features:"]
-    if "prefix_hit_rate" in sim:
-        lines.append(
-            f"  prefix cache: hit rate {sim['prefix_hit_rate']:.2f}, effective prefill "
-            f"{sim['effective_prefill_tokens']:,.0f} tokens "
-            f"({100 * sim['prefix_reused_token_fraction']:.1f}% of prompt tokens reused)"
-        )
-    if "spec_tokens_per_step" in sim:
-        tp = sim["tpot_s"]["p50"]
-        lines.append(
-            f"  speculative decoding: {sim['spec_tokens_per_step']:.2f} tokens/step, TPOT p50 "
-            f"{human_seconds(tp) if tp is not None else 'n/a'}"
-        )
-    if "disaggregation" in sim:
-        d = sim["disaggregation"]
-        pct = lambda p: "  ".join(
-            f"{k} {human_seconds(v) if v is not None else 'inf'}" for k, v in p.items()
-        )
-        extra = "".join(
-            [
-                f", prefix reuse {100 * d['prefix_reused_token_fraction']:.1f}%"
-                if "prefix_reused_token_fraction" in d
-                else "",
-                f", {d['spec_tokens_per_step']:.2f} tokens/step"
-                if "spec_tokens_per_step" in d
-                else "",
-            ]
-        )
-        lines += [
-            (
-                f"  disaggregation {d['prefill_gpus']}:{d['decode_gpus']}: KV hand-off "
-                f"{d['kv_transfer_s'] * 1e3:.2f} ms{extra}"
-            ),
-            f"    TTFT {pct(d['ttft_s'])}",
-            f"    TPOT {pct(d['tpot_s'])}",
-            f"    E2E {pct(d['e2e_s'])}",
-        ]
-    return "\n".join(lines)

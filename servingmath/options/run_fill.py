@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._types import positive_int
+from .validators import positive_int
 
 ENGINES = ("vllm", "sglang", "trtllm")
 """Engines whose serving behaviour the calibration knows."""

@@ -24,8 +24,8 @@ from perfmodel import (
 )
 from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
-from ._types import positive_int, utilization
-from .errors import UsageError
+from ..errors import UsageError
+from .validators import positive_int, utilization
 
 DEFAULT_MAX_MODEL_LEN = 8192
 """``--max-model-len`` when none is given, unless the model's own context is shorter."""

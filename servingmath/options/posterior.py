@@ -14,9 +14,9 @@ import numpy as np
 
 import perfmodel as pm
 
-from ._run_options import ENGINES
-from ._types import nonnegative_int, positive_int
-from .errors import UsageError
+from ..errors import UsageError
+from .run_fill import ENGINES
+from .validators import nonnegative_int, positive_int
 
 INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
 """Reported as p05 / p50 / p95: a 90 % posterior interval and its median."""
@@ -62,7 +62,7 @@ def resolve_efficiency(
         raise UsageError(f"--draws must be at least 2, got {args.draws}")
     import fitting
 
-    from .cli import posterior_cache_dir
+    from ..cli import posterior_cache_dir
 
     try:
         posterior = fitting.load_posterior(args.posterior, cache_dir=posterior_cache_dir())

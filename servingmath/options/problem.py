@@ -1,0 +1,456 @@
+"""The search problem ``optimize``, ``fleet``, ``forecast`` and ``pareto`` pose: model, candidate GPUs,
+load, SLOs, confidence, posterior, prices, the knob grid (dtypes, prefill chunks, pool ratios) and
+speculative decoding.
+
+``add_problem_arguments`` declares them; ``resolve_common`` / ``resolve_workload`` load what they
+name and ``problem_from_args`` builds ``optimize.make_problem``'s problem, each raising
+``UsageError`` with a one-line fix for anything a user can get wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import perfmodel as pm
+from perfmodel import CatalogError
+from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
+
+from ..errors import UsageError
+from .deployment import require_mtp
+from .posterior import add_engine_argument
+from .validators import (
+    assignments,
+    finite_float,
+    fraction,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    probability,
+    workload_source,
+)
+
+
+def add_problem_arguments(
+    parser: argparse.ArgumentParser, *, workload: bool = True, prefix: bool = True
+) -> None:
+    """--model, --gpus, SLOs, confidence, posterior, prices (the load, when ``workload``; a
+    shared prefix, when ``prefix``)."""
+    parser.add_argument("--model", required=True, help="Hugging Face id or config.json path")
+    parser.add_argument("--gpus", required=True, help="candidate hardware ids, comma-separated")
+    if workload:
+        parser.add_argument("--rate", type=positive_float, help="arrival rate, requests/s")
+        parser.add_argument(
+            "--workload",
+            type=workload_source,
+            help="trace file or preset (rate, lengths, burstiness)",
+        )
+    parser.add_argument(
+        "--input-len",
+        type=positive_float,
+        help=f"mean prompt tokens (default {DEFAULT_PROMPT_TOKENS})",
+    )
+    parser.add_argument(
+        "--output-len",
+        type=positive_float,
+        help=f"mean output tokens (default {DEFAULT_OUTPUT_TOKENS})",
+    )
+    parser.add_argument(
+        "--output-cv", type=nonnegative_float, default=1.0, help="output-length CV (default 1)"
+    )
+    if prefix:
+        parser.add_argument(
+            "--prefix-reuse",
+            type=fraction,
+            metavar="FRACTION",
+            help="share of requests that open with one shared prefix, served from a prefix "
+            "cache (with --prefix-len; colocated engines without speculation)",
+        )
+        parser.add_argument(
+            "--prefix-len",
+            type=positive_float,
+            metavar="N",
+            help="shared prefix length, tokens (with --prefix-reuse)",
+        )
+    parser.add_argument(
+        "--ttft-p95",
+        "--slo-ttft-p95",
+        dest="ttft_p95",
+        type=positive_float,
+        help="p95 time-to-first-token bound, seconds",
+    )
+    parser.add_argument(
+        "--tpot-p95",
+        "--slo-tpot-p95",
+        dest="tpot_p95",
+        type=positive_float,
+        help="p95 time-per-output-token bound, seconds",
+    )
+    parser.add_argument(
+        "--itl-p95",
+        "--slo-itl-p95",
+        dest="itl_p95",
+        type=positive_float,
+        help="p95 inter-token latency bound, seconds (one gap between consecutive tokens of a "
+        "request, over gaps: a gap that carries a prefill chunk counts in full)",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=probability,
+        default=0.9,
+        help="probability over the posterior that the SLO holds (default 0.9)",
+    )
+    parser.add_argument("--posterior", help="fitted posterior (.nc); default: the bundled one")
+    add_engine_argument(parser)
+    parser.add_argument(
+        "--prior", action="store_true", help="use spec-sheet prior draws, no posterior"
+    )
+    parser.add_argument(
+        "--draws", type=positive_int, default=200, help="posterior draws (default 200)"
+    )
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="PRNG seed (default 0)")
+    parser.add_argument("--prices", help="prices CSV (columns gpu,price_per_gpu_hour)")
+    parser.add_argument("--hardware-csv", help="hardware CSV with your own rows")
+    parser.add_argument(
+        "--quality-penalty",
+        type=assignments(finite_float),
+        default="",
+        help="cost surcharge per dtype, e.g. int4=0.1,fp8=0.02 (fractions)",
+    )
+    parser.add_argument(
+        "--kv-dtypes",
+        default="bf16,fp8",
+        help="KV-cache dtypes to consider (default bf16,fp8; also int8,int4)",
+    )
+    parser.add_argument(
+        "--weight-dtypes",
+        default="bf16,fp8",
+        help="weight dtypes to consider (default bf16,fp8; also int4)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def problem_from_args(
+    args: argparse.Namespace,
+    model,
+    gpus,
+    workload,
+    efficiency,
+    hardware,
+    *,
+    speculation: dict | None = None,
+    **extra,
+):
+    """``optimize.make_problem`` with the SLOs, confidence, knob grid, quality penalty, prefix
+    and speculation the command line gives (``speculation``: ``speculation_from_args`` already
+    read, else read here; ``extra``: the transfer setting ``optimize`` adds)."""
+    from optimize import make_problem
+
+    if speculation is None:
+        speculation = speculation_from_args(args, model)
+    share, length = getattr(args, "prefix_reuse", None), getattr(args, "prefix_len", None)
+    if (share is None) != (length is None):
+        raise UsageError("--prefix-reuse and --prefix-len go together; pass both or neither")
+    if length is not None and length > float(workload.prompt_tokens_mean):
+        raise UsageError(
+            f"--prefix-len {length:.0f} is longer than the {float(workload.prompt_tokens_mean):.0f}"
+            "-token mean prompt; pass a prefix no longer than the prompt"
+        )
+    try:
+        return make_problem(
+            model,
+            gpus,
+            workload,
+            slo_ttft_p95_s=args.ttft_p95,
+            slo_tpot_p95_s=args.tpot_p95,
+            slo_itl_p95_s=getattr(args, "itl_p95", None),
+            max_model_len=getattr(args, "max_model_len", None),
+            confidence=args.confidence,
+            grid=grid_from_args(args, len(gpus), args.max_replicas),
+            efficiency=efficiency,
+            hardware=hardware,
+            quality_penalty=args.quality_penalty,
+            prefix_reuse=share,
+            prefix_tokens=length,
+            **speculation,
+            **extra,
+        )
+    except (ValueError, CatalogError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
+    """The knob grid with the dtypes the user allows."""
+    from optimize import Grid
+    from perfmodel import DTYPE_BYTES
+
+    dtypes = {}
+    for flag, text in (("--kv-dtypes", args.kv_dtypes), ("--weight-dtypes", args.weight_dtypes)):
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        bad = [t for t in items if t not in DTYPE_BYTES]
+        if bad or not items:
+            raise UsageError(
+                f"{flag}: unknown dtype {bad[0] if bad else '(empty)'!r}; use some of "
+                f"{','.join(DTYPE_BYTES)}"
+            )
+        dtypes[flag] = items
+    if max_replicas < 1:
+        raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
+    extra = {}
+    if getattr(args, "chunk_sizes", None) is not None:
+        extra["chunk_sizes"] = _int_list(args.chunk_sizes, "--chunk-sizes", "512,2048,8192")
+        if min(extra["chunk_sizes"]) > max(Grid(1).max_num_batched_tokens):
+            raise UsageError(
+                f"--chunk-sizes: every chunk exceeds the largest token budget "
+                f"{max(Grid(1).max_num_batched_tokens)}; pass smaller chunks, e.g. 512,2048"
+            )
+    if getattr(args, "pool_ratios", None) is not None:
+        extra["pool_ratios"] = _ratios(args.pool_ratios)
+    elif hasattr(args, "pool_ratios") and getattr(args, "prefix_reuse", None) is None:
+        # a prefix cache is priced for colocated engines: no default pool split beside it
+        extra["pool_ratios"] = _ratios(DEFAULT_POOL_RATIOS)
+    if getattr(args, "spec_draft", None):
+        extra["spec_k"] = SPEC_K
+    return Grid(
+        num_gpus=num_gpus,
+        kv_dtypes=dtypes["--kv-dtypes"],
+        weight_dtypes=dtypes["--weight-dtypes"],
+        max_replicas=max_replicas,
+        **extra,
+    )
+
+
+SPEC_K = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+"""Speculative draft lengths offered with --spec-draft (0 = off)."""
+
+
+DEFAULT_CHUNKS = "512,1024,2048,4096,8192"
+
+
+DEFAULT_POOL_RATIOS = "1:1,2:1,3:1,1:2"
+
+
+def _int_list(text: str, flag: str, example: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise UsageError(
+            f"{flag} {text!r} must be positive integers, comma-separated, e.g. {example}"
+        )
+    return tuple(sorted(set(values)))
+
+
+def _ratios(text: str) -> tuple[tuple[int, int], ...]:
+    """``1:1,2:1`` -> ((1, 1), (2, 1)); ``none`` -> () (colocated only)."""
+    if text.strip().lower() in ("none", "off", ""):
+        return ()
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            p, d = (int(x) for x in item.split(":"))
+        except ValueError:
+            p = d = 0
+        if p < 1 or d < 1:
+            raise UsageError(
+                f"--pool-ratios: {item!r} is not PREFILL:DECODE engines (each >= 1); "
+                "pass e.g. --pool-ratios 1:1,2:1 or none"
+            )
+        out.append((p, d))
+    return tuple(dict.fromkeys(out))
+
+
+def gpu_ids(args: argparse.Namespace) -> tuple[str, ...]:
+    """The hardware ids of --gpus, each once (``UsageError`` when empty or repeated)."""
+    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
+    if not gpus:
+        raise UsageError("--gpus is empty; pass e.g. --gpus h100-sxm,a100-sxm-80gb")
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus lists a GPU twice: {args.gpus}")
+    return gpus
+
+
+def check_slo_arguments(args: argparse.Namespace) -> None:
+    """One-line ``UsageError`` for an SLO bound that is not a positive finite number of seconds
+    and for a --max-model-len that is not a whole number of tokens >= 1 (before any work)."""
+    itl = getattr(args, "itl_p95", None)
+    for flag, v in (
+        ("--ttft-p95", getattr(args, "ttft_p95", None)),
+        ("--tpot-p95", getattr(args, "tpot_p95", None)),
+        ("--itl-p95", itl),
+    ):
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{flag} must be a positive number of seconds, e.g. 0.1, got {v}")
+    if itl is not None and getattr(args, "command", None) == "pareto":
+        raise UsageError(
+            "--itl-p95 does not filter the pareto frontier (it bounds optimize, fleet and "
+            "forecast); filter with --tpot-p95"
+        )
+    length = getattr(args, "max_model_len", None)
+    if length is not None and not (math.isfinite(length) and length >= 1 and length == int(length)):
+        raise UsageError(
+            f"--max-model-len must be a whole number of tokens >= 1, e.g. 32768, got {length}"
+        )
+
+
+def resolve_common(args: argparse.Namespace):
+    """(model, gpu ids, loaded hardware, efficiency draws) with one-line errors for bad input."""
+    from optimize import efficiency_draws_for
+
+    if not 0.0 < args.confidence < 1.0:
+        raise UsageError(
+            f"--confidence {args.confidence} must be strictly between 0 and 1, e.g. 0.9"
+        )
+    check_slo_arguments(args)
+    if args.draws < 1:
+        raise UsageError(f"--draws must be at least 1, got {args.draws}")
+    gpus = gpu_ids(args)
+    try:
+        model = pm.load_model(args.model)
+        hardware = [
+            pm.load_hardware(g, prices_csv=args.prices, hardware_csv=args.hardware_csv)
+            for g in gpus
+        ]
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    context = pm.model_context_tokens(args.model)
+    length = getattr(args, "max_model_len", None)
+    if length is not None and context is not None and length > context:
+        raise UsageError(
+            f"--max-model-len {int(length):,} exceeds {model.name}'s context of {context:,} "
+            "tokens (its config.json), above which vLLM refuses to start; "
+            f"lower --max-model-len to at most {context}"
+        )
+    for g, h in zip(gpus, hardware):
+        if not math.isfinite(float(h.price_per_gpu_hour)):
+            raise UsageError(
+                f"no price for GPU {g!r}; pass --prices with a row gpu={g},price_per_gpu_hour=..."
+            )
+    posterior = None
+    if not args.prior:
+        import fitting
+
+        from ..cli import posterior_cache_dir
+
+        try:
+            posterior = fitting.load_posterior(args.posterior, cache_dir=posterior_cache_dir())
+        except (OSError, ValueError, fitting.PosteriorError) as exc:
+            raise UsageError(
+                f"cannot load posterior {args.posterior or '(bundled)'}: {exc}; "
+                "pass --posterior FILE.nc or --prior"
+            ) from None
+    efficiency = efficiency_draws_for(
+        gpus, args.draws, posterior=posterior, seed=args.seed, engine=args.engine
+    )
+    return model, gpus, hardware, efficiency
+
+
+def resolve_workload(args: argparse.Namespace, rate: float | None = None):
+    """Workload from --workload (trace) and/or --rate, --input-len, --output-len."""
+    from perfmodel.dynamics import Workload, load_trace, workload_from_trace
+
+    rate = args.rate if rate is None else rate
+    if getattr(args, "workload", None):
+        try:
+            wl = workload_from_trace(load_trace(args.workload), arrival_rate_per_s=rate)
+        except CatalogError as exc:
+            raise UsageError(str(exc)) from None
+        if not math.isfinite(float(wl.arrival_rate_per_s)):
+            raise UsageError(f"trace {args.workload} has no timestamps; pass --rate R")
+    else:
+        if rate is None:
+            raise UsageError("give the load: --rate R (requests/s) or --workload TRACE")
+        wl = Workload(arrival_rate_per_s=rate, output_tokens_cv=args.output_cv)
+    updates = {}
+    if args.input_len is not None:
+        updates["prompt_tokens_mean"] = args.input_len
+    if args.output_len is not None:
+        updates["output_tokens_mean"] = args.output_len
+    for k, v in updates.items():
+        if not (math.isfinite(v) and v >= 1):
+            raise UsageError(
+                f"--{k.split('_')[0].replace('prompt', 'input')}-len must be >= 1, got {v}"
+            )
+    fields = {f: getattr(wl, f) for f in wl.__dataclass_fields__}
+    fields.update(updates)
+    if not float(fields["arrival_rate_per_s"]) > 0:
+        raise UsageError(f"--rate must be positive, got {fields['arrival_rate_per_s']}")
+    return Workload(**fields)
+
+
+def add_chunk_argument(
+    parser: argparse.ArgumentParser, default: str | None = DEFAULT_CHUNKS
+) -> None:
+    """--chunk-sizes: the prefill chunks the search offers (optimize, fleet, forecast; None:
+    one chunk, the whole token budget)."""
+    said = default if default is not None else "one chunk of max_num_batched_tokens"
+    parser.add_argument(
+        "--chunk-sizes",
+        default=default,
+        metavar="N,...",
+        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {said})",
+    )
+
+
+def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
+    """--spec-draft / --spec-acceptance: speculative decoding as a knob of the search (optimize,
+    fleet, forecast); ``speculation_from_args`` reads them."""
+    parser.add_argument(
+        "--spec-draft",
+        metavar="MODEL|mtp",
+        help="offer speculative decoding with this draft (k = 0..8 becomes a knob)",
+    )
+    parser.add_argument(
+        "--spec-acceptance",
+        type=fraction,
+        metavar="A",
+        help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)",
+    )
+
+
+def check_speculation_arguments(args: argparse.Namespace) -> None:
+    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers (a caller
+    that bypasses the parser may leave the option out)."""
+    draft = getattr(args, "spec_draft", None)
+    if draft and draft.lower() == "mtp":
+        require_mtp(args.model)
+
+
+def speculation_from_args(args: argparse.Namespace, model) -> dict:
+    """``make_problem``'s speculation arguments from --spec-draft / --spec-acceptance."""
+    return {"spec_draft": _spec_draft(args, model), "spec_acceptance": args.spec_acceptance}
+
+
+def _spec_draft(args: argparse.Namespace, model):
+    """None, "mtp" or the draft ``ModelSpec`` of --spec-draft; one-line errors for bad input."""
+    if not args.spec_draft:
+        if args.spec_acceptance is not None:
+            raise UsageError("--spec-acceptance needs --spec-draft MODEL|mtp")
+        return None
+    if args.spec_draft.lower() == "mtp":
+        return "mtp"
+    try:
+        draft = pm.load_model(args.spec_draft)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    if float(draft.total_params) >= float(model.total_params):
+        raise UsageError(
+            f"--spec-draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp"
+        )
+    return draft
+
+
+def context_tokens(text: str) -> int:
+    """--max-model-len: a whole number of tokens >= 1 (``argparse`` turns the error into one
+    line and exit status 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of tokens >= 1, e.g. 32768, got {text!r}"
+        )
+    return int(value)
