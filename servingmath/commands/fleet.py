@@ -25,8 +25,8 @@ from ..options.problem import (
 from ..options.validators import assignments, nonnegative_float, output_dir, positive_int
 from ..progress import Phases, run_with_phases
 from ..reports import provenance
+from ..reports.fleet import fleet_report, infeasible_message, render
 from ..reports.optimize import describe_short
-from ..reports.render import table
 
 HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact milp check)"
 
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     phases("solving the fleet mix (gradient, then the exact MILP)")
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
-    result = _report(gpus, classes, fp, plan, exact)
+    result = fleet_report(gpus, classes, fp, plan, exact)
     for c, entry in enumerate(result["classes"]):  # what each class runs on each usable type
         entry["configuration"] = {
             g: describe_short(problem, gpus, configs[c, j])
@@ -188,60 +188,8 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         return 2
     if args.json:
         return 0
-    rows = [
-        (
-            g,
-            f"{v['gpus']} GPUs ({', '.join(f'class {k}: {n} replicas' for k, n in v['replicas_by_class'].items())})",
-        )
-        for g, v in result["plan"].items()
-        if v["gpus"]
-    ]
-    rows.append(
-        (
-            "cost",
-            (
-                f"${result['cost_per_hour']:.2f}/hour (exact milp optimum "
-                f"${result['milp_cost_per_hour']:.2f}/hour, gap {result['gap']:.2%})"
-            ),
-        )
-    )
-    print("fleet\n" + table(rows))
-    print(
-        "classes\n"
-        + table(
-            [
-                (
-                    f"class {i}",
-                    (
-                        f"prompt {c['prompt_tokens']:.0f}, output {c['output_tokens']:.0f}, "
-                        f"{c['requests_per_s']:.2f} req/s"
-                    ),
-                )
-                for i, c in enumerate(result["classes"])
-            ]
-        )
-    )
-    for i, c in enumerate(result["classes"]):
-        for g, text in c["configuration"].items():
-            print(f"  class {i} on {g}: {text}")
+    print(render(result))
     return 0
-
-
-def infeasible_message(fp, classes, gpus, args: argparse.Namespace) -> str:
-    """One line: the class no GPU type can serve under the SLO, else the availability limit."""
-    for c, cls in enumerate(classes):
-        if not (fp.capacity[c] > 0).any():
-            return (
-                f"class {c} (prompt {cls.prompt_tokens:.0f}, output "
-                f"{cls.output_tokens:.0f} tokens) meets the SLO on no type in --gpus {','.join(gpus)} within --max-replicas "
-                f"{args.max_replicas}; relax --ttft-p95/--tpot-p95, add GPU types or raise "
-                "--max-replicas"
-            )
-    return (
-        "the classes cannot all be served within the --max-gpus limits "
-        f"({','.join(f'{g}={v:g}' for g, v in args.max_gpus.items())}); raise --max-gpus or "
-        "relax the SLO"
-    )
 
 
 def read_classes_default(workload):
@@ -250,38 +198,3 @@ def read_classes_default(workload):
     return [
         RequestClass(float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), 1.0)
     ]
-
-
-def _report(gpus, classes, fp, plan, exact) -> dict:
-    feasible = math.isfinite(plan.cost_per_hour)
-    out = {
-        "feasible": feasible,
-        "classes": [
-            {
-                "prompt_tokens": c.prompt_tokens,
-                "output_tokens": c.output_tokens,
-                "requests_per_s": float(r),
-                "capacity_per_replica": {g: float(k) for g, k in zip(gpus, cap)},
-            }
-            for c, r, cap in zip(classes, fp.rates, fp.capacity)
-        ],
-        "plan": {
-            g: {
-                "gpus": int((fp.replica_gpus[:, j] * plan.replicas[:, j]).sum()),
-                "replicas_by_class": {
-                    str(c): int(plan.replicas[c, j])
-                    for c in range(len(classes))
-                    if plan.replicas[c, j]
-                },
-            }
-            for j, g in enumerate(gpus)
-        },
-        "cost_per_hour": plan.cost_per_hour if feasible else None,
-        "milp_cost_per_hour": exact.cost_per_hour if math.isfinite(exact.cost_per_hour) else None,
-    }
-    out["gap"] = (
-        (plan.cost_per_hour / exact.cost_per_hour - 1.0)
-        if feasible and math.isfinite(exact.cost_per_hour)
-        else None
-    )
-    return out

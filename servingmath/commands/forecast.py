@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 import os
 import sys
 
@@ -23,8 +21,8 @@ from ..options.problem import (
 from ..options.validators import output_dir, output_file, positive_int, workload_source
 from ..progress import Phases, run_with_phases
 from ..reports import provenance
+from ..reports.forecast import json_ready, render, write_csv
 from ..reports.optimize import describe_short
-from ..reports.render import table
 
 HELP = "GPUs per type and period for a demand forecast, intervals from demand x posterior"
 
@@ -59,16 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest replica count per type and period (default 1024)",
     )
     add_report_argument(parser)
-
-
-def _clean(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -136,7 +124,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     )
     result["assumptions"] = provenance.assumptions(args, gpus, hardware)
     phases.done()
-    result = _clean(result)
+    result = json_ready(result)
     if args.report:
         from optimize.plots import fan_figure
 
@@ -148,7 +136,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         close_figures([figure])
         print(f"report: {args.report}", file=sys.stderr)
     if args.csv_out:
-        _write_csv(args.csv_out, result)
+        write_csv(args.csv_out, result)
     figures = []
     if args.png:
         figures.append(_fan_chart(args.png, result))
@@ -159,40 +147,10 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    rows = []
-    for p in result["periods"]:
-        cells = []
-        for g, s in p["gpus"].items():
-            lo, hi = s["p80"]
-            cells.append(f"{g} {_n(s['p50'])} [{_n(lo)}-{_n(hi)}]")
-        cost = p["cost_per_hour"]
-        rows.append(
-            (
-                f"{p['period']} ({p['requests_per_s']:g} req/s)",
-                "; ".join(cells) + f"; ${_n(cost['p50'])}/h on {p['recommended_gpu']}",
-            )
-        )
-    print("GPUs per period: median [80% interval]\n" + table(rows))
-    for g, c in result["configurations"].items():
-        print(f"  {g}: {c}")
+    print(render(result))
     for path in figures:
         print(f"fan chart: {path}", file=sys.stderr)
     return 0
-
-
-def _n(x) -> str:
-    return "n/a" if x is None else f"{x:.0f}"
-
-
-def _write_csv(path: str, result: dict) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(
-            ["period", "requests_per_s", "gpu", "p50", "p80_lo", "p80_hi", "p95_lo", "p95_hi"]
-        )
-        for p in result["periods"]:
-            for g, s in p["gpus"].items():
-                w.writerow([p["period"], p["requests_per_s"], g, s["p50"], *s["p80"], *s["p95"]])
 
 
 def _fan_chart(path: str, result: dict):
