@@ -361,7 +361,7 @@ def test_fleet_and_forecast_offer_speculation_like_optimize(command, monkeypatch
 
     import optimize
     from optimize import KNOBS
-    from servingmath.options.problem import SPEC_K
+    from servingmath.options.speculation import SPEC_K
     from servingmath.reports.optimize import describe_short
 
     def capture(problem, *args, **kwargs):

@@ -11,17 +11,16 @@ import sys
 from perfmodel import CatalogError
 
 from ..errors import UsageError
+from ..options.grid import add_chunk_argument
 from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
 from ..options.problem import (
-    add_chunk_argument,
     add_problem_arguments,
-    add_speculation_arguments,
-    check_speculation_arguments,
     gpu_ids,
     problem_from_args,
     resolve_common,
     resolve_workload,
 )
+from ..options.speculation import add_speculation_arguments, check_speculation_arguments
 from ..options.validators import assignments, nonnegative_float, output_dir, positive_int
 from ..progress import Phases, run_with_phases
 from ..reports import provenance

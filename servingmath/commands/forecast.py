@@ -8,16 +8,15 @@ import os
 import sys
 
 from ..errors import UsageError
+from ..options.grid import add_chunk_argument
 from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
 from ..options.problem import (
-    add_chunk_argument,
     add_problem_arguments,
-    add_speculation_arguments,
-    check_speculation_arguments,
     problem_from_args,
     resolve_common,
     resolve_workload,
 )
+from ..options.speculation import add_speculation_arguments, check_speculation_arguments
 from ..options.validators import output_dir, output_file, positive_int, workload_source
 from ..progress import Phases, run_with_phases
 from ..reports import provenance

@@ -10,6 +10,7 @@ from pathlib import Path
 from perfmodel import CatalogError
 
 from ..errors import UsageError
+from ..options.grid import DEFAULT_POOL_RATIOS, add_chunk_argument
 from ..options.outputs import (
     add_report_argument,
     check_output_paths,
@@ -18,16 +19,16 @@ from ..options.outputs import (
     write_text,
 )
 from ..options.problem import (
-    DEFAULT_POOL_RATIOS,
-    add_chunk_argument,
     add_problem_arguments,
-    add_speculation_arguments,
     check_slo_arguments,
-    check_speculation_arguments,
     context_tokens,
     problem_from_args,
     resolve_common,
     resolve_workload,
+)
+from ..options.speculation import (
+    add_speculation_arguments,
+    check_speculation_arguments,
     speculation_from_args,
 )
 from ..options.validators import nonnegative_int, output_dir, positive_float, positive_int

@@ -9,14 +9,9 @@ import sys
 import perfmodel as pm
 
 from ..errors import UsageError
+from ..options.grid import grid_from_args
 from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
-from ..options.problem import (
-    add_problem_arguments,
-    gpu_ids,
-    grid_from_args,
-    resolve_common,
-    resolve_workload,
-)
+from ..options.problem import add_problem_arguments, gpu_ids, resolve_common, resolve_workload
 from ..options.validators import output_dir
 from ..progress import Phases, run_with_phases
 from ..reports import provenance

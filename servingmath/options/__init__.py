@@ -4,7 +4,8 @@ one-line fix for anything a user can get wrong.
 
 ``validators`` holds the argparse ``type=`` checks every group uses; ``deployment`` the model,
 GPU and parallelism; ``problem`` the search problem of ``optimize``, ``fleet``, ``forecast`` and
-``pareto``; ``load`` the workload and scheduler; ``features`` the serving features; ``disagg``
-the two pools; ``posterior`` and ``calibration`` the efficiencies; ``run_fill`` what benchmark
-files leave out; ``outputs`` the files a command writes.
+``pareto``, with its knob grid in ``grid`` and speculative decoding in ``speculation``; ``load``
+the workload and scheduler; ``features`` the serving features; ``disagg`` the two pools;
+``posterior`` and ``calibration`` the efficiencies; ``run_fill`` what benchmark files leave out;
+``outputs`` the files a command writes.
 """

@@ -1,10 +1,10 @@
-"""The search problem ``optimize``, ``fleet``, ``forecast`` and ``pareto`` pose: model, candidate GPUs,
-load, SLOs, confidence, posterior, prices, the knob grid (dtypes, prefill chunks, pool ratios) and
-speculative decoding.
+"""The search problem ``optimize``, ``fleet``, ``forecast`` and ``pareto`` pose: model, candidate
+GPUs, load, SLOs, confidence, posterior, prices and the dtypes to consider.
 
 ``add_problem_arguments`` declares them; ``resolve_common`` / ``resolve_workload`` load what they
-name and ``problem_from_args`` builds ``optimize.make_problem``'s problem, each raising
-``UsageError`` with a one-line fix for anything a user can get wrong.
+name and ``problem_from_args`` builds ``optimize.make_problem``'s problem (its knob grid from
+``grid``, its speculation from ``speculation``), each raising ``UsageError`` with a one-line fix
+for anything a user can get wrong.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from perfmodel import CatalogError
 from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from ..errors import UsageError
-from .deployment import require_mtp
+from .grid import grid_from_args
 from .posterior import add_engine_argument
+from .speculation import speculation_from_args
 from .validators import (
     assignments,
     finite_float,
@@ -180,88 +181,6 @@ def problem_from_args(
         raise UsageError(str(exc)) from None
 
 
-def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
-    """The knob grid with the dtypes the user allows."""
-    from optimize import Grid
-    from perfmodel import DTYPE_BYTES
-
-    dtypes = {}
-    for flag, text in (("--kv-dtypes", args.kv_dtypes), ("--weight-dtypes", args.weight_dtypes)):
-        items = tuple(t.strip() for t in text.split(",") if t.strip())
-        bad = [t for t in items if t not in DTYPE_BYTES]
-        if bad or not items:
-            raise UsageError(
-                f"{flag}: unknown dtype {bad[0] if bad else '(empty)'!r}; use some of "
-                f"{','.join(DTYPE_BYTES)}"
-            )
-        dtypes[flag] = items
-    if max_replicas < 1:
-        raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
-    extra = {}
-    if getattr(args, "chunk_sizes", None) is not None:
-        extra["chunk_sizes"] = _int_list(args.chunk_sizes, "--chunk-sizes", "512,2048,8192")
-        if min(extra["chunk_sizes"]) > max(Grid(1).max_num_batched_tokens):
-            raise UsageError(
-                f"--chunk-sizes: every chunk exceeds the largest token budget "
-                f"{max(Grid(1).max_num_batched_tokens)}; pass smaller chunks, e.g. 512,2048"
-            )
-    if getattr(args, "pool_ratios", None) is not None:
-        extra["pool_ratios"] = _ratios(args.pool_ratios)
-    elif hasattr(args, "pool_ratios") and getattr(args, "prefix_reuse", None) is None:
-        # a prefix cache is priced for colocated engines: no default pool split beside it
-        extra["pool_ratios"] = _ratios(DEFAULT_POOL_RATIOS)
-    if getattr(args, "spec_draft", None):
-        extra["spec_k"] = SPEC_K
-    return Grid(
-        num_gpus=num_gpus,
-        kv_dtypes=dtypes["--kv-dtypes"],
-        weight_dtypes=dtypes["--weight-dtypes"],
-        max_replicas=max_replicas,
-        **extra,
-    )
-
-
-SPEC_K = (0, 1, 2, 3, 4, 5, 6, 7, 8)
-"""Speculative draft lengths offered with --spec-draft (0 = off)."""
-
-
-DEFAULT_CHUNKS = "512,1024,2048,4096,8192"
-
-
-DEFAULT_POOL_RATIOS = "1:1,2:1,3:1,1:2"
-
-
-def _int_list(text: str, flag: str, example: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise UsageError(
-            f"{flag} {text!r} must be positive integers, comma-separated, e.g. {example}"
-        )
-    return tuple(sorted(set(values)))
-
-
-def _ratios(text: str) -> tuple[tuple[int, int], ...]:
-    """``1:1,2:1`` -> ((1, 1), (2, 1)); ``none`` -> () (colocated only)."""
-    if text.strip().lower() in ("none", "off", ""):
-        return ()
-    out = []
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        try:
-            p, d = (int(x) for x in item.split(":"))
-        except ValueError:
-            p = d = 0
-        if p < 1 or d < 1:
-            raise UsageError(
-                f"--pool-ratios: {item!r} is not PREFILL:DECODE engines (each >= 1); "
-                "pass e.g. --pool-ratios 1:1,2:1 or none"
-            )
-        out.append((p, d))
-    return tuple(dict.fromkeys(out))
-
-
 def gpu_ids(args: argparse.Namespace) -> tuple[str, ...]:
     """The hardware ids of --gpus, each once (``UsageError`` when empty or repeated)."""
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip())
@@ -378,68 +297,6 @@ def resolve_workload(args: argparse.Namespace, rate: float | None = None):
     if not float(fields["arrival_rate_per_s"]) > 0:
         raise UsageError(f"--rate must be positive, got {fields['arrival_rate_per_s']}")
     return Workload(**fields)
-
-
-def add_chunk_argument(
-    parser: argparse.ArgumentParser, default: str | None = DEFAULT_CHUNKS
-) -> None:
-    """--chunk-sizes: the prefill chunks the search offers (optimize, fleet, forecast; None:
-    one chunk, the whole token budget)."""
-    said = default if default is not None else "one chunk of max_num_batched_tokens"
-    parser.add_argument(
-        "--chunk-sizes",
-        default=default,
-        metavar="N,...",
-        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {said})",
-    )
-
-
-def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
-    """--spec-draft / --spec-acceptance: speculative decoding as a knob of the search (optimize,
-    fleet, forecast); ``speculation_from_args`` reads them."""
-    parser.add_argument(
-        "--spec-draft",
-        metavar="MODEL|mtp",
-        help="offer speculative decoding with this draft (k = 0..8 becomes a knob)",
-    )
-    parser.add_argument(
-        "--spec-acceptance",
-        type=fraction,
-        metavar="A",
-        help="per-token draft acceptance in [0, 1] (default: prior from measured lengths)",
-    )
-
-
-def check_speculation_arguments(args: argparse.Namespace) -> None:
-    """Before the posterior loads: --spec-draft mtp only for a model with MTP layers (a caller
-    that bypasses the parser may leave the option out)."""
-    draft = getattr(args, "spec_draft", None)
-    if draft and draft.lower() == "mtp":
-        require_mtp(args.model)
-
-
-def speculation_from_args(args: argparse.Namespace, model) -> dict:
-    """``make_problem``'s speculation arguments from --spec-draft / --spec-acceptance."""
-    return {"spec_draft": _spec_draft(args, model), "spec_acceptance": args.spec_acceptance}
-
-
-def _spec_draft(args: argparse.Namespace, model):
-    """None, "mtp" or the draft ``ModelSpec`` of --spec-draft; one-line errors for bad input."""
-    if not args.spec_draft:
-        if args.spec_acceptance is not None:
-            raise UsageError("--spec-acceptance needs --spec-draft MODEL|mtp")
-        return None
-    if args.spec_draft.lower() == "mtp":
-        return "mtp"
-    try:
-        draft = pm.load_model(args.spec_draft)
-    except CatalogError as exc:
-        raise UsageError(str(exc)) from None
-    if float(draft.total_params) >= float(model.total_params):
-        raise UsageError(
-            f"--spec-draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp"
-        )
-    return draft
 
 
 def context_tokens(text: str) -> int:

@@ -1,0 +1,103 @@
+"""The knob grid the search walks (``optimize``, ``fleet``, ``forecast``; ``pareto`` reads its
+dtypes): --kv-dtypes / --weight-dtypes, --chunk-sizes, --pool-ratios and, with --spec-draft, the
+draft lengths.  ``grid_from_args`` builds ``optimize.Grid`` from them, with a one-line
+``UsageError`` for a bad list.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+from .speculation import SPEC_K
+
+DEFAULT_CHUNKS = "512,1024,2048,4096,8192"
+
+
+DEFAULT_POOL_RATIOS = "1:1,2:1,3:1,1:2"
+
+
+def add_chunk_argument(
+    parser: argparse.ArgumentParser, default: str | None = DEFAULT_CHUNKS
+) -> None:
+    """--chunk-sizes: the prefill chunks the search offers (optimize, fleet, forecast; None:
+    one chunk, the whole token budget)."""
+    said = default if default is not None else "one chunk of max_num_batched_tokens"
+    parser.add_argument(
+        "--chunk-sizes",
+        default=default,
+        metavar="N,...",
+        help=f"prefill chunk sizes to consider (<= max_num_batched_tokens; default {said})",
+    )
+
+
+def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
+    """The knob grid with the dtypes the user allows."""
+    from optimize import Grid
+    from perfmodel import DTYPE_BYTES
+
+    dtypes = {}
+    for flag, text in (("--kv-dtypes", args.kv_dtypes), ("--weight-dtypes", args.weight_dtypes)):
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        bad = [t for t in items if t not in DTYPE_BYTES]
+        if bad or not items:
+            raise UsageError(
+                f"{flag}: unknown dtype {bad[0] if bad else '(empty)'!r}; use some of "
+                f"{','.join(DTYPE_BYTES)}"
+            )
+        dtypes[flag] = items
+    if max_replicas < 1:
+        raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
+    extra = {}
+    if getattr(args, "chunk_sizes", None) is not None:
+        extra["chunk_sizes"] = _int_list(args.chunk_sizes, "--chunk-sizes", "512,2048,8192")
+        if min(extra["chunk_sizes"]) > max(Grid(1).max_num_batched_tokens):
+            raise UsageError(
+                f"--chunk-sizes: every chunk exceeds the largest token budget "
+                f"{max(Grid(1).max_num_batched_tokens)}; pass smaller chunks, e.g. 512,2048"
+            )
+    if getattr(args, "pool_ratios", None) is not None:
+        extra["pool_ratios"] = _ratios(args.pool_ratios)
+    elif hasattr(args, "pool_ratios") and getattr(args, "prefix_reuse", None) is None:
+        # a prefix cache is priced for colocated engines: no default pool split beside it
+        extra["pool_ratios"] = _ratios(DEFAULT_POOL_RATIOS)
+    if getattr(args, "spec_draft", None):
+        extra["spec_k"] = SPEC_K
+    return Grid(
+        num_gpus=num_gpus,
+        kv_dtypes=dtypes["--kv-dtypes"],
+        weight_dtypes=dtypes["--weight-dtypes"],
+        max_replicas=max_replicas,
+        **extra,
+    )
+
+
+def _int_list(text: str, flag: str, example: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise UsageError(
+            f"{flag} {text!r} must be positive integers, comma-separated, e.g. {example}"
+        )
+    return tuple(sorted(set(values)))
+
+
+def _ratios(text: str) -> tuple[tuple[int, int], ...]:
+    """``1:1,2:1`` -> ((1, 1), (2, 1)); ``none`` -> () (colocated only)."""
+    if text.strip().lower() in ("none", "off", ""):
+        return ()
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            p, d = (int(x) for x in item.split(":"))
+        except ValueError:
+            p = d = 0
+        if p < 1 or d < 1:
+            raise UsageError(
+                f"--pool-ratios: {item!r} is not PREFILL:DECODE engines (each >= 1); "
+                "pass e.g. --pool-ratios 1:1,2:1 or none"
+            )
+        out.append((p, d))
+    return tuple(dict.fromkeys(out))
