@@ -34,6 +34,7 @@ from ._fleet import (
 )
 from ._forecast import (
     DemandError as DemandError,
+    cheapest_per_gpu as cheapest_per_gpu,
     forecast_gpus as forecast_gpus,
     read_demand as read_demand,
 )

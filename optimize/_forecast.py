@@ -20,11 +20,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._evaluate import constraint_slacks, constraints_hold, gpus_per_replica, spec_step
+from ._evaluate import (
+    constraint_slacks,
+    constraints_hold,
+    costs_at_min_replicas,
+    gpus_per_replica,
+    spec_step,
+)
 from ._grid import chunk_from_weights, deployment_from_weights, grid_tables, one_hot_weights
 from ._metrics import slo_metrics
 from ._problem import Problem
 from ._program_cache import cached_jit
+from ._search import SearchResult, search
 from ._sharding import MeshLike, device_mesh, num_shards, shard_draws, shard_rows
 from ._verify import ONE_OFF
 
@@ -176,6 +183,45 @@ def summarize(samples: np.ndarray) -> dict:
         return float(np.quantile(samples, p, method="inverted_cdf"))
 
     return {"p50": q(0.5), **{k: [q(lo), q(hi)] for k, (lo, hi) in INTERVALS.items()}}
+
+
+def cheapest_per_gpu(
+    problem: Problem, gpus: tuple[str, ...], found: SearchResult | None = None
+) -> dict[str, np.ndarray]:
+    """The cheapest configuration of each GPU type at the problem's load (``forecast_gpus``'s
+    ``configs``, found at the peak demand).
+
+    A type's configuration is the cheapest feasible one of that type among the search's ranked
+    configurations (``found``; ``search(problem)`` when None); where the search kept none of a
+    type, it is the cheapest of every grid configuration of that type at its fewest replicas
+    meeting the chance constraints (``costs_at_min_replicas``).  A type with no feasible
+    configuration up to ``problem.grid.max_replicas`` replicas is left out, so the answer is
+    empty when nothing is feasible.
+
+    Args:
+        problem: one-GPU-type-per-slot problem.
+        gpus: the GPU id of each type, in the problem's order (the config's GPU column).
+        found: a ``search`` result of ``problem`` (cheapest first), or None to search here.
+    """
+    if found is None:
+        found = search(problem)
+    configs = {}
+    for g, name in enumerate(gpus):
+        rows = [
+            i
+            for i, c in enumerate(found.configs)
+            if c[0] == g and np.isfinite(found.cost_per_hour[i])
+        ]
+        if rows:
+            configs[name] = found.configs[rows[0]]
+            continue
+        every = problem.grid.all_configs(problem.model)
+        every = every[every[:, 0] == g]
+        _, cost = costs_at_min_replicas(problem, every)
+        cost = np.asarray(cost)
+        if np.isfinite(cost.min()):
+            configs[name] = every[int(np.argmin(cost))]
+    return configs
 
 
 def forecast_gpus(

@@ -5,10 +5,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from demand_files import write_demand
-from optimize_problems import small_problem
+from optimize_problems import GRID, WORKLOAD, small_problem
 
-from optimize import KNOBS, DemandError, forecast_gpus, make_problem, read_demand
+from optimize import (
+    KNOBS,
+    DemandError,
+    SearchResult,
+    cheapest_per_gpu,
+    exhaustive_costs,
+    forecast_gpus,
+    make_problem,
+    read_demand,
+)
 from optimize._forecast import DemandPeriod, replicas_per_draw
+from perfmodel import load_model
 
 
 def test_example_demand_reads():
@@ -98,3 +108,52 @@ def test_forecast_counts_agree_with_the_optimizer_on_a_chunked_config():
     for r in (1, 2, 4):
         p = float(slo_probability(problem, jnp.asarray(config), float(r)))
         assert np.mean(reps <= r) == pytest.approx(p)
+
+
+def _two_gpu_problem(slo_tpot_p95_s: float):
+    gpus = ("h100-sxm", "a100-sxm-80gb")
+    grid = GRID._replace(num_gpus=2, max_replicas=16)
+    model = load_model("meta-llama/Llama-3.1-8B")
+    return gpus, make_problem(
+        model,
+        gpus,
+        WORKLOAD,
+        slo_ttft_p95_s=1.0,
+        slo_tpot_p95_s=slo_tpot_p95_s,
+        grid=grid,
+        num_draws=16,
+    )
+
+
+def test_cheapest_per_gpu_takes_the_searchs_first_feasible_row_else_the_grid_minimum():
+    """A hand-made search result: on h100-sxm an infeasible row, then two feasible ones (the
+    dearer first: the ranking, not a re-sort, decides); no a100-sxm-80gb row, so a100-sxm-80gb
+    gets the cheapest configuration of its type over the whole grid, the referee's minimum."""
+    gpus, problem = _two_gpu_problem(0.08)
+    every, costs = exhaustive_costs(problem, chunk=16)  # every config x replica count
+    cheapest = costs.min(axis=1)  # each config at its cheapest feasible replica count
+    h100 = np.flatnonzero((every[:, 0] == 0) & np.isfinite(cheapest))
+    a100 = np.flatnonzero(every[:, 0] == 1)
+    assert len(h100) >= 2 and np.isfinite(cheapest[a100]).any()
+    found = SearchResult(
+        configs=every[[h100[0], h100[1], h100[0]]],
+        replicas=np.array([1, 2, 1]),
+        cost_per_hour=np.array([np.inf, 9.0, 3.0]),
+        evaluated=3,
+    )
+    out = cheapest_per_gpu(problem, gpus, found)
+    assert list(out) == list(gpus)
+    np.testing.assert_array_equal(out["h100-sxm"], every[h100[1]])
+    np.testing.assert_array_equal(out["a100-sxm-80gb"], every[a100[np.argmin(cheapest[a100])]])
+
+
+def test_cheapest_per_gpu_leaves_out_a_type_with_nothing_feasible():
+    gpus, problem = _two_gpu_problem(1e-4)  # no TPOT this short at any replica count
+    assert not np.isfinite(exhaustive_costs(problem, chunk=16)[1]).any()
+    empty = SearchResult(
+        configs=np.zeros((0, len(KNOBS)), dtype=np.int32),
+        replicas=np.zeros(0, dtype=np.int32),
+        cost_per_hour=np.zeros(0),
+        evaluated=0,
+    )
+    assert cheapest_per_gpu(problem, gpus, empty) == {}

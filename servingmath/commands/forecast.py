@@ -70,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    import numpy as np
-
-    from optimize import DemandError, costs_at_min_replicas, forecast_gpus, read_demand, search
+    from optimize import DemandError, cheapest_per_gpu, forecast_gpus, read_demand
 
     try:
         demand = read_demand(args.demand)
@@ -90,23 +88,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     workload = resolve_workload(args, rate=peak)
     problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     phases("searching configurations at the peak demand (compiling first)")
-    found = search(problem)
-    configs = {}
-    for g, name in enumerate(gpus):  # cheapest configuration per GPU type at the peak demand
-        rows = [
-            i
-            for i, c in enumerate(found.configs)
-            if c[0] == g and np.isfinite(found.cost_per_hour[i])
-        ]
-        if rows:
-            configs[name] = found.configs[rows[0]]
-            continue
-        every = problem.grid.all_configs(problem.model)
-        every = every[every[:, 0] == g]
-        _, cost = costs_at_min_replicas(problem, every)
-        cost = np.asarray(cost)
-        if np.isfinite(cost.min()):
-            configs[name] = every[int(np.argmin(cost))]
+    configs = cheapest_per_gpu(problem, gpus)
     if not configs:
         raise UsageError(
             "no candidate GPU meets the SLO at the peak demand even with "
