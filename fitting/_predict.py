@@ -41,6 +41,7 @@ from perfmodel import (
 )
 from perfmodel.dynamics import closed_loop_metrics
 
+from ._blocks_step import StepMetric
 from ._names import OFFSET_FIELDS
 from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _rows)
     EFFICIENCY_FIELDS,
@@ -80,7 +81,13 @@ def _step_block(b: dict, eff: Efficiency) -> jnp.ndarray:
     pre, dec = jax.vmap(one)(model, hw, dep, eff, b["inp"], b["batch"], b["ctx"])
     latency = pre + (b["out"] - 1.0) * dec
     thr = b["batch"] * b["out"] / latency
-    table = jnp.stack([pre, dec, latency, thr], axis=1)
+    quantity = {
+        StepMetric.PREFILL_TIME: pre,
+        StepMetric.DECODE_ITERATION_TIME: dec,
+        StepMetric.BATCH_LATENCY: latency,
+        StepMetric.OUTPUT_THROUGHPUT: thr,
+    }
+    table = jnp.stack([quantity[m] for m in StepMetric], axis=1)
     return jnp.take_along_axis(table, b["metric"].astype(int)[:, None], axis=1)[:, 0]
 
 

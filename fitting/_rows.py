@@ -22,6 +22,13 @@ import pandas as pd
 import perfmodel
 from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, ModelSpec  # noqa: F401  (re-exported)
 
+from ._blocks_e2e import (
+    E2E_METRICS,
+    E2E_STATS,
+    THROUGHPUT_COLUMNS,
+    summary_column,
+)
+from ._blocks_step import STEP_METRICS, StepMetric  # noqa: F401  (re-exported)
 from ._features import (  # noqa: F401  (re-exported)
     ACT_BYTES,
     LOW_PRECISION,
@@ -47,14 +54,6 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
 )
 from ._names import E2E_SCENARIOS, EFFICIENCY_FIELDS, OFFSET_FIELDS  # noqa: F401  (re-exported)
 
-STEP_METRICS = {
-    ("prefill", "time"): 0,
-    ("decode_step", "time"): 1,
-    ("static_batch", "ttft"): 0,
-    ("static_batch", "tpot"): 1,
-    ("static_batch", "latency"): 2,
-    ("static_batch", "output_throughput"): 3,
-}
 SERVING_REASON = "end-to-end rows are fitted in the second (cut) stage, not by NUTS"
 
 
@@ -137,13 +136,6 @@ class Prepared:
     skipped: list[tuple[object, str]] = field(default_factory=list)
     comm_idx: np.ndarray | None = None
 
-
-E2E_METRICS = ("ttft", "tpot", "itl", "e2e_latency")
-"""Latency metrics of end-to-end rows, in the order of ``closed_loop_metrics``' summaries."""
-E2E_STATS = {"mean": 0, "": 0, "p50": 1, "median": 1, "p90": 2, "p95": 3, "p99": 4}
-"""Column of each statistic in a (mean, p50, p90, p95, p99) summary."""
-THROUGHPUT_COLUMNS = {"output_throughput": 20, "total_throughput": 21, "request_throughput": 22}
-"""Columns of the throughputs after the 4 x 5 latency summaries."""
 
 DEFAULT_TOKEN_BUDGET = 8192.0
 """Token budget of one iteration when a run does not record it: vLLM V1's serving default, the
@@ -256,7 +248,7 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
             raise ValueError(
                 f"no prediction for {metric} stat {stat!r} (serving runs are predicted for {known})"
             )
-        col = 5 * E2E_METRICS.index(metric) + E2E_STATS[stat]
+        col = summary_column(E2E_METRICS[metric], E2E_STATS[stat])
     else:
         raise ValueError(f"no prediction for {scenario} metric {metric!r}")
     if open_loop and not (rate > 0 and math.isfinite(rate)):
