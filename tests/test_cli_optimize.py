@@ -330,7 +330,9 @@ def test_fleet_and_forecast_offer_prefill_chunks_like_optimize(command, monkeypa
     def capture(problem, *args, **kwargs):
         raise _Captured(problem)
 
-    monkeypatch.setattr(optimize, "fleet_problem" if command == "fleet" else "search", capture)
+    monkeypatch.setattr(
+        optimize, "fleet_problem" if command == "fleet" else "cheapest_per_gpu", capture
+    )
     load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
     argv = [command, *BASE, "--gpus", "h100-sxm", *load]
     grids = []
@@ -367,7 +369,9 @@ def test_fleet_and_forecast_offer_speculation_like_optimize(command, monkeypatch
     def capture(problem, *args, **kwargs):
         raise _Captured(problem)
 
-    monkeypatch.setattr(optimize, "fleet_problem" if command == "fleet" else "search", capture)
+    monkeypatch.setattr(
+        optimize, "fleet_problem" if command == "fleet" else "cheapest_per_gpu", capture
+    )
     load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
     argv = [command, *BASE, "--gpus", "h100-sxm", *load]
     argv += ["--spec-draft", "meta-llama/Llama-3.2-3B", "--spec-acceptance", "0.8"]
