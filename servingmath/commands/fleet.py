@@ -3,96 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 import sys
 
-from perfmodel import CatalogError
-
 from ..errors import UsageError
-from ..options.grid import add_chunk_argument
-from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
-from ..options.problem import (
-    add_problem_arguments,
-    gpu_ids,
-    problem_from_args,
-    resolve_common,
-    resolve_workload,
-)
-from ..options.speculation import add_speculation_arguments, check_speculation_arguments
-from ..options.validators import assignments, nonnegative_float, output_dir, positive_int
+from ..options.fleet import add_fleet_arguments, classes_from_args, read_classes
+from ..options.outputs import check_output_paths, close_figures, write_report
+from ..options.problem import gpu_ids, problem_from_args, resolve_common, resolve_workload
+from ..options.speculation import check_speculation_arguments
 from ..progress import Phases, run_with_phases
 from ..reports import provenance
-from ..reports.fleet import fleet_report, infeasible_message, render
-from ..reports.optimize import describe_short
+from ..reports.fleet import MIX_CAPTION, fleet_report, infeasible_message, render
 
 HELP = "GPU-type mix for request-size classes under the SLO (gradient + exact milp check)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_problem_arguments(parser)
-    add_speculation_arguments(parser)
-    add_chunk_argument(parser, default=None)
-    parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
-    parser.add_argument(
-        "--num-classes",
-        type=positive_int,
-        default=3,
-        help="classes binned from --workload by prompt length (default 3)",
-    )
-    parser.add_argument(
-        "--max-gpus",
-        type=assignments(nonnegative_float),
-        default="",
-        help="availability per type, e.g. h100-sxm=64,l40s=16",
-    )
-    parser.add_argument(
-        "--max-replicas", type=positive_int, default=64, help="largest replica count per class"
-    )
-    parser.add_argument(
-        "--plot",
-        type=output_dir,
-        default=None,
-        metavar="DIR",
-        help="write PNGs into this directory (fleet_mix.png)",
-    )
-    add_report_argument(parser)
-
-
-def read_classes(path: str):
-    from optimize import RequestClass
-
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(
-            f"{path}: not a UTF-8 text file; --classes takes a CSV "
-            "prompt_tokens,output_tokens,share"
-        ) from None
-    out = []
-    for line, row in enumerate(rows, start=2):
-        vals = []
-        for field in ("prompt_tokens", "output_tokens", "share"):
-            raw = (row.get(field) or "").strip()
-            try:
-                v = float(raw)
-            except ValueError:
-                raise UsageError(
-                    f"{path}:{line}: field {field!r} = {raw!r} is not a number; "
-                    "columns are prompt_tokens,output_tokens,share"
-                ) from None
-            if not (math.isfinite(v) and v > 0):
-                raise UsageError(f"{path}:{line}: field {field!r} = {raw!r} must be positive")
-            vals.append(v)
-        out.append(RequestClass(*vals))
-    if not out:
-        raise UsageError(f"{path}: no classes; add prompt_tokens,output_tokens,share rows")
-    total = sum(c.share for c in out)
-    return [c._replace(share=c.share / total) for c in out]
+    add_fleet_arguments(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -115,25 +42,13 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, phases: Phases) -> int:
     import numpy as np
 
-    from optimize import classes_from_trace, fleet_gradient, fleet_milp, fleet_problem
-    from perfmodel.dynamics import load_trace
+    from optimize import fleet_gradient, fleet_milp, fleet_problem
 
     phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
     workload = resolve_workload(args)
     limits = args.max_gpus
-    if args.classes:
-        classes = read_classes(args.classes)
-    elif args.workload:
-        try:
-            trace = load_trace(args.workload)
-        except CatalogError as exc:
-            raise UsageError(str(exc)) from None
-        classes = classes_from_trace(
-            trace.prompt_tokens, trace.output_tokens, max(1, args.num_classes)
-        )
-    else:
-        classes = read_classes_default(workload)
+    classes = classes_from_args(args, workload)
     problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
@@ -142,13 +57,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     phases("solving the fleet mix (gradient, then the exact MILP)")
     plan = fleet_gradient(fp, seed=args.seed)
     exact = fleet_milp(fp)
-    result = fleet_report(gpus, classes, fp, plan, exact)
-    for c, entry in enumerate(result["classes"]):  # what each class runs on each usable type
-        entry["configuration"] = {
-            g: describe_short(problem, gpus, configs[c, j])
-            for j, g in enumerate(gpus)
-            if configs[c, j, 0] >= 0
-        }
+    result = fleet_report(problem, gpus, classes, fp, configs, plan, exact)
     result["question"] = provenance.question(
         args,
         model.name,
@@ -165,8 +74,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         from ..reports.pages import fleet_page
 
         figure = fleet_figure(result)
-        caption = "Replicas per GPU type, stacked by request class, with each type's GPU count."
-        write_report(args.report, fleet_page(result, [(caption, figure)]))
+        write_report(args.report, fleet_page(result, [(MIX_CAPTION, figure)]))
         close_figures([figure])
         if result["feasible"]:
             print(f"report: {args.report}", file=sys.stderr)
@@ -189,11 +97,3 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         return 0
     print(render(result))
     return 0
-
-
-def read_classes_default(workload):
-    from optimize import RequestClass
-
-    return [
-        RequestClass(float(workload.prompt_tokens_mean), float(workload.output_tokens_mean), 1.0)
-    ]

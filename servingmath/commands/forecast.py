@@ -8,54 +8,19 @@ import os
 import sys
 
 from ..errors import UsageError
-from ..options.grid import add_chunk_argument
-from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
-from ..options.problem import (
-    add_problem_arguments,
-    problem_from_args,
-    resolve_common,
-    resolve_workload,
-)
-from ..options.speculation import add_speculation_arguments, check_speculation_arguments
-from ..options.validators import output_dir, output_file, positive_int, workload_source
+from ..options.forecast import add_forecast_arguments
+from ..options.outputs import check_output_paths, close_figures, write_report
+from ..options.problem import problem_from_args, resolve_common, resolve_workload
+from ..options.speculation import check_speculation_arguments
 from ..progress import Phases, run_with_phases
 from ..reports import provenance
-from ..reports.forecast import json_ready, render, write_csv
-from ..reports.optimize import describe_short
+from ..reports.forecast import FAN_CAPTION, forecast_report, json_ready, render, write_csv
 
 HELP = "GPUs per type and period for a demand forecast, intervals from demand x posterior"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--demand",
-        required=True,
-        help="CSV period,requests_per_s[,requests_per_s_sd] (e.g. data/examples/demand.csv)",
-    )
-    add_problem_arguments(parser, workload=False)
-    add_speculation_arguments(parser)
-    add_chunk_argument(parser, default=None)
-    parser.add_argument(
-        "--workload", type=workload_source, help="trace file or preset for the length distribution"
-    )
-    parser.add_argument("--png", type=output_file, help="write the fan chart PNG to this file")
-    parser.add_argument(
-        "--plot",
-        type=output_dir,
-        default=None,
-        metavar="DIR",
-        help="write PNGs into this directory (forecast_fan.png)",
-    )
-    parser.add_argument(
-        "--csv", dest="csv_out", type=output_file, help="write the table as CSV here"
-    )
-    parser.add_argument(
-        "--max-replicas",
-        type=positive_int,
-        default=1024,
-        help="largest replica count per type and period (default 1024)",
-    )
-    add_report_argument(parser)
+    add_forecast_arguments(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -96,10 +61,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         )
     phases(f"replicas per posterior draw for {len(demand)} periods")
     periods = forecast_gpus(problem, configs, demand, seed=args.seed)
-    result = {
-        "configurations": {g: describe_short(problem, gpus, c) for g, c in configs.items()},
-        "periods": periods,
-    }
+    result = forecast_report(problem, gpus, configs, periods)
     result["question"] = provenance.question(
         args, model.name, gpus, workload, demand_csv=args.demand
     )
@@ -112,8 +74,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         from ..reports.pages import forecast_page
 
         figure = fan_figure(result)
-        caption = "GPUs needed per period and type: median, 80 % and 95 % intervals."
-        write_report(args.report, forecast_page(result, [(caption, figure)]))
+        write_report(args.report, forecast_page(result, [(FAN_CAPTION, figure)]))
         close_figures([figure])
         print(f"report: {args.report}", file=sys.stderr)
     if args.csv_out:

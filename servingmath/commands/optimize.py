@@ -10,28 +10,15 @@ from pathlib import Path
 from perfmodel import CatalogError
 
 from ..errors import UsageError
-from ..options.grid import DEFAULT_POOL_RATIOS, add_chunk_argument
-from ..options.outputs import (
-    add_report_argument,
-    check_output_paths,
-    close_figures,
-    write_report,
-    write_text,
-)
+from ..options.optimize import add_optimize_arguments
+from ..options.outputs import check_output_paths, close_figures, write_report, write_text
 from ..options.problem import (
-    add_problem_arguments,
     check_slo_arguments,
-    context_tokens,
     problem_from_args,
     resolve_common,
     resolve_workload,
 )
-from ..options.speculation import (
-    add_speculation_arguments,
-    check_speculation_arguments,
-    speculation_from_args,
-)
-from ..options.validators import nonnegative_int, output_dir, positive_float, positive_int
+from ..options.speculation import check_speculation_arguments, speculation_from_args
 from ..progress import Phases, callback, run_with_phases
 from ..reports import provenance
 from ..reports.optimize import infeasible_message, optimize_figures, render
@@ -40,65 +27,7 @@ HELP = "cheapest deployment meeting p95 TTFT/TPOT SLOs with stated confidence (g
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_problem_arguments(parser)
-    parser.add_argument(
-        "--max-replicas", type=positive_int, default=64, help="largest replica count (default 64)"
-    )
-    parser.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip the re-check with the closed forms (serving_metrics, its speculative and "
-        "disaggregated forms)",
-    )
-    parser.add_argument(
-        "--simulate",
-        type=nonnegative_int,
-        default=0,
-        metavar="N",
-        help="also run the recommendation through the simulator on N requests (two pools "
-        "for a split, speculation for k > 0)",
-    )
-    parser.add_argument(
-        "--plot",
-        type=output_dir,
-        default=None,
-        metavar="DIR",
-        help="write PNGs here: cost vs SLO probability, posterior of p95 TTFT/TPOT",
-    )
-    add_report_argument(parser)
-    parser.add_argument(
-        "--max-model-len",
-        type=context_tokens,
-        default=None,
-        metavar="TOKENS",
-        help="context length every engine must serve (vLLM --max-model-len, SGLang "
-        "--context-length, TensorRT-LLM --max_seq_len; default: the workload's longest "
-        "requests; at most the model's own context, from its config.json); a configuration "
-        "whose KV cache cannot hold one sequence this long is infeasible",
-    )
-    parser.add_argument(
-        "--emit",
-        type=output_dir,
-        default=None,
-        metavar="DIR",
-        help="write the recommendation's launch scripts (vllm.sh, sglang.sh, trtllm.sh) and a "
-        "Kubernetes deployment.yaml (one Deployment per pool) into this folder",
-    )
-    add_chunk_argument(parser)
-    parser.add_argument(
-        "--pool-ratios",
-        default=None,
-        metavar="P:D,...",
-        help="prefill:decode engine ratios of disaggregated pools to consider, or none "
-        f"(default {DEFAULT_POOL_RATIOS}; none with --prefix-reuse)",
-    )
-    parser.add_argument(
-        "--transfer-bw",
-        type=positive_float,
-        metavar="BYTES_PER_S",
-        help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
-    )
-    add_speculation_arguments(parser)
+    add_optimize_arguments(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> None:

@@ -9,66 +9,21 @@ import sys
 import perfmodel as pm
 
 from ..errors import UsageError
-from ..options.grid import grid_from_args
-from ..options.outputs import add_report_argument, check_output_paths, close_figures, write_report
-from ..options.problem import add_problem_arguments, gpu_ids, resolve_common, resolve_workload
-from ..options.validators import output_dir
+from ..options.outputs import check_output_paths, close_figures, write_report
+from ..options.pareto import add_pareto_arguments, sweep_from_args
+from ..options.problem import gpu_ids, resolve_common
 from ..progress import Phases, run_with_phases
 from ..reports import provenance
-from ..reports.pareto import render
+from ..reports.pareto import FRONTIER_CAPTION, render
 
 HELP = (
     "throughput-interactivity frontier: output tokens/s per GPU vs tokens/s per user over TP, PP, "
     "dtypes and concurrency (closed loop), with 90% intervals and $ per million tokens"
 )
 
-DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
-
-
-def concurrency_list(text: str) -> tuple[int, ...]:
-    """``1,4,16`` -> (1, 4, 16): whole numbers >= 1, comma-separated."""
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(
-            f"must be whole numbers >= 1, comma-separated, got {text!r}; pass e.g. 1,4,16,64"
-        )
-    return tuple(sorted(set(values)))
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_problem_arguments(parser, workload=False, prefix=False)
-    parser.add_argument(
-        "--concurrency",
-        type=concurrency_list,
-        default=concurrency_list(DEFAULT_CONCURRENCY),
-        metavar="N,...",
-        help=f"clients in flight to sweep; the batch limit max_num_seqs = N (default {DEFAULT_CONCURRENCY})",
-    )
-    parser.add_argument(
-        "--plot",
-        type=output_dir,
-        default=None,
-        metavar="DIR",
-        help="write pareto_frontier.png here: the frontier and $ per million tokens, 90%% bars",
-    )
-    add_report_argument(parser)
-
-
-def _setup(args: argparse.Namespace):
-    """(workload, sweep grid) with one-line errors for bad lengths or dtypes."""
-    from optimize import pareto_grid
-
-    dtypes = grid_from_args(args, 1, 1)
-    grid = pareto_grid(
-        len(gpu_ids(args)),
-        args.concurrency,
-        kv_dtypes=dtypes.kv_dtypes,
-        weight_dtypes=dtypes.weight_dtypes,
-    )
-    return resolve_workload(args, rate=1.0), grid  # a closed loop: the rate is not used
+    add_pareto_arguments(parser)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -77,7 +32,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     from optimize import check_fits
 
     check_output_paths(args, files=("report",))
-    workload, grid = _setup(args)
+    workload, grid = sweep_from_args(args)
     gpus = gpu_ids(args)
     model = pm.load_model(args.model)
     hardware = [
@@ -97,7 +52,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     from optimize import pareto_frontier, pareto_problem
 
     phases("loading the posterior")
-    workload, grid = _setup(args)
+    workload, grid = sweep_from_args(args)
     model, gpus, hardware, efficiency = resolve_common(args)
     try:
         problem = pareto_problem(
@@ -138,12 +93,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         from ..reports.pages import pareto_page
 
         figure = pareto_figure(result)
-        caption = (
-            "Left: output tokens/s per GPU against tokens/s per user, each GPU's frontier with "
-            "90 % interval bars (grey: every eligible point). Right: $ per million output tokens "
-            "along the same frontiers."
-        )
-        write_report(args.report, pareto_page(out, [(caption, figure)]))
+        write_report(args.report, pareto_page(out, [(FRONTIER_CAPTION, figure)]))
         close_figures([figure])
         print(f"report: {args.report}", file=sys.stderr)
     if args.json:

@@ -8,19 +8,15 @@ import json
 import numpy as np
 
 import perfmodel as pm
-from perfmodel.dynamics import Trace, poisson_arrivals, rescale_arrivals, workload_from_trace
-from perfmodel.simulator import (
-    Speculation,
-    engine_summary,
-    requests_from_workload,
-    simulate,
-)
+from perfmodel.dynamics import workload_from_trace
+from perfmodel.simulator import Speculation, engine_summary, simulate
 
 from ..errors import UsageError
 from ..evaluation.features import feature_report
 from ..evaluation.load import engine_scales_report
 from ..evaluation.simulated import (
     prefix_caching,
+    requests_to_simulate,
     simulate_disagg,
     simulated_features,
     trace_reuse,
@@ -39,7 +35,7 @@ from ..options.validators import nonnegative_int, positive_int
 from ..progress import phases_for, simulation_progress
 from ..reports.features import render_features
 from ..reports.load import simulation_report
-from ..reports.simulated import render_simulated, render_simulation
+from ..reports.simulated import rejection_report, render_simulated, render_simulation
 
 HELP = "simulate a continuous-batching engine request by request: TTFT, TPOT, E2E percentiles"
 
@@ -67,21 +63,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         require_mtp(args.model)
 
 
-def _requests(args, workload, trace, concurrency) -> tuple[Trace, int]:
-    """The requests to simulate (a trace's head, rescaled to --rate; or sampled) and the loop."""
-    if trace is None:
-        if concurrency == 0 and float(workload.concurrency) > 0:
-            concurrency = round(float(workload.concurrency))
-        return requests_from_workload(workload, args.requests, args.seed), concurrency
-    sub = trace.head(min(args.requests, len(trace)))
-    if concurrency == 0:
-        if args.rate is not None and sub.has_arrivals:
-            sub = rescale_arrivals(sub, args.rate)
-        elif not sub.has_arrivals:
-            sub = poisson_arrivals(sub, args.rate, args.seed)
-    return sub, concurrency
-
-
 def run(args: argparse.Namespace) -> int:
     positive("--requests", args.requests)
     check_scheduler(args)
@@ -99,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         args, float(workload.prompt_tokens_mean)
     )  # before loading a posterior
     efficiency, source = simulation_efficiency(args, hardware)
-    requests, concurrency = _requests(args, workload, trace, args.concurrency or 0)
+    requests, concurrency = requests_to_simulate(args, workload, trace, args.concurrency or 0)
     if trace is not None and requests.has_arrivals and concurrency == 0 and len(requests) > 2:
         workload = workload_from_trace(requests)  # the closed form sees the simulated requests
     measured = trace_reuse(requests if trace is not None else None, model, hardware, deployment)
@@ -144,15 +125,7 @@ def run(args: argparse.Namespace) -> int:
         **simulation_report(result, engine_summary(result, efficiency)),
     }
     report["engine_scales"] = engine_scales_report(args, efficiency)
-    report["rejected"] = result.num_rejected
-    report["length_capped"] = int(
-        np.sum((result.output_tokens < requests.output_tokens) & ~result.rejected)
-    )
-    if report["rejected"]:
-        report["note"] = (
-            f"{report['rejected']} prompts longer than --max-model-len {args.max_model_len} were "
-            "rejected as vLLM does (no latency recorded); raise --max-model-len to serve them"
-        )
+    report.update(rejection_report(result, requests, args.max_model_len))
     report.update(features)
     simulated = (
         simulated_features(result, prefix, args, efficiency) if (prefix or speculation) else {}

@@ -1,4 +1,4 @@
-"""The serving features run inside ``simulate``'s engine: the prefix cache (synthetic shared
+"""The requests ``simulate`` runs, and the serving features run inside its engine: the prefix cache (synthetic shared
 prefixes or a trace's own block hashes), speculation, two disaggregated pools, and what the engine
 measured of them.
 """
@@ -9,11 +9,12 @@ import numpy as np
 
 import perfmodel as pm
 from perfmodel import features as ft
-from perfmodel.dynamics import Trace
+from perfmodel.dynamics import Trace, poisson_arrivals, rescale_arrivals
 from perfmodel.simulator import (
     PrefixCaching,
     engine_summary,
     replay_trace_reuse,
+    requests_from_workload,
     shared_prefix_caching,
     simulate_disaggregated,
     synthetic_prefix_hit_rate,
@@ -25,6 +26,22 @@ from ..options.calibration import simulation_efficiency
 from ..options.deployment import require_fit
 from ..options.disagg import disagg_pools, pool_efficiency
 from ..reports.render import latency_json
+
+
+def requests_to_simulate(args, workload, trace, concurrency: int) -> tuple[Trace, int]:
+    """The requests to simulate (a trace's head, rescaled to --rate or given Poisson arrivals;
+    else sampled from the workload) and the closed loop's clients (0: open loop)."""
+    if trace is None:
+        if concurrency == 0 and float(workload.concurrency) > 0:
+            concurrency = round(float(workload.concurrency))
+        return requests_from_workload(workload, args.requests, args.seed), concurrency
+    sub = trace.head(min(args.requests, len(trace)))
+    if concurrency == 0:
+        if args.rate is not None and sub.has_arrivals:
+            sub = rescale_arrivals(sub, args.rate)
+        elif not sub.has_arrivals:
+            sub = poisson_arrivals(sub, args.rate, args.seed)
+    return sub, concurrency
 
 
 def prefix_caching(args, trace: Trace, block: int) -> PrefixCaching | None:

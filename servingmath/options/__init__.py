@@ -6,6 +6,7 @@ one-line fix for anything a user can get wrong.
 GPU and parallelism; ``problem`` the search problem of ``optimize``, ``fleet``, ``forecast`` and
 ``pareto``, with its knob grid in ``grid`` and speculative decoding in ``speculation``; ``load``
 the workload and scheduler; ``features`` the serving features; ``disagg`` the two pools;
-``posterior`` and ``calibration`` the efficiencies; ``fit`` the measurements and sampler of a
-fit; ``run_fill`` what benchmark files leave out; ``outputs`` the files a command writes.
+``posterior`` and ``calibration`` the efficiencies; ``run_fill`` what benchmark files leave out;
+``outputs`` the files a command writes.  ``fit``, ``optimize``, ``fleet``, ``forecast`` and
+``pareto`` each declare one command's whole argument list from these groups and its own options.
 """

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import math
 
+from .optimize import describe_short
 from .render import table
 
+MIX_CAPTION = "Replicas per GPU type, stacked by request class, with each type's GPU count."
+"""The report's caption of the fleet mix chart."""
 
-def fleet_report(gpus, classes, fp, plan, exact) -> dict:
-    """The fleet plan as JSON-ready keys: each class's rate and capacity per replica of each type,
-    GPUs and replicas per type, the cost and the exact MILP cost and the gap between them."""
+
+def fleet_report(problem, gpus, classes, fp, configs, plan, exact) -> dict:
+    """The fleet plan as JSON-ready keys: each class's rate, capacity per replica of each type and
+    the configuration it runs on each usable type (``configs``, ``fleet_problem``'s), GPUs and
+    replicas per type, the cost and the exact MILP cost and the gap between them."""
     feasible = math.isfinite(plan.cost_per_hour)
     out = {
         "feasible": feasible,
@@ -37,6 +42,12 @@ def fleet_report(gpus, classes, fp, plan, exact) -> dict:
         "cost_per_hour": plan.cost_per_hour if feasible else None,
         "milp_cost_per_hour": exact.cost_per_hour if math.isfinite(exact.cost_per_hour) else None,
     }
+    for c, entry in enumerate(out["classes"]):  # what each class runs on each usable type
+        entry["configuration"] = {
+            g: describe_short(problem, gpus, configs[c, j])
+            for j, g in enumerate(gpus)
+            if configs[c, j, 0] >= 0
+        }
     out["gap"] = (
         (plan.cost_per_hour / exact.cost_per_hour - 1.0)
         if feasible and math.isfinite(exact.cost_per_hour)

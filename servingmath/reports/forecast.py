@@ -5,7 +5,20 @@ from __future__ import annotations
 import csv
 import math
 
+from .optimize import describe_short
 from .render import table
+
+FAN_CAPTION = "GPUs needed per period and type: median, 80 % and 95 % intervals."
+"""The report's caption of the fan chart."""
+
+
+def forecast_report(problem, gpus, configs: dict, periods: list[dict]) -> dict:
+    """The forecast as JSON keys: each type's configuration in words (``configs``, found at the
+    peak demand) and the periods of ``optimize.forecast_gpus``."""
+    return {
+        "configurations": {g: describe_short(problem, gpus, c) for g, c in configs.items()},
+        "periods": periods,
+    }
 
 
 def json_ready(x):

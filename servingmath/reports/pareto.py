@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from .render import human_seconds
 
+FRONTIER_CAPTION = (
+    "Left: output tokens/s per GPU against tokens/s per user, each GPU's frontier with "
+    "90 % interval bars (grey: every eligible point). Right: $ per million output tokens "
+    "along the same frontiers."
+)
+"""The report's caption of the frontier figure."""
+
 COLUMNS = ("tok/s/user", "tok/s/GPU", "$/M out tok", "TTFT", "GPU", "TPxPP", "weights/KV", "N")
 
 

@@ -4,10 +4,29 @@ stability, and the serving features the engine ran.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .load import engine_scales_line
 from .render import human_seconds, table
 
 STABLE_WORDS = {True: "yes", False: "no (the queue grew over the run)", None: "too short to tell"}
+
+
+def rejection_report(result, requests, max_model_len) -> dict:
+    """Requests the engine refused (prompts over --max-model-len) and cut short (output capped
+    by it), with a note in words when any were refused."""
+    out = {
+        "rejected": result.num_rejected,
+        "length_capped": int(
+            np.sum((result.output_tokens < requests.output_tokens) & ~result.rejected)
+        ),
+    }
+    if out["rejected"]:
+        out["note"] = (
+            f"{out['rejected']} prompts longer than --max-model-len {max_model_len} were "
+            "rejected as vLLM does (no latency recorded); raise --max-model-len to serve them"
+        )
+    return out
 
 
 def render_simulation(r: dict) -> str:
