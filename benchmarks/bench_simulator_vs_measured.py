@@ -209,19 +209,19 @@ def predict(run: dict, eff: Efficiency, max_requests: int, seed: int) -> dict:
     (model, hardware, deployment), f = serving_row_specs(pd.Series(run))
     workload = Workload(
         arrival_rate_per_s=1.0,
-        concurrency=f["conc"],
+        concurrency=f["concurrency"],
         interarrival_cv=1.0,
-        prompt_tokens_mean=f["inp"],
-        prompt_tokens_cv=f["inp_cv"],
-        output_tokens_mean=f["out"],
-        output_tokens_cv=f["out_cv"],
-        requests_per_client=f["rounds"],
+        prompt_tokens_mean=f["prompt_tokens_mean"],
+        prompt_tokens_cv=f["prompt_tokens_cv"],
+        output_tokens_mean=f["output_tokens_mean"],
+        output_tokens_cv=f["output_tokens_cv"],
+        requests_per_client=f["requests_per_client"],
     )
     t0 = time.perf_counter()
     cf_ttft, cf_tpot = (float(x) for x in _closed_form(model, hardware, deployment, eff, workload))
     t1 = time.perf_counter()
-    conc = round(f["conc"])
-    n = int(min(max(f["rounds"] * conc, conc), max(max_requests, conc)))
+    conc = round(f["concurrency"])
+    n = int(min(max(f["requests_per_client"] * conc, conc), max(max_requests, conc)))
     r = simulate(
         model, hardware, deployment, eff, workload, num_requests=n, seed=seed, concurrency=conc
     )

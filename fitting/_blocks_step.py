@@ -7,6 +7,16 @@ deployment; ``StepMetric`` says which of the four step quantities the row measur
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import perfmodel
+from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec
+
+from ._blocks_base import RowBlock, RowScales, stack_specs
 
 
 class StepMetric(IntEnum):
@@ -35,3 +45,51 @@ STEP_METRICS = {
     ("static_batch", "output_throughput"): StepMetric.OUTPUT_THROUGHPUT,
 }
 """(scenario, metric) of a step row -> the quantity it measured."""
+
+
+class StepRows(RowBlock):
+    """Step rows with their deployments stacked for ``vmap``: per row a prefill and a decode
+    iteration (``perfmodel.prefill_step`` / ``decode_step``), combined as ``StepMetric`` says."""
+
+    prompt_tokens: np.ndarray
+    """P: prompt tokens of each request."""
+    output_tokens: np.ndarray
+    """O: output tokens of each request (1 where the row records none)."""
+    batch_size: np.ndarray
+    """B: requests (sequences) in the batch."""
+    context_tokens: np.ndarray
+    """Tokens in context at a decode iteration (P + O / 2 where the row records none)."""
+    metric: np.ndarray
+    """``StepMetric`` code of what the row measured (int)."""
+    specs: tuple[ModelSpec, HardwareSpec, Deployment]
+    """Per-row model, hardware and deployment, stacked leaf by leaf."""
+
+    INTEGER_FIELDS: ClassVar[frozenset[str]] = RowBlock.INTEGER_FIELDS | {"metric"}
+
+    @classmethod
+    def from_rows(cls, rows: list[dict[str, float]], specs: list[tuple]) -> StepRows:
+        """Stack per-row numbers (keyed by field name) and each row's specs."""
+        return super().from_rows(rows, specs=stack_specs(specs))
+
+    def predict(self, eff: Efficiency, ker: Efficiency, scales: RowScales) -> jnp.ndarray:
+        # the source's collective-latency scale (COMM_GROUP) on the TP all-reduces
+        eff = eff.with_collective_latency_scale(jnp.exp(scales.comm_latency_log[self.pos]))
+        model, hw, dep = self.specs
+
+        def one(m, h, d, e, inp, batch, ctx):
+            pre = perfmodel.prefill_step(m, h, d, e, inp, batch).total_s
+            dec = perfmodel.decode_step(m, h, d, e, batch, ctx).total_s
+            return pre, dec
+
+        pre, dec = jax.vmap(one)(
+            model, hw, dep, eff, self.prompt_tokens, self.batch_size, self.context_tokens
+        )
+        latency = pre + (self.output_tokens - 1.0) * dec
+        quantity = {
+            StepMetric.PREFILL_TIME: pre,
+            StepMetric.DECODE_ITERATION_TIME: dec,
+            StepMetric.BATCH_LATENCY: latency,
+            StepMetric.OUTPUT_THROUGHPUT: self.batch_size * self.output_tokens / latency,
+        }
+        table = jnp.stack([quantity[m] for m in StepMetric], axis=1)
+        return jnp.take_along_axis(table, self.metric[:, None], axis=1)[:, 0]

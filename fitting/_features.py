@@ -25,6 +25,8 @@ from perfmodel import (
     prefill_attention_flops,
 )
 
+from ._blocks_base import RowBlock
+from ._blocks_kernel import AttentionRows, ElementwiseRows, GemmRows
 from ._groups import notes_dict
 
 ACT_BYTES = 2.0  # fp16/bf16 activations in every profiled kernel (vidur fp16, aic bf16)
@@ -65,22 +67,23 @@ def _f(x: object) -> float:
     return v
 
 
-def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float]]:
-    """Block name and numbers of one ``op`` row (raises KeyError/ValueError when not covered)."""
+def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[type[RowBlock], dict[str, float]]:
+    """Block type and numbers (by field name) of one ``op`` row (raises KeyError/ValueError when
+    not covered)."""
     op, notes = row["op"], notes_dict(row["notes"])
     peak_bf16, bw = float(hw.dense_flops_per_s[0]), float(hw.hbm_bytes_per_s)
     if op == "gemm":
         dt = notes["gemm_dtype"]
         low = dt in LOW_PRECISION
         peak = float(hw.dense_flops_per_s[1]) if low else peak_bf16
-        return "gemm", {
-            "m": _f(row["num_tokens"]),
-            "n": _f(notes["n"]),
-            "k": _f(notes["k"]),
-            "in_bytes": 1.0 if low else ACT_BYTES,
-            "peak": peak,
-            "bw": bw,
-            "low": float(low),
+        return GemmRows, {
+            "m_tokens": _f(row["num_tokens"]),
+            "n_out_features": _f(notes["n"]),
+            "k_in_features": _f(notes["k"]),
+            "input_bytes_per_elem": 1.0 if low else ACT_BYTES,
+            "peak_flops_per_s": peak,
+            "hbm_bytes_per_s": bw,
+            "low_precision": float(low),
         }
     if op in ("attn_prefill", "attn_decode"):
         h, hkv, d = (_f(notes[k]) for k in ("num_heads", "num_kv_heads", "head_dim"))
@@ -104,14 +107,14 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
             moved = b * c * 2 * hkv * d * kv_b + b * 2 * h * d * ACT_BYTES
             q, units = c, b * hkv  # the decode grid: one CTA per (sequence, KV head)
             tile = 0.0  # split-KV decode: no CTA spans a whole long context
-        return "attention", {
+        return AttentionRows, {
             "flops": flops,
-            "bytes": moved,
-            "q": q,
-            "units": units,
-            "tile": tile,
-            "peak": peak_bf16,
-            "bw": bw,
+            "bytes_moved": moved,
+            "tokens_per_sequence": q,
+            "work_units": units,
+            "tile_flops": tile,
+            "peak_flops_per_s": peak_bf16,
+            "hbm_bytes_per_s": bw,
         }
     # vidur per-layer ops of a model's TP shard
     spec = _model(row["model"])
@@ -128,14 +131,14 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
     }
     if op in gemms:
         n, k = gemms[op]
-        return "gemm", {
-            "m": m,
-            "n": n,
-            "k": k,
-            "in_bytes": ACT_BYTES,
-            "peak": peak_bf16,
-            "bw": bw,
-            "low": 0.0,
+        return GemmRows, {
+            "m_tokens": m,
+            "n_out_features": n,
+            "k_in_features": k,
+            "input_bytes_per_elem": ACT_BYTES,
+            "peak_flops_per_s": peak_bf16,
+            "hbm_bytes_per_s": bw,
+            "low_precision": 0.0,
         }
     widths = {
         "emb": 2 * hidden,
@@ -148,18 +151,23 @@ def _op_features(row: pd.Series, hw: HardwareSpec) -> tuple[str, dict[str, float
     # a residual add streams with no per-row work: HBM-bound only (vidur: 0.83-0.96 of peak on
     # A40, A100 and H100 alike); norms, activations, rope and gathers also pay the on-chip ceiling
     onchip = 0.0 if op == "add" else 1.0
-    return "elementwise", {"bytes": m * widths[op] * ACT_BYTES, "bw": bw, "onchip": onchip}
+    return ElementwiseRows, {
+        "bytes_moved": m * widths[op] * ACT_BYTES,
+        "hbm_bytes_per_s": bw,
+        "onchip_work": onchip,
+    }
 
 
 def _collective_features(row: pd.Series, hw: HardwareSpec) -> dict[str, float]:
+    """``CollectiveRows`` numbers (by field name) of one ``collective`` row."""
     cross = "cross-node" in str(row["notes"])
     link = float(hw.internode_bytes_per_s) if cross else float(hw.link_bytes_per_s)
     if not math.isfinite(link):
         raise ValueError("hardware row has no link bandwidth")
     return {
         "kind": float(COLLECTIVE_KINDS[row["op"]]),
-        "msg": _f(row["message_bytes"]),
-        "p": _f(row["num_gpus"]),
-        "link": link,
-        "cross": float(cross),
+        "message_bytes": _f(row["message_bytes"]),
+        "num_devices": _f(row["num_gpus"]),
+        "link_bytes_per_s": link,
+        "cross_node": float(cross),
     }

@@ -114,8 +114,9 @@ def predictive_log_draws(
     )
     # the open-loop closed form holds ~1 MB of quadrature nodes per row and draw, a closed-loop
     # row a few kB: chunk the draws so one chunk stays near SERVING_ROW_DRAWS_PER_CHUNK row-draws
-    n_open = len(prep.blocks["open"]["inp"]) if "open" in prep.blocks else 0
-    n_closed = len(prep.blocks["closed"]["inp"]) if "closed" in prep.blocks else 0
+    blocks = prep.blocks
+    n_open = blocks.open.num_configurations if blocks.open is not None else 0
+    n_closed = blocks.closed.num_configurations if blocks.closed is not None else 0
     n_serving = n_open + n_closed // CLOSED_ROWS_PER_OPEN_ROW
     batch = max(1, SERVING_ROW_DRAWS_PER_CHUNK // n_serving) if n_serving else num_draws
     loc = map_chunks(lambda p, o, z: predict_log(prep, p, o, z), xs, min(batch, num_draws))

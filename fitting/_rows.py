@@ -4,7 +4,8 @@ Each row of the tidy table (``../shared/data/SCHEMA.md``) is classified (``gemm`
 ``attention``, ``collective``, ``step``, ``closed``, ``open``), its shapes are derived from the model config,
 TP degree and ``notes``, and it gets a GPU index, a noise group and (where identifiable) a
 (source, group) offset cell.  Rows no budget covers are returned with a reason, never dropped.
-``fitting._predict`` evaluates the blocks in JAX.
+Each kind's rows stack into its typed block (``_blocks.Blocks``); ``fitting._predict`` evaluates
+the blocks in JAX.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from statistics import NormalDist
 
-import jax
 import numpy as np
 import pandas as pd
 
 import perfmodel
 from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, ModelSpec  # noqa: F401  (re-exported)
 
+from ._blocks import BLOCK_NAMES, BLOCK_TYPES, Blocks
 from ._blocks_e2e import (
     E2E_METRICS,
     E2E_STATS,
@@ -77,6 +78,7 @@ def _row_specs(model_id: str, gpu: str, tp: float, pp: float, wdt: str, kvdt: st
 
 
 def _step_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
+    """A step row -> its (model, hardware, deployment) and ``StepRows`` numbers by field name."""
     key = (row["scenario"], row["metric"])
     if key not in STEP_METRICS:
         raise ValueError(f"no prediction for {row['scenario']} metric {row['metric']!r}")
@@ -99,12 +101,11 @@ def _step_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     ctx = _f(row["context_len"])
     ctx = inp + out / 2.0 if not ctx >= 0 else ctx
     return specs, {
-        "inp": inp,
-        "out": out,
-        "batch": b,
-        "ctx": ctx,
-        "metric": float(STEP_METRICS[key]),
-        "low": float(wdt in LOW_PRECISION),
+        "prompt_tokens": inp,
+        "output_tokens": out,
+        "batch_size": b,
+        "context_tokens": ctx,
+        "metric": int(STEP_METRICS[key]),
     }
 
 
@@ -114,7 +115,8 @@ class Prepared:
 
     Attributes:
         table: the covered rows (original index kept).
-        blocks: per block name, a dict of arrays; ``pos`` places each row in ``table``.
+        blocks: the rows' numbers, one typed block per kind of row; a block's ``pos`` places
+            each of its rows in ``table``.
         gpus, cells, noise_keys: labels behind ``gpu_idx``, ``cell_idx``, ``noise_idx``; a cell is
             ``"<source>:<engine>|<noise key>"``, the unit of the source/discrepancy offset;
             ``cell_idx`` is -1 for rows of groups without an offset (``has_offset``).
@@ -125,7 +127,7 @@ class Prepared:
     """
 
     table: pd.DataFrame
-    blocks: dict[str, dict[str, np.ndarray]]
+    blocks: Blocks
     gpus: tuple[str, ...]
     cells: tuple[str, ...]
     noise_keys: tuple[str, ...]
@@ -231,7 +233,8 @@ def stream_chunk_tokens(row: pd.Series) -> float:
 def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     """Serving (closed loop at ``concurrency`` or open loop at ``request_rate``) and saturated
     rows -> deployment specs and workload numbers (``perfmodel.closed_loop_metrics`` /
-    ``serving_metrics``).  Data-parallel replicas = num_gpus / (tp pp); an unrecorded tp is the
+    ``serving_metrics``): the ``ServingRows`` fields by name, and ``open_loop`` (1.0 for an
+    open-loop row, else 0.0).  Data-parallel replicas = num_gpus / (tp pp); an unrecorded tp is the
     smallest that holds the weights (MLPerf)."""
     metric = row["metric"]
     stat = row["stat"] if isinstance(row["stat"], str) else ""
@@ -272,17 +275,17 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     replicas = max(1.0, math.floor(gpus / (tp * pp)))
     specs = _e2e_specs(row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc)
     return specs, {
-        "inp": inp,
-        "inp_cv": inp_cv,
-        "inp_log_sd": inp_log_sd,
-        "out": out,
-        "out_cv": out_cv,
-        "conc": conc if conc > 0 else (1e9 if scenario == "saturated" else 0.0),
-        "rate": rate if open_loop else 1.0,
-        "rounds": _requests_per_client(row) if scenario == "serving" else math.inf,
-        "col": float(col),
-        "stream": stream_chunk_tokens(row) if metric == "itl" else 1.0,
-        "open": float(open_loop),
+        "prompt_tokens_mean": inp,
+        "prompt_tokens_cv": inp_cv,
+        "prompt_mean_log_sd": inp_log_sd,
+        "output_tokens_mean": out,
+        "output_tokens_cv": out_cv,
+        "concurrency": conc if conc > 0 else (1e9 if scenario == "saturated" else 0.0),
+        "request_rate_per_s": rate if open_loop else 1.0,
+        "requests_per_client": _requests_per_client(row) if scenario == "serving" else math.inf,
+        "column": int(col),
+        "stream_chunk_tokens": stream_chunk_tokens(row) if metric == "itl" else 1.0,
+        "open_loop": float(open_loop),
     }
 
 
@@ -333,29 +336,6 @@ def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc):
     return m, h, dep
 
 
-E2E_BLOCKS = ("closed", "open")
-"""Blocks whose rows share a configuration: one evaluation yields every metric and statistic."""
-PER_ROW = ("pos", "col", "stream")
-"""Features of an end-to-end row that are its own (the rest describe its configuration)."""
-
-
-def _share_configurations(block: dict[str, np.ndarray], specs: list[tuple]) -> list[tuple]:
-    """Fold the rows of one run (13 rows: 4 latencies x 3 stats + throughput) onto one
-    configuration each: ``block["config"]`` indexes each row's configuration, the configuration
-    features shrink to one entry per configuration, and the unique specs are returned."""
-    names = [c for c in block if c not in PER_ROW]
-    keys = [(id(sp),) + tuple(float(block[c][i]) for c in names) for i, sp in enumerate(specs)]
-    first: dict[tuple, int] = {}
-    config = np.asarray([first.setdefault(k, len(first)) for k in keys], dtype=int)
-    heads = np.asarray(sorted(first.values(), key=lambda j: j))
-    rows_of = {j: i for i, j in reversed(list(enumerate(config)))}
-    order = [rows_of[j] for j in heads]
-    for c in names:
-        block[c] = block[c][order]
-    block["config"] = config
-    return [specs[i] for i in order]
-
-
 def _skip_reason(row: pd.Series, serving: bool) -> str | None:
     notes = str(row.get("notes", ""))
     if row["scenario"] in E2E_SCENARIOS and not serving:
@@ -388,18 +368,8 @@ def prepare(
     """Turn measurement rows into prediction inputs; label sets extend the given ones (a fitted
     posterior's), so indices stay aligned with its parameters.  ``serving=False`` skips
     ``serving`` rows (the fit does: their closed-loop solve is costly inside NUTS)."""
-    rows: dict[str, list] = {
-        "gemm": [],
-        "elementwise": [],
-        "attention": [],
-        "collective": [],
-        "step": [],
-        "closed": [],
-        "open": [],
-    }
-    step_specs: list[tuple] = []
-    closed_specs: list[tuple] = []
-    open_specs: list[tuple] = []
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in BLOCK_TYPES}
+    specs_of: dict[str, list[tuple]] = {name: [] for name in BLOCK_TYPES}
     kept, skipped = [], []
     for idx, row in table.iterrows():
         reason = _skip_reason(row, serving)
@@ -408,21 +378,20 @@ def prepare(
                 hw = _hardware(row["gpu"])
                 specs = None
                 if row["scenario"] == "op":
-                    block, feats = _op_features(row, hw)
+                    kind, feats = _op_features(row, hw)
+                    block = BLOCK_NAMES[kind]
                 elif row["scenario"] == "collective":
                     block, feats = "collective", _collective_features(row, hw)
                 elif row["scenario"] in E2E_SCENARIOS:
                     specs, feats = _e2e_features(row)
-                    block = "open" if feats.pop("open") else "closed"
+                    block = "open" if feats.pop("open_loop") else "closed"
                 else:
                     block, (specs, feats) = "step", _step_features(row)
                 if not all(math.isfinite(v) for v in feats.values() if v != math.inf):
                     raise ValueError("a needed column is empty")
                 # a row's specs join its block only once every check passed (one entry per row)
                 if specs is not None:
-                    {"step": step_specs, "closed": closed_specs, "open": open_specs}[block].append(
-                        specs
-                    )
+                    specs_of[block].append(specs)
                 feats["pos"] = len(kept)
                 rows[block].append(feats)
                 kept.append(idx)
@@ -436,20 +405,17 @@ def prepare(
         else:
             skipped.append((idx, reason))
     kept_table = table.loc[kept]
-    blocks = {
-        k: {c: np.asarray([r[c] for r in v], dtype=float) for c in v[0]}
-        for k, v in rows.items()
-        if v
-    }
-    for b in blocks.values():
-        b["pos"] = b["pos"].astype(int)
-    for name, specs in (("step", step_specs), ("closed", closed_specs), ("open", open_specs)):
-        if specs:
-            if name in E2E_BLOCKS:
-                specs = _share_configurations(blocks[name], specs)
-            blocks[name]["specs"] = jax.tree.map(
-                lambda *xs: np.stack([np.asarray(x) for x in xs]), *specs
+    blocks = Blocks(
+        **{
+            name: (
+                BLOCK_TYPES[name].from_rows(found, specs=specs_of[name])
+                if specs_of[name]
+                else BLOCK_TYPES[name].from_rows(found)
             )
+            for name, found in rows.items()
+            if found
+        }
+    )
 
     def labels(values: list[str], given):
         out = list(given or ())

@@ -230,8 +230,8 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     from fitting._serving_stage import add_serving_stage
 
     def predict_log(prep, params, cell_offset=None):
-        b = prep.blocks["closed"]
-        conc = jnp.asarray(b["conc"])[b["config"]]
+        b = prep.blocks.closed
+        conc = jnp.asarray(b.concurrency)[b.config]
         return jnp.log(params["step_overhead_s"][prep.gpu_idx] * (1.0 + conc))
 
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)

@@ -300,10 +300,10 @@ def test_sliding_window_decode_reads_only_the_window():
         for c in (127, 65535)
     ]
     prep, _ = predicted(rows)
-    b = prep.blocks["attention"]
+    b = prep.blocks.attention
     kv_bytes, q_bytes = 4 * 128 * 2 * 1 * 128 * 2, 4 * 2 * 8 * 128 * 2
-    np.testing.assert_allclose(b["bytes"], [kv_bytes + q_bytes] * 2)
-    np.testing.assert_allclose(b["flops"], [4 * 128 * 2 * 2 * 8 * 128] * 2)
+    np.testing.assert_allclose(b.bytes_moved, [kv_bytes + q_bytes] * 2)
+    np.testing.assert_allclose(b.flops, [4 * 128 * 2 * 2 * 8 * 128] * 2)
 
 
 def test_vllm_graph_and_eager_all_reduce_get_their_own_latency_cells():
