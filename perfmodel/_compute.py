@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from ._constants import FLOPS_PER_MAC
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._types import Array, ArrayLike
+from ._types import Array, BatchArray, BatchLike
 
 
 class StepTime(eqx.Module):
@@ -33,13 +33,13 @@ def peak_flops_per_s(hardware: HardwareSpec, deployment: Deployment) -> Array:
     return jnp.dot(deployment.compute_dtype_mix, hardware.dense_flops_per_s)
 
 
-def compute_fraction(efficiency: Efficiency, batched_tokens: ArrayLike) -> Array:
+def compute_fraction(efficiency: Efficiency, batched_tokens: BatchLike) -> BatchArray:
     """eta_c(n) = eta_max * n / (n + n_half): small GEMMs leave tensor cores idle."""
     n = jnp.asarray(batched_tokens)
     return efficiency.compute_fraction_max * n / (n + efficiency.compute_half_tokens)
 
 
-def linear_flops(model: ModelSpec, tokens: ArrayLike, sampled_tokens: ArrayLike) -> Array:
+def linear_flops(model: ModelSpec, tokens: BatchLike, sampled_tokens: BatchLike) -> BatchArray:
     """GEMM FLOPs: 2 * (active params - embedding - LM head) per token, LM head per sampled token."""
     body = model.active_params - model.embedding_params - model.lm_head_params
     return FLOPS_PER_MAC * (body * tokens + model.lm_head_params * sampled_tokens)
@@ -47,10 +47,10 @@ def linear_flops(model: ModelSpec, tokens: ArrayLike, sampled_tokens: ArrayLike)
 
 def attention_flops(
     model: ModelSpec,
-    new_tokens: ArrayLike,
-    context_tokens: ArrayLike,
+    new_tokens: BatchLike,
+    context_tokens: BatchLike,
     temperature: float = 0.0,
-) -> Array:
+) -> BatchArray:
     """Attention FLOPs of appending ``new_tokens`` to a sequence holding ``context_tokens``.
 
     New token i attends to c + i positions (causal), so full layers see n*c + n(n+1)/2 pairs;

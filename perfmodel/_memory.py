@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from ._constants import ACTIVATION_BYTES, KV_FACTOR, GiB
 from ._smooth import smooth_ceil, smooth_floor, smooth_min
 from ._specs import Deployment, HardwareSpec, ModelSpec
-from ._types import Array, ArrayLike
+from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 ACTIVATION_WIDTHS_PER_TOKEN = 8.0
 """Peak live activations of one forward pass, in hidden-size widths per batched token
@@ -36,7 +36,7 @@ def attention_layers(model: ModelSpec) -> Array:
     return model.num_full_attention_layers + model.num_window_layers
 
 
-def kv_bytes_per_token(model: ModelSpec, kv_bytes_per_elem: ArrayLike) -> Array:
+def kv_bytes_per_token(model: ModelSpec, kv_bytes_per_elem: BatchLike) -> BatchArray:
     """Whole-model KV bytes per cached token (upper bound: every attention layer holds it).
 
     Llama-2-7B in fp16: 2 * 32 * 32 * 128 * 2 = 524,288 bytes.
@@ -46,10 +46,10 @@ def kv_bytes_per_token(model: ModelSpec, kv_bytes_per_elem: ArrayLike) -> Array:
 
 def kv_bytes_per_sequence(
     model: ModelSpec,
-    kv_bytes_per_elem: ArrayLike,
-    context_tokens: ArrayLike,
+    kv_bytes_per_elem: BatchLike,
+    context_tokens: BatchLike,
     temperature: float = 0.0,
-) -> Array:
+) -> BatchArray:
     """Whole-model KV bytes of one sequence of ``context_tokens``; windowed layers cap at the window."""
     live_window = smooth_min(context_tokens, jnp.maximum(model.window_tokens, 1.0), temperature)
     live_tokens = (
@@ -58,7 +58,7 @@ def kv_bytes_per_sequence(
     return live_tokens * kv_elems_per_token_per_layer(model) * kv_bytes_per_elem
 
 
-def kv_shard_fraction(model: ModelSpec, tp: ArrayLike, pp: ArrayLike) -> Array:
+def kv_shard_fraction(model: ModelSpec, tp: BatchLike, pp: BatchLike) -> BatchArray:
     """Share of a token's KV that one device of a TP x PP group stores.
 
     KV heads split across TP ranks until each rank has one head, then replicate; the MLA latent
@@ -69,7 +69,7 @@ def kv_shard_fraction(model: ModelSpec, tp: ArrayLike, pp: ArrayLike) -> Array:
     return tp_share / pp
 
 
-def weight_bytes(model: ModelSpec, weight_bytes_per_param: ArrayLike) -> Array:
+def weight_bytes(model: ModelSpec, weight_bytes_per_param: BatchLike) -> BatchArray:
     """All weights (MoE: every expert) at the storage width."""
     return model.total_params * weight_bytes_per_param
 

@@ -22,7 +22,7 @@ from ._constants import FLOPS_PER_MAC
 from ._parallel import point_to_point_s, ring_all_reduce_s
 from ._smooth import smooth_max
 from ._specs import Efficiency
-from ._types import Array, ArrayLike
+from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 ATTENTION_MATMULS = 2.0
 """Q K^T logits and the P V reduction: two matmuls per attended (query, key) pair."""
@@ -56,19 +56,19 @@ attention-kernel, tiling, FP8 derate, NCCL protocol, inter-node fabric)."""
 
 
 def gemm_time_s(
-    m: ArrayLike,
-    n: ArrayLike,
-    k: ArrayLike,
-    input_bytes_per_elem: ArrayLike,
-    peak_flops_per_s: ArrayLike,
-    hbm_bytes_per_s: ArrayLike,
+    m: BatchLike,
+    n: BatchLike,
+    k: BatchLike,
+    input_bytes_per_elem: BatchLike,
+    peak_flops_per_s: BatchLike,
+    hbm_bytes_per_s: BatchLike,
     efficiency: Efficiency,
     kernel: KernelEfficiency,
-    low_precision: ArrayLike = 0.0,
+    low_precision: BatchLike = 0.0,
     temperature: float = 0.0,
-    weight_bytes_per_elem: ArrayLike | None = None,
-    groups: ArrayLike = 1.0,
-) -> Array:
+    weight_bytes_per_elem: BatchLike | None = None,
+    groups: BatchLike = 1.0,
+) -> BatchArray:
     """Time of ``y = x W^T`` with x (m, k), W (n, k): roofline of 2mnk FLOPs and the bytes moved.
 
     Bytes = m k * input width + n k * weight width (``weight_bytes_per_elem``, default the input
@@ -104,11 +104,11 @@ def gemm_time_s(
 
 
 def elementwise_time_s(
-    bytes_moved: ArrayLike,
-    hbm_bytes_per_s: ArrayLike,
+    bytes_moved: BatchLike,
+    hbm_bytes_per_s: BatchLike,
     kernel: KernelEfficiency,
-    onchip: ArrayLike = 1.0,
-) -> Array:
+    onchip: BatchLike = 1.0,
+) -> BatchArray:
     """Bandwidth-bound kernel (norm, residual add, activation, rope, embedding gather):
     s = bytes / (BW * eta_elem) + onchip * bytes / R_onchip (two ceilings in series: the HBM
     stream and the SMs' own issue rate, ``elementwise_onchip_bytes_per_s``, inf by default;
@@ -124,17 +124,17 @@ def elementwise_time_s(
 
 
 def attention_time_s(
-    flops: ArrayLike,
-    bytes_moved: ArrayLike,
-    tokens_per_sequence: ArrayLike,
-    peak_flops_per_s: ArrayLike,
-    hbm_bytes_per_s: ArrayLike,
+    flops: BatchLike,
+    bytes_moved: BatchLike,
+    tokens_per_sequence: BatchLike,
+    peak_flops_per_s: BatchLike,
+    hbm_bytes_per_s: BatchLike,
     efficiency: Efficiency,
     kernel: KernelEfficiency,
     temperature: float = 0.0,
-    work_units: ArrayLike = 0.0,
-    tile_flops: ArrayLike = 0.0,
-) -> Array:
+    work_units: BatchLike = 0.0,
+    tile_flops: BatchLike = 0.0,
+) -> BatchArray:
     """One fused attention call: roofline of its FLOPs at eta_a(s) = eta_a,max s / (s + s_half),
     s = ``tokens_per_sequence``, and the bytes it moves (Q, K, V, output; the KV cache for decode)
     at eta_b, plus launch and ``attention_overhead_s`` (FlashAttention tiling: Dao 2023; Shah et al.
@@ -154,12 +154,12 @@ def attention_time_s(
 
 
 def prefill_attention_flops(
-    batch: ArrayLike,
-    new_tokens: ArrayLike,
-    num_heads: ArrayLike,
-    head_dim: ArrayLike,
-    window_tokens: ArrayLike = 0.0,
-) -> Array:
+    batch: BatchLike,
+    new_tokens: BatchLike,
+    num_heads: BatchLike,
+    head_dim: BatchLike,
+    window_tokens: BatchLike = 0.0,
+) -> BatchArray:
     """Causal self-attention FLOPs of ``batch`` prompts of ``new_tokens`` from an empty cache:
     pairs = s(s+1)/2 (full) or ~ s * min((s+1)/2, W) (window W > 0); each pair costs
     2 matmuls * 2 FLOPs * heads * head_dim (Kaplan et al. 2020, Table 1)."""
@@ -175,7 +175,7 @@ ATTENTION_QUERY_TILE = 128.0
 """Query rows per FlashAttention-2/3 CTA at head dims 64-256 (Dao 2023; Shah et al. 2024)."""
 
 
-def attention_tile_flops(keys: ArrayLike, new_tokens: ArrayLike, head_dim: ArrayLike) -> Array:
+def attention_tile_flops(keys: BatchLike, new_tokens: BatchLike, head_dim: BatchLike) -> BatchArray:
     """FLOPs of a fused attention kernel's longest CTA: min(``ATTENTION_QUERY_TILE``, new tokens)
     query rows of one head against ``keys`` keys (the last tile of a causal prefill sees every key),
     2 matmuls * 2 FLOPs * head_dim per pair.  E.g. 4096 keys, head dim 128: 128 * 4096 * 512
@@ -208,13 +208,13 @@ def _one_protocol_s(kind, message_bytes, num_devices, link_bytes_per_s, efficien
 
 
 def collective_time_s(
-    kind: ArrayLike,
-    message_bytes: ArrayLike,
-    num_devices: ArrayLike,
-    link_bytes_per_s: ArrayLike,
+    kind: BatchLike,
+    message_bytes: BatchLike,
+    num_devices: BatchLike,
+    link_bytes_per_s: BatchLike,
     efficiency: Efficiency,
     kernel: KernelEfficiency | None = None,
-) -> Array:
+) -> BatchArray:
     """Collective by kind code: 0 all-reduce (ring), 1 one-pass (gather/scatter/all-to-all),
     2 send/recv (point to point).  Codes keep the dispatch a ``where``, not Python control flow.
 

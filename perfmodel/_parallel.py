@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from ._constants import ACTIVATION_BYTES
 from ._smooth import smooth_step
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._types import Array, ArrayLike
+from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 ALL_REDUCES_PER_LAYER = 2.0
 """Attention output and MLP output (Megatron-LM)."""
@@ -25,11 +25,11 @@ def _safe_div(num: ArrayLike, den: ArrayLike) -> Array:
 
 
 def ring_all_reduce_s(
-    message_bytes: ArrayLike,
-    num_devices: ArrayLike,
-    link_bytes_per_s: ArrayLike,
+    message_bytes: BatchLike,
+    num_devices: BatchLike,
+    link_bytes_per_s: BatchLike,
     efficiency: Efficiency,
-) -> Array:
+) -> BatchArray:
     """Ring all-reduce time: 2(p-1)/p * n / (bw * eta) + 2(p-1) * alpha + alpha_0; zero for one
     device (alpha_0 = ``collective_base_latency_s``, the per-call cost)."""
     p = jnp.asarray(num_devices)
@@ -41,8 +41,8 @@ def ring_all_reduce_s(
 
 
 def point_to_point_s(
-    message_bytes: ArrayLike, link_bytes_per_s: ArrayLike, efficiency: Efficiency
-) -> Array:
+    message_bytes: BatchLike, link_bytes_per_s: BatchLike, efficiency: Efficiency
+) -> BatchArray:
     """One send/recv: n / (bw * eta) + alpha + alpha_0."""
     bw = link_bytes_per_s * efficiency.collective_bandwidth_fraction
     latency = efficiency.collective_latency_s + efficiency.collective_base_latency_s
@@ -64,9 +64,9 @@ def tp_comm_s(
     hardware: HardwareSpec,
     deployment: Deployment,
     efficiency: Efficiency,
-    tokens: ArrayLike,
+    tokens: BatchLike,
     temperature: float = 0.0,
-) -> Array:
+) -> BatchArray:
     """TP all-reduce time of one forward pass over ``tokens``, all layers (summed over stages)."""
     message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
     link = group_link_bytes_per_s(hardware, deployment.tp, temperature)
@@ -79,21 +79,21 @@ def pp_transfer_s(
     hardware: HardwareSpec,
     deployment: Deployment,
     efficiency: Efficiency,
-    tokens: ArrayLike,
+    tokens: BatchLike,
     temperature: float = 0.0,
-) -> Array:
+) -> BatchArray:
     """Activation hand-offs between the pp stages of one forward pass: (pp - 1) sends."""
     message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
     link = group_link_bytes_per_s(hardware, deployment.tp * deployment.pp, temperature)
     return (deployment.pp - 1.0) * point_to_point_s(message, link, efficiency)
 
 
-def pp_bubble_fraction(pp: ArrayLike, microbatches: ArrayLike) -> Array:
+def pp_bubble_fraction(pp: BatchLike, microbatches: BatchLike) -> BatchArray:
     """Idle share of a GPipe schedule: (p - 1) / (m + p - 1)."""
     return (pp - 1.0) / (microbatches + pp - 1.0)
 
 
-def pipeline_time_factor(pp: ArrayLike, microbatches: ArrayLike) -> Array:
+def pipeline_time_factor(pp: BatchLike, microbatches: BatchLike) -> BatchArray:
     """Iteration time of m microbatches through p stages, relative to one pass of the whole batch
     through all stages at the same per-microbatch work: (m + p - 1) / (m * p).  Equals 1 at p = 1."""
     return (microbatches + pp - 1.0) / (microbatches * pp)

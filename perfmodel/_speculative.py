@@ -21,7 +21,7 @@ from ._catalog import CatalogError, data_dir
 from ._reuse import monotone_root
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import decode_step, forward_step
-from ._types import Array, ArrayLike
+from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 SERIES_SWITCH = 1e-4
 """|1 - alpha| below which E(alpha) uses its second-order Taylor series at alpha = 1 (the closed
@@ -32,7 +32,7 @@ MTP_LAYERS_PER_DRAFT_TOKEN = 1.0
 the embedding and LM head are shared with the target)."""
 
 
-def expected_tokens_per_step(acceptance: ArrayLike, draft_tokens: ArrayLike) -> Array:
+def expected_tokens_per_step(acceptance: BatchLike, draft_tokens: BatchLike) -> BatchArray:
     """E = (1 - a^(k+1)) / (1 - a) = sum_{i=0..k} a^i; equals k + 1 at a = 1, smooth there.
 
     Args:
@@ -49,7 +49,7 @@ def expected_tokens_per_step(acceptance: ArrayLike, draft_tokens: ArrayLike) -> 
     return jnp.where(near, series, closed)
 
 
-def acceptance_from_length(acceptance_length: ArrayLike, draft_tokens: ArrayLike) -> Array:
+def acceptance_from_length(acceptance_length: BatchLike, draft_tokens: BatchLike) -> BatchArray:
     """Per-token alpha whose E(alpha, k) equals a measured acceptance length AL in [1, k + 1]
     (AL = 1 + accepted draft tokens / verification steps, bonus token included)."""
     al = jnp.asarray(acceptance_length, dtype=float)

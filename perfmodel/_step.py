@@ -22,10 +22,10 @@ from ._memory import kv_bytes_per_sequence, kv_shard_fraction
 from ._ops import attention_tile_flops, attention_time_s, elementwise_time_s, gemm_time_s
 from ._parallel import pipeline_time_factor, pp_transfer_s, tp_comm_s
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._types import Array, ArrayLike
+from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 
-def expected_experts_touched(model: ModelSpec, tokens: ArrayLike) -> Array:
+def expected_experts_touched(model: ModelSpec, tokens: BatchLike) -> BatchArray:
     """Distinct routed experts per MoE layer hit by ``tokens`` tokens: E * (1 - (1 - k/E)^T)."""
     e = model.num_experts
     moe = e > 0
@@ -35,7 +35,7 @@ def expected_experts_touched(model: ModelSpec, tokens: ArrayLike) -> Array:
     return jnp.where(moe, touched, 0.0)
 
 
-def weight_bytes_touched(model: ModelSpec, deployment: Deployment, tokens: ArrayLike) -> Array:
+def weight_bytes_touched(model: ModelSpec, deployment: Deployment, tokens: BatchLike) -> BatchArray:
     """Weight bytes one forward pass over ``tokens`` reads (dense weights + experts it routes to)."""
     all_experts = model.num_moe_layers * model.num_experts * model.expert_params
     dense = model.total_params - all_experts
