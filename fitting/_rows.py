@@ -230,6 +230,51 @@ def stream_chunk_tokens(row: pd.Series) -> float:
     return 1.0
 
 
+INFERENCEMAX_SCHEDULER_POLLS = (
+    # (engine, model prefix, gpu) -> (iterations between polls below, at or above the concurrency)
+    (("sglang", "deepseek-ai/DeepSeek-R1", "b200"), (10.0, 30.0)),
+)
+"""Forward iterations between the scheduler's polls for new requests in InferenceMAX's launch
+scripts: SGLang's ``--scheduler-recv-interval`` is 10 below a concurrency of
+``SCHEDULER_POLL_CONCURRENCY`` and 30 from it on in the DeepSeek-R1 B200 scripts (FP8 and FP4,
+``dsr1_fp8_b200_docker.sh``, ``dsr1_fp4_b200_*.sh``); the H200 script and the vLLM and
+TensorRT-LLM ones set none (the engine sees each request at its next iteration)."""
+SCHEDULER_POLL_CONCURRENCY = 16.0
+
+
+def scheduler_poll_iterations(row: pd.Series) -> float:
+    """Forward iterations between the engine's polls for new requests in a serving run: the
+    notes' ``scheduler_recv_interval`` (SGLang's ``--scheduler-recv-interval``) when recorded,
+    InferenceMAX's launch-script setting for its rows, else 1 (every engine's default)."""
+    found = notes_dict(row.get("notes")).get("scheduler_recv_interval", "").strip()
+    if found:
+        try:
+            value = float(found)
+        except ValueError:
+            value = math.nan
+        if not (value >= 1 and math.isfinite(value)):
+            raise ValueError(
+                f"scheduler_recv_interval={found!r} in notes is not an iteration count >= 1"
+            )
+        return value
+    if str(row.get("source", "")) == "inferencemax":
+        engine, model, gpu = (str(row.get(c, "")) for c in ("engine", "model", "gpu"))
+        for (e, m, g), (below, at_or_above) in INFERENCEMAX_SCHEDULER_POLLS:
+            if e == engine and model.startswith(m) and g == gpu:
+                clients = _f(row.get("concurrency"))
+                return at_or_above if clients >= SCHEDULER_POLL_CONCURRENCY else below
+    return 1.0
+
+
+def poll_wait_iterations(row: pd.Series, metric: str) -> float:
+    """Mean forward iterations a request waits before the scheduler sees it, beyond the one it
+    arrives in: with a poll every k iterations and arrivals uniform over them, (k - 1) / 2.  It
+    delays the first token and so the whole request (TTFT and E2E rows); 0 for other rows."""
+    if metric not in ("ttft", "e2e_latency"):
+        return 0.0
+    return (scheduler_poll_iterations(row) - 1.0) / 2.0
+
+
 def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     """Serving (closed loop at ``concurrency`` or open loop at ``request_rate``) and saturated
     rows -> deployment specs and workload numbers (``perfmodel.closed_loop_metrics`` /
@@ -285,6 +330,7 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
         "requests_per_client": _requests_per_client(row) if scenario == "serving" else math.inf,
         "column": int(col),
         "stream_chunk_tokens": stream_chunk_tokens(row) if metric == "itl" else 1.0,
+        "poll_wait_iterations": poll_wait_iterations(row, metric),
         "open_loop": float(open_loop),
     }
 

@@ -571,6 +571,96 @@ def test_an_itl_row_is_the_gap_between_streamed_chunks():
     assert y[2] < y[1]  # TPOT is per token
 
 
+def test_a_scheduler_that_polls_every_k_iterations_delays_ttft_and_e2e_by_half_of_k_minus_1():
+    """An engine that looks for new requests every k forward iterations (notes
+    ``scheduler_recv_interval=k``, SGLang's ``--scheduler-recv-interval``) keeps an arrival
+    waiting (k - 1) / 2 iterations on average beyond the one it arrives in: TTFT and E2E grow by
+    that many mean per-token gaps (TPOT), TPOT itself is unchanged; a setting that is not an
+    iteration count >= 1 is skipped with the reason."""
+    common = {
+        "source": "lab",
+        "engine": "sglang",
+        "gpu": "h100-sxm",
+        "scenario": "serving",
+        "model": "meta-llama/Llama-3.1-8B",
+        "num_gpus": 1,
+        "tp": 1,
+        "weight_dtype": "bf16",
+        "kv_dtype": "bf16",
+        "input_len": 1024.0,
+        "output_len": 256.0,
+        "concurrency": 16.0,
+        "request_rate": np.inf,
+        "stat": "mean",
+        "value": 0.1,
+    }
+    rows = [
+        row(metric="ttft", **common),
+        row(metric="ttft", notes="scheduler_recv_interval=21", **common),
+        row(metric="e2e_latency", **common),
+        row(metric="e2e_latency", notes="scheduler_recv_interval=21", **common),
+        row(metric="tpot", **common),
+        row(metric="tpot", notes="scheduler_recv_interval=21", **common),
+        row(metric="ttft", notes="scheduler_recv_interval=0.5", **common),
+    ]
+    prep, y = predicted(rows)
+    assert len(y) == 6 and "scheduler_recv_interval='0.5'" in prep.skipped[0][1]
+    ttft, ttft_21, e2e, e2e_21, tpot, tpot_21 = y
+    assert tpot_21 == pytest.approx(tpot, rel=1e-12)
+    assert ttft_21 == pytest.approx(ttft + 10.0 * tpot, rel=1e-12)
+    assert e2e_21 == pytest.approx(e2e + 10.0 * tpot, rel=1e-12)
+
+
+def test_throughput_rows_read_no_poll_wait_even_where_latencies_are_not_finite():
+    """An open loop offered more than the engine serves has no finite latency (its queue grows
+    without bound) but a finite throughput; its throughput rows add no poll wait, so they stay
+    finite with or without a poll setting (0 x inf is never formed)."""
+    common = {
+        "source": "lab",
+        "engine": "sglang",
+        "gpu": "h100-sxm",
+        "scenario": "serving",
+        "model": "meta-llama/Llama-3.1-8B",
+        "num_gpus": 1,
+        "tp": 1,
+        "weight_dtype": "bf16",
+        "kv_dtype": "bf16",
+        "input_len": 1024.0,
+        "output_len": 256.0,
+        "request_rate": 1000.0,
+        "stat": "mean",
+        "value": 10.0,
+    }
+    rows = [
+        row(metric="ttft", **common),
+        row(metric="output_throughput", **common),
+        row(metric="output_throughput", notes="scheduler_recv_interval=21", **common),
+    ]
+    _prep, y = predicted(rows)
+    assert len(y) == 3 and np.isinf(y[0])  # overloaded: no finite latency
+    assert np.all(np.isfinite(y[1:])) and y[2] == y[1]
+
+
+def test_inferencemax_scheduler_polls_follow_its_launch_scripts():
+    """``INFERENCEMAX_SCHEDULER_POLLS``: SGLang's DeepSeek-R1 runs on B200 poll every 10
+    iterations below 16 clients and every 30 from 16 on; its H200 runs and every vLLM and
+    TensorRT-LLM run poll each iteration; a row's own note wins."""
+    from fitting._rows import scheduler_poll_iterations
+
+    base = {"source": "inferencemax", "engine": "sglang", "model": "deepseek-ai/DeepSeek-R1"}
+    cases = [
+        ({"gpu": "b200", "concurrency": 8.0}, 10.0),
+        ({"gpu": "b200", "concurrency": 16.0}, 30.0),
+        ({"gpu": "b200", "concurrency": 256.0}, 30.0),
+        ({"gpu": "h200-sxm", "concurrency": 64.0}, 1.0),
+        ({"gpu": "b200", "concurrency": 64.0, "engine": "vllm"}, 1.0),
+        ({"gpu": "b200", "concurrency": 64.0, "source": "lab"}, 1.0),
+        ({"gpu": "b200", "concurrency": 64.0, "notes": "scheduler_recv_interval=4"}, 4.0),
+    ]
+    for fields, polls in cases:
+        assert scheduler_poll_iterations(pd.Series(base | fields)) == polls, fields
+
+
 def test_inferencemax_stream_intervals_are_each_runs_itl_over_tpot():
     """InferenceMAX's launch-script stream intervals (``INFERENCEMAX_STREAM_TOKENS``) against
     its files: every run's mean ITL / mean TPOT is within 2.5 % of the tokens per chunk the rule
