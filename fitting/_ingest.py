@@ -207,6 +207,7 @@ def load_measurements(
     num_gpus: int | None = None,
     engine: str | None = None,
     stream_interval: int | None = None,
+    scheduler_recv_interval: int | None = None,
 ) -> IngestResult:
     """Read measurement files (or folders of them) into one validated tidy table.
 
@@ -222,6 +223,9 @@ def load_measurements(
             tool recorded, which is kept in ``notes``).  ``num_gpus`` defaults to ``tp``.
         stream_interval: tokens the engine streamed per chunk (its ``--stream-interval``), for
             rows whose notes do not say: a client's ITL is the gap between chunks.
+        scheduler_recv_interval: forward iterations between the engine's polls for new requests
+            (SGLang's ``--scheduler-recv-interval``), for rows whose notes do not say: an
+            arrival waits (k - 1) / 2 iterations on average before its prefill can start.
 
     Returns:
         ``IngestResult``: the table (SCHEMA.md columns; ``Int64`` counts, ``float64`` values in
@@ -253,6 +257,11 @@ def load_measurements(
         frame = _fill(frame, fills, tool)
         frame = _note_default(
             frame, "stream_interval", None if stream_interval is None else int(stream_interval)
+        )
+        frame = _note_default(
+            frame,
+            "scheduler_recv_interval",
+            None if scheduler_recv_interval is None else int(scheduler_recv_interval),
         )
         _check_labels(frame, lines, path)
         frame = _numbers(frame, lines, path)

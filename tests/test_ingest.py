@@ -368,6 +368,27 @@ def test_describe_reports_scenarios_gpus_and_sources(bundled):
     assert "by gpu: h100-sxm 286,495" in text and "splitwise 2,520" in text
 
 
+def test_scheduler_recv_interval_fills_the_notes_and_the_cli_passes_it(tmp_path, capsys):
+    """``scheduler_recv_interval=`` (``--scheduler-recv-interval``) joins the notes of every row
+    of a tool's result file beside the stream interval, and the TTFT rows read it; ``validate``
+    passes the flag through (its rows then carry it)."""
+    from fitting._rows import poll_wait_iterations, scheduler_poll_iterations
+
+    table = load_measurements(
+        VLLM, engine="sglang", stream_interval=10, scheduler_recv_interval=30, **H100
+    ).table
+    assert table.notes.str.count("scheduler_recv_interval=30").eq(1).all()
+    ttft = table[table.metric == "ttft"]
+    assert len(ttft) and all(scheduler_poll_iterations(r) == 30.0 for _, r in ttft.iterrows())
+    assert all(poll_wait_iterations(r, "ttft") == 14.5 for _, r in ttft.iterrows())
+    assert not load_measurements(VLLM, **H100).table.notes.str.contains("scheduler_recv").any()
+    from servingmath.cli import main
+
+    argv = ["validate", "--data", str(VLLM), "--gpu", "h100-sxm", "--engine", "sglang"]
+    assert main([*argv, "--scheduler-recv-interval", "0"]) == 2
+    assert "--scheduler-recv-interval" in capsys.readouterr().err
+
+
 def test_stream_interval_fills_the_notes_of_runs_that_do_not_say(tmp_path):
     """``stream_interval=`` (``--stream-interval``) joins the notes of every row of a tool's
     result file, which never records the server's setting; a tidy row that says its own keeps

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             engine=args.engine,
             stream_interval=args.stream_interval,
+            scheduler_recv_interval=args.scheduler_recv_interval,
         )
     except (fitting.MeasurementFormatError, ValueError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None

@@ -55,7 +55,7 @@ def load_inputs(
     posterior_path: str | None, data: list[str], hardware_csv: str | None = None, **fills
 ):
     """(posterior, table, ingest-skipped rows), with library errors turned into ``UsageError``;
-    ``hardware_csv`` adds its GPU ids to the catalog's, ``fills`` (gpu, tp, engine, stream interval) fill what the
+    ``hardware_csv`` adds its GPU ids to the catalog's, ``fills`` (gpu, tp, engine, stream interval, scheduler polls) fill what the
     files do not record."""
     import fitting
 
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             tp=args.tp,
             engine=args.engine,
             stream_interval=args.stream_interval,
+            scheduler_recv_interval=args.scheduler_recv_interval,
         )
         phases(f"predicting {min(len(table), args.max_rows):,} rows x {args.draws} draws")
         with user_hardware(args.hardware_csv):

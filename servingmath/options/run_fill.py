@@ -11,8 +11,8 @@ ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def add_run_fill_arguments(parser: argparse.ArgumentParser, *, engine_help: str) -> None:
-    """``--engine``, ``--gpu``, ``--tp`` and ``--stream-interval`` for rows that do not record
-    them."""
+    """``--engine``, ``--gpu``, ``--tp``, ``--stream-interval`` and ``--scheduler-recv-interval``
+    for rows that do not record them."""
     parser.add_argument("--engine", choices=ENGINES, default=None, help=engine_help)
     parser.add_argument(
         "--gpu",
@@ -33,4 +33,13 @@ def add_run_fill_arguments(parser: argparse.ArgumentParser, *, engine_help: str)
         help="tokens the engine streamed per chunk (vLLM/SGLang --stream-interval, TensorRT-LLM "
         "stream_interval) for runs whose files do not say (default 1): their ITL is the gap "
         "between chunks",
+    )
+    parser.add_argument(
+        "--scheduler-recv-interval",
+        type=positive_int,
+        default=None,
+        metavar="ITERATIONS",
+        help="forward iterations between the engine's polls for new requests (SGLang "
+        "--scheduler-recv-interval) for runs whose files do not say (default 1): an arrival "
+        "waits (k - 1) / 2 iterations on average, which TTFT and E2E include",
     )
