@@ -221,6 +221,29 @@ def disaggregation(
     )
 
 
+def colocated_disaggregation(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    prompt_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    arrival_rate_per_s: ArrayLike,
+) -> Disaggregation:
+    """``disaggregation`` with both pools the colocated deployment itself: its own figures under
+    the load (the colocated TPOT, the stretch prefill work puts on its decode iterations)."""
+    return disaggregation(
+        model,
+        efficiency,
+        colocated=(hardware, deployment),
+        prefill=(hardware, deployment),
+        decode=(hardware, deployment),
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        arrival_rate_per_s=arrival_rate_per_s,
+    )
+
+
 def colocated_decode_batch(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -246,15 +269,8 @@ def colocated_decode_batch(
     if arrival_rate_per_s is None:
         return 1.0
     rate = arrival_rate_per_s
-    r = disaggregation(
-        model,
-        efficiency,
-        colocated=(hardware, deployment),
-        prefill=(hardware, deployment),
-        decode=(hardware, deployment),
-        prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens,
-        arrival_rate_per_s=rate,
+    r = colocated_disaggregation(
+        model, hardware, deployment, efficiency, prompt_tokens, output_tokens, rate
     )
     tpot = float(r.colocated_tpot_s)
     if not math.isfinite(tpot):

@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._disagg import disaggregation
+from ._disagg import colocated_disaggregation
 from ._memory import max_concurrent_requests
 from ._reuse import prefix_reuse
 from ._serving import KV_BOUND_OCCUPANCY, ServingMetrics, serving_metrics
@@ -192,15 +192,14 @@ def verdicts(
     if arrival_rate_per_s is not None and seats >= 1.0 and prefill_interference is not None:
         stretch = float(prefill_interference)
     elif arrival_rate_per_s is not None and seats >= 1.0:
-        co = disaggregation(
+        co = colocated_disaggregation(
             model,
+            hardware,
+            deployment,
             efficiency,
-            colocated=(hardware, deployment),
-            prefill=(hardware, deployment),
-            decode=(hardware, deployment),
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-            arrival_rate_per_s=arrival_rate_per_s,
+            prompt_tokens,
+            output_tokens,
+            arrival_rate_per_s,
         )
         stretch = float(co.prefill_interference)
 

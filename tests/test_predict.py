@@ -537,22 +537,27 @@ def test_serving_stats_open_and_closed_loop_predict_p90_between_p50_and_p95(conc
     assert np.all(np.isfinite(values)) and np.all(np.diff(values) >= 0.0), values
 
 
+LAB_RUN = {
+    "source": "lab",
+    "engine": "sglang",
+    "gpu": "h100-sxm",
+    "scenario": "serving",
+    "model": "meta-llama/Llama-3.1-8B",
+    "num_gpus": 1,
+    "tp": 1,
+    "weight_dtype": "bf16",
+    "kv_dtype": "bf16",
+    "input_len": 1024.0,
+    "output_len": 256.0,
+}
+"""One SGLang serving run of Llama-3.1-8B on one H100 (1024/256 tokens), the rows below vary."""
+
+
 def test_an_itl_row_is_the_gap_between_streamed_chunks():
     """A run that streams k tokens a chunk (notes ``stream_interval=k``) measures its ITL
     between chunks: k x the per-token ITL of the same run, while its TPOT is unchanged; a
     stream interval that is not a token count >= 1 is skipped with the reason."""
-    common = {
-        "source": "lab",
-        "engine": "sglang",
-        "gpu": "h100-sxm",
-        "scenario": "serving",
-        "model": "meta-llama/Llama-3.1-8B",
-        "num_gpus": 1,
-        "tp": 1,
-        "weight_dtype": "bf16",
-        "kv_dtype": "bf16",
-        "input_len": 1024.0,
-        "output_len": 256.0,
+    common = LAB_RUN | {
         "concurrency": 16.0,
         "request_rate": np.inf,
         "stat": "mean",
@@ -577,18 +582,7 @@ def test_a_scheduler_that_polls_every_k_iterations_delays_ttft_and_e2e_by_half_o
     waiting (k - 1) / 2 iterations on average beyond the one it arrives in: TTFT and E2E grow by
     that many mean per-token gaps (TPOT), TPOT itself is unchanged; a setting that is not an
     iteration count >= 1 is skipped with the reason."""
-    common = {
-        "source": "lab",
-        "engine": "sglang",
-        "gpu": "h100-sxm",
-        "scenario": "serving",
-        "model": "meta-llama/Llama-3.1-8B",
-        "num_gpus": 1,
-        "tp": 1,
-        "weight_dtype": "bf16",
-        "kv_dtype": "bf16",
-        "input_len": 1024.0,
-        "output_len": 256.0,
+    common = LAB_RUN | {
         "concurrency": 16.0,
         "request_rate": np.inf,
         "stat": "mean",
@@ -615,18 +609,7 @@ def test_throughput_rows_read_no_poll_wait_even_where_latencies_are_not_finite()
     """An open loop offered more than the engine serves has no finite latency (its queue grows
     without bound) but a finite throughput; its throughput rows add no poll wait, so they stay
     finite with or without a poll setting (0 x inf is never formed)."""
-    common = {
-        "source": "lab",
-        "engine": "sglang",
-        "gpu": "h100-sxm",
-        "scenario": "serving",
-        "model": "meta-llama/Llama-3.1-8B",
-        "num_gpus": 1,
-        "tp": 1,
-        "weight_dtype": "bf16",
-        "kv_dtype": "bf16",
-        "input_len": 1024.0,
-        "output_len": 256.0,
+    common = LAB_RUN | {
         "request_rate": 1000.0,
         "stat": "mean",
         "value": 10.0,
