@@ -200,10 +200,10 @@ class ServingRows(RowBlock):
             model, hw, dep, self.config_efficiency(eff), self.workloads(scales.prompt_z)
         )
         entry = table[self.config, self.column] * self.stream_chunk_tokens
-        # a row without a poll wait reads no gap (a saturated run's latencies are not finite)
+        # a row without a poll wait reads no gap (an overloaded run's latencies are not finite)
         waits = self.poll_wait_iterations > 0
         iteration_s = jnp.where(waits, table[self.config, TPOT_MEAN_COLUMN], 0.0)
-        return entry + jnp.where(waits, self.poll_wait_iterations * iteration_s, 0.0)
+        return entry + self.poll_wait_iterations * iteration_s
 
 
 class ClosedLoopRows(ServingRows):

@@ -204,6 +204,21 @@ this setting; each of its 901 runs' mean ITL / mean TPOT is within 2.1 % of it
 (``test_predict``)."""
 
 
+def _recorded_count(row: pd.Series, key: str, unit: str) -> float | None:
+    """A run's launch setting recorded in its notes as ``key=N`` (a count >= 1), None where the
+    notes do not say; ``ValueError`` naming the setting where N is not such a count."""
+    found = notes_dict(row.get("notes")).get(key, "").strip()
+    if not found:
+        return None
+    try:
+        value = float(found)
+    except ValueError:
+        value = math.nan
+    if not (value >= 1 and math.isfinite(value)):
+        raise ValueError(f"{key}={found!r} in notes is not {unit} >= 1")
+    return value
+
+
 def stream_chunk_tokens(row: pd.Series) -> float:
     """Tokens the engine streamed per chunk in a serving run: the notes' ``stream_interval``
     (an engine's ``--stream-interval``) when recorded, InferenceMAX's launch-script setting for
@@ -212,15 +227,9 @@ def stream_chunk_tokens(row: pd.Series) -> float:
     A client's inter-token latency (ITL) is the gap between chunks it receives: with k tokens
     a chunk, its mean is k x the per-token gap (mean TPOT), while TPOT, TTFT and E2E are per
     request and unchanged."""
-    found = notes_dict(row.get("notes")).get("stream_interval", "").strip()
-    if found:
-        try:
-            value = float(found)
-        except ValueError:
-            value = math.nan
-        if not (value >= 1 and math.isfinite(value)):
-            raise ValueError(f"stream_interval={found!r} in notes is not a token count >= 1")
-        return value
+    recorded = _recorded_count(row, "stream_interval", "a token count")
+    if recorded is not None:
+        return recorded
     if str(row.get("source", "")) == "inferencemax":
         engine, model = str(row.get("engine", "")), str(row.get("model", ""))
         gpu, wdt = str(row.get("gpu", "")), str(row.get("weight_dtype", ""))
@@ -246,17 +255,9 @@ def scheduler_poll_iterations(row: pd.Series) -> float:
     """Forward iterations between the engine's polls for new requests in a serving run: the
     notes' ``scheduler_recv_interval`` (SGLang's ``--scheduler-recv-interval``) when recorded,
     InferenceMAX's launch-script setting for its rows, else 1 (every engine's default)."""
-    found = notes_dict(row.get("notes")).get("scheduler_recv_interval", "").strip()
-    if found:
-        try:
-            value = float(found)
-        except ValueError:
-            value = math.nan
-        if not (value >= 1 and math.isfinite(value)):
-            raise ValueError(
-                f"scheduler_recv_interval={found!r} in notes is not an iteration count >= 1"
-            )
-        return value
+    recorded = _recorded_count(row, "scheduler_recv_interval", "an iteration count")
+    if recorded is not None:
+        return recorded
     if str(row.get("source", "")) == "inferencemax":
         engine, model, gpu = (str(row.get(c, "")) for c in ("engine", "model", "gpu"))
         for (e, m, g), (below, at_or_above) in INFERENCEMAX_SCHEDULER_POLLS:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from ..errors import UsageError
-from ..options.run_fill import add_run_fill_arguments
+from ..options.run_fill import add_data_argument, add_run_fill_arguments
 from ..options.validators import nonnegative_int, output_dir, positive_int
 from ..progress import phases_for
 
@@ -17,13 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--posterior", default=None, help="posterior netCDF (default: the bundled one)"
     )
-    parser.add_argument(
-        "--data",
-        nargs="+",
-        required=True,
-        metavar="FILE",
-        help="measurement files or folders (SCHEMA.md CSVs, vLLM/SGLang/GenAI-Perf JSON)",
-    )
+    add_data_argument(parser)
     parser.add_argument(
         "--draws", type=positive_int, default=200, help="predictive draws per row (default 200)"
     )

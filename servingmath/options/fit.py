@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from .run_fill import add_run_fill_arguments
+from .run_fill import add_data_argument, add_run_fill_arguments
 from .validators import nonnegative_int, output_dir, output_file, positive_int
 
 
 def add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     """The measurements, where the posterior goes, the sampler's settings, --prior (update a
     fitted posterior instead of refitting), the run facts files leave out and --plot."""
-    parser.add_argument(
-        "--data",
-        nargs="+",
-        required=True,
-        metavar="FILE",
-        help="measurement files or folders (SCHEMA.md CSVs, vLLM/SGLang/GenAI-Perf JSON)",
-    )
+    add_data_argument(parser)
     parser.add_argument(
         "--out", required=True, type=output_file, help="where to write the posterior netCDF"
     )

@@ -10,6 +10,17 @@ ENGINES = ("vllm", "sglang", "trtllm")
 """Engines whose serving behaviour the calibration knows."""
 
 
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    """``--data``: the measurement files or folders a command reads (``fit``, ``validate``)."""
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        required=True,
+        metavar="FILE",
+        help="measurement files or folders (SCHEMA.md CSVs, vLLM/SGLang/GenAI-Perf JSON)",
+    )
+
+
 def add_run_fill_arguments(parser: argparse.ArgumentParser, *, engine_help: str) -> None:
     """``--engine``, ``--gpu``, ``--tp``, ``--stream-interval`` and ``--scheduler-recv-interval``
     for rows that do not record them."""
