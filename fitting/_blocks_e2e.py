@@ -65,10 +65,6 @@ def summary_column(latency: ServingLatency, stat: SummaryStat) -> int:
     return len(SummaryStat) * int(latency) + int(stat)
 
 
-TPOT_MEAN_COLUMN = summary_column(ServingLatency.TPOT, SummaryStat.MEAN)
-"""The mean per-token gap: the length of one decode iteration as a request sees it."""
-
-
 E2E_METRICS = {
     "ttft": ServingLatency.TTFT,
     "tpot": ServingLatency.TPOT,
@@ -97,8 +93,8 @@ THROUGHPUT_COLUMNS = {
 class ServingRows(RowBlock):
     """End-to-end rows folded onto their runs' configurations: the fields from
     ``prompt_tokens_mean`` to ``requests_per_client`` and ``specs`` hold one entry per
-    configuration (``num_configurations``), ``pos``, ``config``, ``column``,
-    ``stream_chunk_tokens`` and ``poll_wait_iterations`` one per row."""
+    configuration (``num_configurations``), ``pos``, ``config``, ``column`` and
+    ``stream_chunk_tokens`` one per row."""
 
     prompt_tokens_mean: np.ndarray
     """Mean prompt tokens of the run's requests (the median of its uncertain value where the run
@@ -122,9 +118,6 @@ class ServingRows(RowBlock):
     ``ServingThroughput``; int)."""
     stream_chunk_tokens: np.ndarray
     """Tokens per streamed chunk behind an ITL row (its gap spans them), 1 for other rows."""
-    poll_wait_iterations: np.ndarray
-    """Mean decode iterations a TTFT or E2E row's requests waited for the scheduler to poll for
-    them (``poll_wait_iterations``), 0 for other rows."""
     config: np.ndarray
     """Each row's configuration (int)."""
     specs: tuple[ModelSpec, HardwareSpec, Deployment]
@@ -135,7 +128,6 @@ class ServingRows(RowBlock):
         "pos",
         "column",
         "stream_chunk_tokens",
-        "poll_wait_iterations",
         "config",
     )
     """Fields of a row's own; the others describe its configuration."""
@@ -190,20 +182,14 @@ class ServingRows(RowBlock):
 
     def predict(self, eff: Efficiency, ker: Efficiency, scales: RowScales) -> jnp.ndarray:
         """Each row's entry of its configuration's table; an ITL row's gap spans
-        ``stream_chunk_tokens`` tokens, every other row's factor is 1; a TTFT or E2E row adds
-        the scheduler's poll wait, ``poll_wait_iterations`` x the mean per-token gap (one decode
-        iteration)."""
+        ``stream_chunk_tokens`` tokens, every other row's factor is 1."""
         # a serving engine's TP all-reduces: the latency scale of its comm cell
         eff = eff.with_collective_latency_scale(jnp.exp(scales.comm_latency_log[self.pos]))
         model, hw, dep = self.specs
         table = jax.vmap(self.summaries)(
             model, hw, dep, self.config_efficiency(eff), self.workloads(scales.prompt_z)
         )
-        entry = table[self.config, self.column] * self.stream_chunk_tokens
-        # a row without a poll wait reads no gap (an overloaded run's latencies are not finite)
-        waits = self.poll_wait_iterations > 0
-        iteration_s = jnp.where(waits, table[self.config, TPOT_MEAN_COLUMN], 0.0)
-        return entry + self.poll_wait_iterations * iteration_s
+        return table[self.config, self.column] * self.stream_chunk_tokens
 
 
 class ClosedLoopRows(ServingRows):

@@ -267,15 +267,6 @@ def scheduler_poll_iterations(row: pd.Series) -> float:
     return 1.0
 
 
-def poll_wait_iterations(row: pd.Series, metric: str) -> float:
-    """Mean forward iterations a request waits before the scheduler sees it, beyond the one it
-    arrives in: with a poll every k iterations and arrivals uniform over them, (k - 1) / 2.  It
-    delays the first token and so the whole request (TTFT and E2E rows); 0 for other rows."""
-    if metric not in ("ttft", "e2e_latency"):
-        return 0.0
-    return (scheduler_poll_iterations(row) - 1.0) / 2.0
-
-
 def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     """Serving (closed loop at ``concurrency`` or open loop at ``request_rate``) and saturated
     rows -> deployment specs and workload numbers (``perfmodel.closed_loop_metrics`` /
@@ -319,7 +310,8 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
         tp = float(_throughput_tp(row["model"], row["gpu"], wdt, kvdt, inp + out, _f(gpus)))
     gpus = gpus if gpus > 0 else tp * pp
     replicas = max(1.0, math.floor(gpus / (tp * pp)))
-    specs = _e2e_specs(row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc)
+    polls = scheduler_poll_iterations(row)
+    specs = _e2e_specs(row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc, polls)
     return specs, {
         "prompt_tokens_mean": inp,
         "prompt_tokens_cv": inp_cv,
@@ -331,7 +323,6 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
         "requests_per_client": _requests_per_client(row) if scenario == "serving" else math.inf,
         "column": int(col),
         "stream_chunk_tokens": stream_chunk_tokens(row) if metric == "itl" else 1.0,
-        "poll_wait_iterations": poll_wait_iterations(row, metric),
         "open_loop": float(open_loop),
     }
 
@@ -368,7 +359,7 @@ def _throughput_tp(
 
 
 @lru_cache(maxsize=512)
-def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc):
+def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls):
     m, h, _ = _row_specs(model_id, gpu, tp, pp, wdt, kvdt)
     seqs = conc if conc > 0 else DEFAULT_MAX_SEQS  # vLLM runs cap --max-num-seqs at the concurrency
     dep = Deployment.create(
@@ -379,6 +370,7 @@ def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc):
         kv_dtype=kvdt,
         max_num_seqs=float(max(seqs, 1.0)),
         max_num_batched_tokens=DEFAULT_TOKEN_BUDGET,
+        scheduler_polls=float(polls),
     )
     return m, h, dep
 

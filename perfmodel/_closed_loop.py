@@ -42,6 +42,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtri
 
 from ._memory import max_concurrent_requests
+from ._polling import closed_loop_busy_probability, poll_wait
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import forward_step
 from ._types import Array
@@ -263,7 +264,8 @@ def closed_loop_metrics(
     chunks) with the steady TTFT (uniform over one iteration's residual).  A request's TPOT
     averages O' gaps, each tau_with with probability f: mean tau / a, variance
     (tau_with - tau_0)^2 f (1 - f) / O' (normal).  ITL quantiles are those of the two-point gap
-    law.  E2E = TTFT + (O - 1) TPOT over the lognormal output law (``Workload``).
+    law.  E2E = TTFT + (O - 1) TPOT over the lognormal output law (``Workload``).  TTFT and E2E
+    add the wait for the scheduler's poll (``poll_wait``: mean P(busy) (k - 1) / 2 TPOT).
     """
     s = closed_loop_state(
         model, hardware, deployment, efficiency, workload, tokens_per_decode=tokens_per_decode
@@ -281,12 +283,17 @@ def closed_loop_metrics(
     wave_lo = s.wave_s / s.wave_chunks
     wave_hi = s.wave_s
     wave_mean = 0.5 * (wave_lo + wave_hi)
+    tpot_mean = s.iteration_s / a
     ttft_mean = w * wave_mean + (1.0 - w) * s.ttft_steady_s
     ttft_q = jax.vmap(lambda pr: _ttft_quantile(pr, w, steady_lo, steady_hi, wave_lo, wave_hi))(
         probs
     )
+    # the scheduler's poll (``_polling``): every request but a lone client's waits for it
+    clients = workload.concurrency / jnp.maximum(deployment.replicas, 1.0)
+    poll = poll_wait(deployment.scheduler_polls, tpot_mean, closed_loop_busy_probability(clients))
+    ttft_q = poll.quantile_s(ttft_q, ttft_mean, probs)
+    ttft_mean = ttft_mean + poll.mean_s
 
-    tpot_mean = s.iteration_s / a
     gap = s.prefill_iteration_s - s.decode_iteration_s
     f = s.prompt_share
     tpot_sd = jnp.abs(gap) * jnp.sqrt(f * (1.0 - f) / jnp.maximum(decodes, 1.0)) / a

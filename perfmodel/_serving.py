@@ -34,10 +34,12 @@ import numpy as np
 from ._batching import DecodeCost, EngineConfig
 from ._closed_loop import closed_loop_metrics, closed_loop_state, loop_seats
 from ._memory import max_concurrent_requests
+from ._polling import PollWait, open_loop_busy_probability, poll_wait
 from ._queueing import replica_arrival_scv
 from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's names)
     CORRECTIONS,
     OUTPUT_NODES,
+    PERCENTILE_QUANTILES,
     PROMPT_NODES,
     QUANTILES,
     LoadPoint,
@@ -372,6 +374,16 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
     )
 
 
+def _with_poll_wait(p: Percentiles, poll: PollWait) -> Percentiles:
+    """A latency with the scheduler's poll wait added: mean + E[W], each percentile by
+    ``PollWait.quantile_s``."""
+    quantiles = jnp.stack([p.p50, p.p90, p.p95, p.p99], axis=-1)
+    q = poll.quantile_s(quantiles, p.mean, PERCENTILE_QUANTILES)
+    return Percentiles(
+        mean=p.mean + poll.mean_s, p50=q[..., 0], p90=q[..., 1], p95=q[..., 2], p99=q[..., 3]
+    )
+
+
 def _finish(point, replicas, out: OpenLoop):
     workload = point.workload
     deployment = point.deployment
@@ -390,10 +402,13 @@ def _finish(point, replicas, out: OpenLoop):
     kv_seats = max_concurrent_requests(
         point.model, point.hardware, deployment, s.ctx_d, point.temperature
     )
+    # the scheduler's poll delays the first token and so the whole request (``_polling``)
+    busy = open_loop_busy_probability(out.running_mean)
+    poll = poll_wait(deployment.scheduler_polls, out.tpot_s.mean, busy)
     return ServingMetrics(
-        ttft_s=out.ttft_s,
+        ttft_s=_with_poll_wait(out.ttft_s, poll),
         tpot_s=out.tpot_s,
-        e2e_s=out.e2e_s,
+        e2e_s=_with_poll_wait(out.e2e_s, poll),
         itl_s=out.itl_s,
         utilization=out.utilization,
         stable=out.stable,

@@ -282,6 +282,9 @@ class Deployment(eqx.Module):
         host_kv_bytes: optional host-memory KV tier per device (0 = none).
         host_kv_bytes_per_s: host <-> device transfer bandwidth for that tier.
         kv_allocation: ``"paged"`` (blocks of B tokens) or ``"static"`` (max_model_len per sequence).
+        scheduler_polls: decode iterations between the scheduler's polls for new requests
+            (SGLang's ``--scheduler-recv-interval``; 1 = every iteration, vLLM's and
+            TensorRT-LLM's behaviour): an arrival waits ``poll_wait_s`` for the next poll.
     """
 
     tp: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
@@ -299,6 +302,7 @@ class Deployment(eqx.Module):
     host_kv_bytes: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     host_kv_bytes_per_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     kv_allocation: str = eqx.field(static=True, default="paged")
+    scheduler_polls: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
 
     @classmethod
     def create(

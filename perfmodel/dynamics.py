@@ -19,6 +19,12 @@ from ._load_elasticity import (
     LOAD_ELASTICITY_STEP as LOAD_ELASTICITY_STEP,
     ttft_p95_load_elasticity as ttft_p95_load_elasticity,
 )
+from ._polling import (
+    PollWait as PollWait,
+    closed_loop_busy_probability as closed_loop_busy_probability,
+    open_loop_busy_probability as open_loop_busy_probability,
+    poll_wait as poll_wait,
+)
 from ._queueing import (
     allen_cunneen_wait_s as allen_cunneen_wait_s,
     ggc_wait_probability as ggc_wait_probability,

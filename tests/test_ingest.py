@@ -372,7 +372,7 @@ def test_scheduler_recv_interval_fills_the_notes_and_the_cli_passes_it(tmp_path,
     """``scheduler_recv_interval=`` (``--scheduler-recv-interval``) joins the notes of every row
     of a tool's result file beside the stream interval, and the TTFT rows read it; ``validate``
     passes the flag through (its rows then carry it)."""
-    from fitting._rows import poll_wait_iterations, scheduler_poll_iterations
+    from fitting._rows import scheduler_poll_iterations
 
     table = load_measurements(
         VLLM, engine="sglang", stream_interval=10, scheduler_recv_interval=30, **H100
@@ -380,7 +380,6 @@ def test_scheduler_recv_interval_fills_the_notes_and_the_cli_passes_it(tmp_path,
     assert table.notes.str.count("scheduler_recv_interval=30").eq(1).all()
     ttft = table[table.metric == "ttft"]
     assert len(ttft) and all(scheduler_poll_iterations(r) == 30.0 for _, r in ttft.iterrows())
-    assert all(poll_wait_iterations(r, "ttft") == 14.5 for _, r in ttft.iterrows())
     assert not load_measurements(VLLM, **H100).table.notes.str.contains("scheduler_recv").any()
     from servingmath.cli import main
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._fast_forward import fast_forward
+from ._fast_forward import FAST_FORWARD_MAX, fast_forward
 from ._records import DecodeGaps
 from ._requests import RequestState, blocks_for
 
@@ -49,6 +49,7 @@ class EngineLimits:
     chunk_tokens: int | None = None
     static_tokens: int | None = None  # static reservation: tokens held from admission
     max_model_len: int | None = None  # longest prompt + output (None: unlimited)
+    scheduler_polls: int = 1  # decode iterations between polls for new requests (``_polling``)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class _Replica:
     now_s: float = 0.0
     next_arrival: int = 0  # first request not yet arrived (ids arrive in order)
     next_closed: int = 0  # closed loop: first request not yet released
+    since_poll: int = 0  # decode-only iterations since the scheduler last polled
     finished: int = 0
     iterations: int = 0
     busy_s: float = 0.0
@@ -166,8 +168,23 @@ class _Replica:
             self.finished += 1
             self.release_next(at_s)
 
+    def poll_due(self) -> bool:
+        """Whether the scheduler polls for new requests now: SGLang's ``SchedulerRecvSkipper``
+        polls after ``scheduler_polls`` decode-only iterations, after any iteration that
+        carried prefill and at once when idle; every other engine at each iteration."""
+        idle = not self.running and not self.waiting
+        return idle or self.since_poll >= self.limits.scheduler_polls
+
+    def polls_in(self) -> int:
+        """Decode-only iterations a stretch may run before the scheduler must look at a request
+        already arrived (``FAST_FORWARD_MAX`` when none is waiting to be seen)."""
+        if self.next_arrival_s() > self.now_s:
+            return FAST_FORWARD_MAX
+        return max(self.limits.scheduler_polls - self.since_poll, 1)
+
     def take_arrivals(self) -> None:
-        """Queue every request that has arrived by now (rejected ones leave at once)."""
+        """Poll: queue every request that has arrived by now (rejected ones leave at once)."""
+        self.since_poll = 0
         req = self.requests
         while self.next_arrival < self.size and req.arrival[self.next_arrival] <= self.now_s:
             if req.rejected[self.next_arrival]:
@@ -198,9 +215,14 @@ class _Replica:
             self.free_blocks,
             self.limits.block_tokens,
             self.limits,
+            self.polls_in(),
         )
         if ran is None:
             return False
+        # the polls inside the stretch found nothing; the count resumes from the last one, and
+        # one due at the stretch's last iteration stays due (it sees the arrival that ended it)
+        polls = self.limits.scheduler_polls
+        self.since_poll = (self.since_poll + ran.iterations - 1) % polls + 1
         self.record_gaps(
             (self.now_s + np.cumsum(ran.iteration_s)).tolist(),
             ran.iteration_s.tolist(),
@@ -308,6 +330,8 @@ class _Replica:
         self.now_s += dt
         self.busy_s += dt
         self.iterations += 1
+        # an iteration that carried prefill makes the next poll due (``poll_due``)
+        self.since_poll = self.limits.scheduler_polls if len(pf) else self.since_poll + 1
         if len(dec):
             self.record_gaps([self.now_s], [dt], [float(len(dec))])
         done_now = []
@@ -368,7 +392,8 @@ def run_engine(
         next_closed=min(concurrency, n),
     )
     while replica.finished < n:
-        replica.take_arrivals()
+        if replica.poll_due():
+            replica.take_arrivals()
         if not replica.running and not replica.waiting:
             if replica.next_arrival >= n:  # every request has left: the last ones were rejected
                 break

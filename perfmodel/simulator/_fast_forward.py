@@ -29,9 +29,18 @@ class DecodeStretch:
 
 
 def fast_forward(
-    requests, running, decode_run_s, now_s, next_arrival_s, free_blocks, block_tokens, limits
+    requests,
+    running,
+    decode_run_s,
+    now_s,
+    next_arrival_s,
+    free_blocks,
+    block_tokens,
+    limits,
+    max_iterations=FAST_FORWARD_MAX,
 ) -> DecodeStretch | None:
-    """Run decode-only iterations until the next arrival, finish or KV shortage, in one call.
+    """Run decode-only iterations until the next arrival, finish or KV shortage, or at most
+    ``max_iterations`` (the scheduler's next poll), in one call.
 
     The iteration times are those of k single decode steps at context c, c + 1, ... (same
     ``forward_step``), so the result equals stepping one by one.
@@ -46,7 +55,7 @@ def fast_forward(
         limits.max_num_seqs, limits.max_num_batched_tokens
     ):
         return None
-    k = int(min((req.output[run] - req.gen[run]).min(), FAST_FORWARD_MAX))
+    k = int(min((req.output[run] - req.gen[run]).min(), FAST_FORWARD_MAX, max_iterations))
     if k < 2:
         return None
     grow = 0

@@ -94,8 +94,9 @@ def engine_limits(
     chunked_prefill: bool = True,
     chunk_tokens: int | None = None,
 ) -> EngineLimits:
-    """Integer scheduler limits of one replica: budgets and ``max_model_len`` from ``deployment``,
-    KV blocks from the memory budget (``kv_capacity_tokens`` / block size, floored)."""
+    """Integer scheduler limits of one replica: budgets, ``max_model_len`` and the scheduler's
+    polls from ``deployment``, KV blocks from the memory budget (``kv_capacity_tokens`` / block
+    size, floored)."""
     block = round(float(deployment.block_size_tokens))
     capacity = float(kv_capacity_tokens(model, hardware, deployment))
     static = int(float(deployment.max_model_len)) if deployment.kv_allocation == "static" else None
@@ -108,6 +109,7 @@ def engine_limits(
         chunk_tokens=chunk_tokens,
         static_tokens=static,
         max_model_len=int(float(deployment.max_model_len)),
+        scheduler_polls=max(round(float(deployment.scheduler_polls)), 1),
     )
 
 
