@@ -39,6 +39,7 @@ def describe_config(
         "speculative": None,
         "disaggregation": None,
         "max_model_len": served_context(problem),
+        "scheduler_recv_interval": int(g.scheduler_polls),
     }
     k = g.spec_k[idx["spec_k"]]
     if k > 0:

@@ -270,7 +270,19 @@ def _json(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def _polls_every_iteration(engine: str, config: dict, notes: _Notes) -> None:
+    """vLLM and TensorRT-LLM look for new requests at every iteration: a prediction priced with
+    a poll every k > 1 iterations (SGLang's ``--scheduler-recv-interval``) overstates their TTFT."""
+    polls = int(config.get("scheduler_recv_interval", 1))
+    if polls > 1:
+        notes.add(
+            f"{_NAMES[engine]} polls for requests every iteration: the prediction's TTFT includes "
+            f"a poll every {polls} iterations (SGLang's --scheduler-recv-interval)"
+        )
+
+
 def _vllm(model, config, role, checkpoint, memory, notes) -> str:
+    _polls_every_iteration("vllm", config, notes)
     maps = flag_table("vllm")["maps"]
     tp, pp = config["tp"], config["pp"]
     dp, ep = _expert_parallel(config)
@@ -368,6 +380,9 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
         argv += ["--kv-cache-dtype", kv]
     if role is None:
         argv += ["--enable-mixed-chunk"]
+    polls = int(config.get("scheduler_recv_interval", 1))
+    if polls > 1:
+        argv += ["--scheduler-recv-interval", str(polls)]
     if quant:
         argv += ["--quantization", quant]
     spec = _spec(config, notes)
@@ -396,6 +411,7 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
 
 
 def _trtllm(model, config, role, checkpoint, memory, notes) -> str:
+    _polls_every_iteration("trtllm", config, notes)
     maps = flag_table("trtllm")["maps"]
     tp, pp = config["tp"], config["pp"]
     dp, ep = _expert_parallel(config)

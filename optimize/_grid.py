@@ -58,6 +58,9 @@ class Grid(NamedTuple):
         pool_ratios: prefill:decode instances per replica unit of a disaggregated deployment
             (empty: colocated only).
         max_replicas: the largest replica count (replica units when disaggregated) searched.
+        scheduler_polls: decode iterations between the engine scheduler's polls for new
+            requests, one value the search does not vary (SGLang's
+            ``--scheduler-recv-interval``; 1 = every iteration, ``perfmodel._polling``).
     """
 
     num_gpus: int
@@ -71,6 +74,7 @@ class Grid(NamedTuple):
     spec_k: tuple[int, ...] = (0,)
     pool_ratios: tuple[tuple[int, int], ...] = ()
     max_replicas: int = 64
+    scheduler_polls: int = 1
 
     def sizes(self) -> tuple[int, ...]:
         """Number of choices per index column (``KNOBS`` order)."""
@@ -152,6 +156,7 @@ def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
         "spec_k": jnp.asarray(grid.spec_k, dtype=float),
         "prefill_units": jnp.asarray([r[0] for r in ratios], dtype=float),
         "decode_units": jnp.asarray([r[1] for r in ratios], dtype=float),
+        "scheduler_polls": jnp.asarray(float(grid.scheduler_polls)),
     }
 
 
@@ -198,4 +203,5 @@ def deployment_from_weights(
         max_num_batched_tokens=_log_mix(weights[MNBT], tables["mnbt"]),
         max_num_seqs=_log_mix(weights[SEQS], tables["mnseq"]),
         microbatches=pp,
+        scheduler_polls=tables["scheduler_polls"],
     )

@@ -48,6 +48,8 @@ from perfmodel.dynamics import (
     lognormal_nodes,
     lognormal_params,
     mg1_conditional_wait_scv,
+    open_loop_busy_probability,
+    poll_wait,
     replica_arrival_scv,
     saturated_batch,
     serving_metrics,
@@ -416,6 +418,10 @@ def slo_metrics(
         workload,
     )  # inf where the prefill server saturates
     ttft = jnp.where(stable[..., None], ttft, jnp.inf)
+    # the scheduler's poll (``perfmodel._polling``): busy while any request runs, the median
+    # standing in for the mean of the first-order law
+    poll = poll_wait(deployment.scheduler_polls, t_mean / e, open_loop_busy_probability(n_op))
+    ttft = poll.quantile_s(ttft, ttft[..., 0], QUANTILES)
     tpot_q = tpot_quantiles(
         t_mean,
         chunks * jnp.maximum(t_with - t_dec, 0.0),

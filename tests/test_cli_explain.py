@@ -253,3 +253,36 @@ def test_prefix_reuse_moves_the_under_load_percentiles(capsys):
         assert cached["ttft_s"][q] < 0.7 * plain["ttft_s"][q]
     # TPOT keeps the full context's KV reads: within the prefill interference it loses
     assert cached["tpot_s"]["mean"] == pytest.approx(plain["tpot_s"]["mean"], rel=0.25)
+
+
+def test_scheduler_recv_interval_delays_the_first_token_under_load(capsys):
+    """``--scheduler-recv-interval 21`` in a closed loop of 4 clients: each request waits 10 mean
+    per-token gaps for the scheduler's poll (``perfmodel._polling``; the other 3 clients keep
+    the engine iterating), so mean TTFT and E2E grow by 10 x the mean TPOT and TPOT is
+    unchanged; 0 and 5000 iterations are refused in one line."""
+    base = [
+        "explain",
+        "--model",
+        "meta-llama/Llama-3.1-8B",
+        "--gpu",
+        "h100-sxm",
+        "--concurrency",
+        "4",
+        "--input-len",
+        "1000",
+        "--output-len",
+        "256",
+        "--prior",
+        "--json",
+    ]
+    _, plain, _ = run(capsys, *base)
+    _, polled, _ = run(capsys, *base, "--scheduler-recv-interval", "21")
+    plain, polled = json.loads(plain), json.loads(polled)
+    gap = plain["tpot_s"]["mean"]
+    assert polled["tpot_s"] == plain["tpot_s"]
+    for key in ("ttft_s", "e2e_s"):
+        assert polled[key]["mean"] == pytest.approx(plain[key]["mean"] + 10.0 * gap, rel=1e-6)
+    for bad in ("0", "5000"):
+        code, out, err = run(capsys, *base, "--scheduler-recv-interval", bad)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "--scheduler-recv-interval" in err and "Traceback" not in err

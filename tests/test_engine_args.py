@@ -58,6 +58,7 @@ CASES = {
         {"memory": MEMORY},
     ),
     "moe-tp4-ep3": (MOE, _cfg(ep=3), {}),
+    "dense-sglang-polls": (MODEL, _cfg(scheduler_recv_interval=30), {}),
     "dense-draft-model": (
         MODEL,
         _cfg(
@@ -281,6 +282,19 @@ def test_chunk_below_budget():
     s = parse("sglang", out["sglang"])["flags"]
     assert s["--chunked-prefill-size"] == "1024" and s["--max-prefill-tokens"] == "4096"
     assert "no per-request prefill chunk below --max_num_tokens" in out["notes"]
+
+
+def test_a_poll_interval_reaches_sglang_and_is_noted_for_the_others():
+    """A prediction priced with a poll every 30 iterations launches SGLang with
+    ``--scheduler-recv-interval 30``; vLLM and TensorRT-LLM poll every iteration, which the notes
+    say; at the default (1) no engine gets the flag or the note."""
+    _, _, out = _all("dense-sglang-polls")
+    assert parse("sglang", out["sglang"])["flags"]["--scheduler-recv-interval"] == "30"
+    for name in ("vLLM", "TensorRT-LLM"):
+        assert f"{name} polls for requests every iteration" in out["notes"]
+    _, _, plain = _all("dense-bf16-tp4-pp2")
+    assert "--scheduler-recv-interval" not in parse("sglang", plain["sglang"])["flags"]
+    assert "polls for requests" not in plain["notes"]
 
 
 def test_dtypes_map_per_engine_version():

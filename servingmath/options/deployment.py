@@ -25,6 +25,7 @@ from perfmodel import (
 from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from ..errors import UsageError
+from .posterior import add_scheduler_argument
 from .validators import positive_int, utilization
 
 DEFAULT_MAX_MODEL_LEN = 8192
@@ -67,6 +68,7 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.9,
         help="fraction of HBM the engine may use, in (0, 1] (default 0.9)",
     )
+    add_scheduler_argument(g)
     g.add_argument(
         "--kv-allocation",
         choices=("paged", "static"),
@@ -173,6 +175,7 @@ def resolve_deployment(
         "block_size_tokens": float(args.block_size),
         "gpu_memory_utilization": float(args.gpu_memory_utilization),
         "kv_allocation": args.kv_allocation,
+        "scheduler_polls": float(args.scheduler_recv_interval),
     }
     if max_num_batched_tokens is not None:
         knobs["max_num_batched_tokens"] = float(max_num_batched_tokens)

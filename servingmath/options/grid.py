@@ -63,6 +63,8 @@ def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
         extra["pool_ratios"] = _ratios(DEFAULT_POOL_RATIOS)
     if getattr(args, "spec_draft", None):
         extra["spec_k"] = SPEC_K
+    if getattr(args, "scheduler_recv_interval", None) is not None:
+        extra["scheduler_polls"] = int(args.scheduler_recv_interval)
     return Grid(
         num_gpus=num_gpus,
         kv_dtypes=dtypes["--kv-dtypes"],

@@ -16,7 +16,7 @@ import perfmodel as pm
 
 from ..errors import UsageError
 from .run_fill import ENGINES
-from .validators import nonnegative_int, positive_int
+from .validators import nonnegative_int, positive_int, scheduler_polls
 
 INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
 """Reported as p05 / p50 / p95: a 90 % posterior interval and its median."""
@@ -32,6 +32,20 @@ ENGINE_HELP = (
 def add_engine_argument(parser) -> None:
     """``--engine``: which engine's fitted end-to-end offsets scale TTFT and TPOT."""
     parser.add_argument("--engine", choices=ENGINES, default=None, help=ENGINE_HELP)
+
+
+def add_scheduler_argument(parser) -> None:
+    """``--scheduler-recv-interval``: the engine's poll interval the deployment runs with (an
+    arrival waits for the next poll, ``perfmodel._polling``)."""
+    parser.add_argument(
+        "--scheduler-recv-interval",
+        type=scheduler_polls,
+        default=1,
+        metavar="ITERATIONS",
+        help="decode iterations between the scheduler's polls for new requests (SGLang "
+        "--scheduler-recv-interval; default 1, every iteration as vLLM and TensorRT-LLM do): "
+        "an arrival waits (k - 1) / 2 iterations on average, which TTFT and E2E include",
+    )
 
 
 def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from ..errors import UsageError
 from .grid import grid_from_args
-from .posterior import add_engine_argument
+from .posterior import add_engine_argument, add_scheduler_argument
 from .speculation import speculation_from_args
 from .validators import (
     assignments,
@@ -104,6 +104,7 @@ def add_problem_arguments(
     )
     parser.add_argument("--posterior", help="fitted posterior (.nc); default: the bundled one")
     add_engine_argument(parser)
+    add_scheduler_argument(parser)
     parser.add_argument(
         "--prior", action="store_true", help="use spec-sheet prior draws, no posterior"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .validators import positive_int
+from .validators import positive_int, scheduler_polls
 
 ENGINES = ("vllm", "sglang", "trtllm")
 """Engines whose serving behaviour the calibration knows."""
@@ -47,7 +47,7 @@ def add_run_fill_arguments(parser: argparse.ArgumentParser, *, engine_help: str)
     )
     parser.add_argument(
         "--scheduler-recv-interval",
-        type=positive_int,
+        type=scheduler_polls,
         default=None,
         metavar="ITERATIONS",
         help="forward iterations between the engine's polls for new requests (SGLang "

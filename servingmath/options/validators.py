@@ -42,6 +42,12 @@ utilization = _checked(float, lambda v: 0 < v <= 1, "in (0, 1]", "pass e.g. 0.9"
 probability = _checked(float, lambda v: 0 < v < 1, "strictly between 0 and 1", "pass e.g. 0.9")
 positive_int = _checked(int, lambda v: v > 0, "a positive number", "pass a whole number >= 1")
 nonnegative_int = _checked(int, lambda v: v >= 0, "a number >= 0", "pass a whole number >= 0")
+scheduler_polls = _checked(
+    int,
+    lambda v: 1 <= v <= 1000,
+    "a whole number of iterations in [1, 1000]",
+    "pass e.g. 10 (SGLang's --scheduler-recv-interval; 1 = every iteration)",
+)
 
 
 def assignments(value_type: Callable[[str], float]):
