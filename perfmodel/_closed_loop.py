@@ -43,6 +43,7 @@ from jax.scipy.special import ndtri
 
 from ._memory import max_concurrent_requests
 from ._polling import closed_loop_busy_probability, poll_wait
+from ._serving_tail import PERCENTILE_QUANTILES
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import forward_step
 from ._types import Array
@@ -209,7 +210,7 @@ def closed_loop_state(
 class ClosedLoopMetrics(eqx.Module):
     """Request-level statistics of a closed-loop benchmark (seconds; throughputs of all replicas).
 
-    Each latency is (mean, p50, p90, p95, p99) on the last axis (``LATENCY_QUANTILES``).
+    Each latency is (mean, p50, p90, p95, p99) on the last axis (``PERCENTILE_QUANTILES``).
     """
 
     ttft_s: Array
@@ -220,10 +221,6 @@ class ClosedLoopMetrics(eqx.Module):
     total_tokens_per_s: Array
     requests_per_s: Array
     state: ClosedLoopState
-
-
-LATENCY_QUANTILES = (0.5, 0.9, 0.95, 0.99)
-"""The quantiles every latency summary carries after its mean."""
 
 
 def _ttft_quantile(prob, wave_share, steady_lo, steady_hi, wave_lo, wave_hi):
@@ -258,7 +255,7 @@ def closed_loop_metrics(
     *,
     tokens_per_decode: Array | float = 1.0,
 ) -> ClosedLoopMetrics:
-    """TTFT / TPOT / ITL / E2E (mean and ``LATENCY_QUANTILES``) and throughputs of a closed loop.
+    """TTFT / TPOT / ITL / E2E (mean and ``PERCENTILE_QUANTILES``) and throughputs of a closed loop.
 
     TTFT mixes the burst's wave (share 1 / ``requests_per_client``, uniform over the wave's
     chunks) with the steady TTFT (uniform over one iteration's residual).  A request's TPOT
@@ -274,7 +271,7 @@ def closed_loop_metrics(
     output = jnp.maximum(workload.output_tokens_mean, 1.0)
     prompt = jnp.maximum(workload.prompt_tokens_mean, 1.0)
     decodes = jnp.maximum(output - 1.0, 0.0) / a
-    probs = jnp.asarray(LATENCY_QUANTILES)
+    probs = jnp.asarray(PERCENTILE_QUANTILES)
 
     w = jnp.clip(1.0 / jnp.maximum(workload.requests_per_client, 1.0), 0.0, 1.0)
     spread = s.iteration_s
