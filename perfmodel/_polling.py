@@ -59,7 +59,12 @@ class PollWait(eqx.Module):
         finite_q = jnp.isfinite(base_q) & self.finite[..., None]
         q = jnp.where(finite_q, base_q, 0.0)
         d = jnp.abs(q - jnp.where(finite_q, base_mean[..., None], 0.0))
-        spread = jnp.sign(z) * (jnp.sqrt(jnp.square(d) + jnp.square(z) * var[..., None]) - d)
+        inner = jnp.square(d) + jnp.square(z) * var[..., None]
+        # no added spread (k = 1, or the median beside its mean) adds exactly 0 with a zero, not
+        # NaN, gradient: sqrt is differentiated only where its argument is positive
+        positive = inner > 0.0
+        root = jnp.where(positive, jnp.sqrt(jnp.where(positive, inner, 1.0)), 0.0)
+        spread = jnp.where(positive, jnp.sign(z) * (root - d), 0.0)
         out = jnp.minimum(q + mean + spread, q + c[..., None])
         # a quantile not computed (NaN: means only) stays so, an overloaded one is inf
         return jnp.where(finite_q, out, jnp.where(jnp.isnan(base_q), base_q, jnp.inf))
