@@ -15,14 +15,13 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 
-import perfmodel as pm
 from optimize import cached_jit
-from perfmodel import CatalogError, Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
+from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
 from perfmodel.dynamics import DecodeCost
 
-from ..errors import UsageError
 from ..options.disagg import disagg_pools, pool_deployment, pool_efficiency
 from ..options.features import validate_feature_arguments
+from ..options.speculation import draft_model
 from .load import load_metrics
 
 
@@ -39,17 +38,7 @@ def _spec_params(args, model) -> tuple:
     """(draft model or None for MTP heads, acceptance alpha, where alpha came from) of
     --spec-draft / --spec-acceptance (the measured prior at --spec-k when not given)."""
     mtp = args.spec_draft.lower() == "mtp"
-    draft = None
-    if not mtp:
-        try:
-            draft = pm.load_model(args.spec_draft)
-        except CatalogError as exc:
-            raise UsageError(str(exc)) from None
-        if float(draft.total_params) >= float(model.total_params):
-            raise UsageError(
-                f"draft {draft.name} ({float(draft.total_params) / 1e9:.1f} B) is not smaller than "
-                f"{model.name} ({float(model.total_params) / 1e9:.1f} B); pick a smaller draft or mtp"
-            )
+    draft = None if mtp else draft_model(args.spec_draft, model)
     if args.spec_acceptance is None:
         k = args.spec_k if 1 <= args.spec_k <= 8 else None
         alpha, _ = ft.acceptance_prior(ft.load_acceptance(), "mtp" if mtp else None, k)

@@ -56,12 +56,20 @@ def _spec_draft(args: argparse.Namespace, model):
         return None
     if args.spec_draft.lower() == "mtp":
         return "mtp"
+    return draft_model(args.spec_draft, model)
+
+
+def draft_model(name: str, model):
+    """The draft ``ModelSpec`` --spec-draft names, smaller than ``model``; a one-line
+    ``UsageError`` for an unknown draft or one at least as large."""
     try:
-        draft = pm.load_model(args.spec_draft)
+        draft = pm.load_model(name)
     except CatalogError as exc:
         raise UsageError(str(exc)) from None
     if float(draft.total_params) >= float(model.total_params):
         raise UsageError(
-            f"--spec-draft {draft.name} is not smaller than {model.name}; pick a smaller draft or mtp"
+            f"--spec-draft {draft.name} ({float(draft.total_params) / 1e9:.1f} B) is not smaller "
+            f"than {model.name} ({float(model.total_params) / 1e9:.1f} B); pick a smaller draft "
+            "or mtp"
         )
     return draft
