@@ -420,7 +420,7 @@ def slo_metrics(
     ttft = jnp.where(stable[..., None], ttft, jnp.inf)
     # the scheduler's poll (``perfmodel._polling``): busy while any request runs, the median
     # standing in for the mean of the first-order law
-    poll = poll_wait(deployment.scheduler_polls, t_mean / e, open_loop_busy_probability(n_op))
+    poll = poll_wait(deployment.scheduler_polls, t_mean, open_loop_busy_probability(n_op))
     ttft = poll.quantile_s(ttft, ttft[..., 0], QUANTILES)
     tpot_q = tpot_quantiles(
         t_mean,

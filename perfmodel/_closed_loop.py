@@ -262,7 +262,8 @@ def closed_loop_metrics(
     averages O' gaps, each tau_with with probability f: mean tau / a, variance
     (tau_with - tau_0)^2 f (1 - f) / O' (normal).  ITL quantiles are those of the two-point gap
     law.  E2E = TTFT + (O - 1) TPOT over the lognormal output law (``Workload``).  TTFT and E2E
-    add the wait for the scheduler's poll (``poll_wait``: mean P(busy) (k - 1) / 2 TPOT).
+    add the wait for the scheduler's poll (``poll_wait``: mean P(busy) (k - 1) / 2 iterations, a
+    TPOT each without speculation).
     """
     s = closed_loop_state(
         model, hardware, deployment, efficiency, workload, tokens_per_decode=tokens_per_decode
@@ -287,7 +288,8 @@ def closed_loop_metrics(
     )
     # the scheduler's poll (``_polling``): every request but a lone client's waits for it
     clients = workload.concurrency / jnp.maximum(deployment.replicas, 1.0)
-    poll = poll_wait(deployment.scheduler_polls, tpot_mean, closed_loop_busy_probability(clients))
+    busy = closed_loop_busy_probability(clients)
+    poll = poll_wait(deployment.scheduler_polls, s.iteration_s, busy)  # polls count iterations
     ttft_q = poll.quantile_s(ttft_q, ttft_mean, probs)
     ttft_mean = ttft_mean + poll.mean_s
 

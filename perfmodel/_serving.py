@@ -404,7 +404,9 @@ def _finish(point, replicas, out: OpenLoop):
     )
     # the scheduler's poll delays the first token and so the whole request (``_polling``)
     busy = open_loop_busy_probability(out.running_mean)
-    poll = poll_wait(deployment.scheduler_polls, out.tpot_s.mean, busy)
+    # the poll counts iterations: a speculative one emits E tokens, so it lasts E x the TPOT
+    iteration_s = out.tpot_s.mean * point.cost.tokens_per_step()
+    poll = poll_wait(deployment.scheduler_polls, iteration_s, busy)
     return ServingMetrics(
         ttft_s=_with_poll_wait(out.ttft_s, poll),
         tpot_s=out.tpot_s,

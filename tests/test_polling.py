@@ -221,3 +221,14 @@ def test_gradients_through_the_wait_are_finite_at_every_edge():
         assert all(np.all(np.isfinite(np.asarray(g))) for g in grads), (k, grads)
     g_base = jax.grad(total, argnums=2)(jnp.asarray(1.0), jnp.asarray(0.01), base)
     np.testing.assert_allclose(g_base, [1.0, 1.0])
+
+
+def test_a_speculative_engine_waits_iterations_not_tokens():
+    """SGLang counts verify iterations as it counts decodes: with 2.5 tokens an iteration the poll
+    wait at k = 21 is 10 iterations, 25 mean per-token gaps, in the closed loop."""
+    w, plain = _closed(1.0, 16.0)
+    _, polled = _closed(21.0, 16.0)
+    a = closed_loop_metrics(MODEL, GPU, plain, EFF, w, tokens_per_decode=2.5)
+    b = closed_loop_metrics(MODEL, GPU, polled, EFF, w, tokens_per_decode=2.5)
+    shift = float(b.ttft_s[0]) - float(a.ttft_s[0])
+    assert shift == pytest.approx(25.0 * float(a.tpot_s[0]), rel=1e-9)
