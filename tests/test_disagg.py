@@ -328,7 +328,8 @@ def test_colocated_decode_batch_is_littles_law_capped_at_the_seats():
     seats = min(float(max_concurrent_requests(model, H100, dep, prompt + output)), 256.0)
     got = colocated_decode_batch(model, H100, dep, eff, prompt, output, rate)
     assert got == pytest.approx(expected, rel=1e-12)
-    assert 1.0 < got < seats  # Little's law itself, neither bound
+    # a trickle of requests: Little's law gives far below one sequence, the floor holds it at 1
+    assert colocated_decode_batch(model, H100, dep, eff, prompt, output, 1e-3) == 1.0
     assert colocated_decode_batch(model, H100, dep, eff, prompt, output, None) == 1.0
     flood = colocated_decode_batch(model, H100, dep, eff, prompt, output, 1e6)
     assert flood == pytest.approx(seats)  # overloaded: the seats (max_num_seqs 256 here)
