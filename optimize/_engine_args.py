@@ -270,10 +270,15 @@ def _json(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def _poll_interval(config: dict) -> int:
+    """Decode iterations between the scheduler's polls the prediction assumed (1: every one)."""
+    return int(config.get("scheduler_recv_interval", 1))
+
+
 def _polls_every_iteration(engine: str, config: dict, notes: _Notes) -> None:
     """vLLM and TensorRT-LLM look for new requests at every iteration: a prediction priced with
     a poll every k > 1 iterations (SGLang's ``--scheduler-recv-interval``) overstates their TTFT."""
-    polls = int(config.get("scheduler_recv_interval", 1))
+    polls = _poll_interval(config)
     if polls > 1:
         notes.add(
             f"{_NAMES[engine]} polls for requests every iteration: the prediction's TTFT includes "
@@ -380,7 +385,7 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
         argv += ["--kv-cache-dtype", kv]
     if role is None:
         argv += ["--enable-mixed-chunk"]
-    polls = int(config.get("scheduler_recv_interval", 1))
+    polls = _poll_interval(config)
     if polls > 1:
         argv += ["--scheduler-recv-interval", str(polls)]
     if quant:
