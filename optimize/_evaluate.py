@@ -19,7 +19,7 @@ import numpy as np
 
 from perfmodel import (
     kv_bytes_per_sequence,
-    kv_shard_fraction,
+    kv_sequence_share,
     max_concurrent_requests,
     weight_bytes_per_gpu,
     workspace_bytes_per_gpu,
@@ -268,8 +268,8 @@ def memory_slack(
     longest = jnp.maximum(
         wl.prompt_tokens_mean + wl.output_tokens_mean, problem.max_model_len_tokens
     )
-    seq = kv_bytes_per_sequence(problem.model, dep.kv_bytes_per_elem, longest) * kv_shard_fraction(
-        problem.model, dep.tp, dep.pp
+    seq = kv_bytes_per_sequence(problem.model, dep.kv_bytes_per_elem, longest) * kv_sequence_share(
+        problem.model, dep
     )
     need = (
         weight_bytes_per_gpu(problem.model, dep) + workspace_bytes_per_gpu(problem.model, dep) + seq

@@ -14,7 +14,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
-from ._memory import kv_bytes_per_sequence, kv_shard_fraction, max_concurrent_requests
+from ._memory import kv_bytes_per_sequence, kv_sequence_share, max_concurrent_requests
 from ._reuse import monotone_root
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
@@ -72,7 +72,7 @@ def host_tier(
     x_max = jnp.maximum(b_all - b_h, 0.0)
     seq_bytes = kv_bytes_per_sequence(
         model, deployment.kv_bytes_per_elem, sequence_tokens, temperature
-    ) * kv_shard_fraction(model, deployment.tp, deployment.pp)
+    ) * kv_sequence_share(model, deployment)
     bw = deployment.host_kv_bytes_per_s
     has_link = bw > 0
     per_seq_s = jnp.where(has_link, seq_bytes / jnp.where(has_link, bw, 1.0), jnp.inf)

@@ -69,14 +69,36 @@ def kv_shard_fraction(model: ModelSpec, tp: BatchLike, pp: BatchLike) -> BatchAr
     return tp_share / pp
 
 
+def kv_sequence_share(model: ModelSpec, deployment: Deployment) -> Array:
+    """Share of one sequence's KV that a device of the attention group holding it stores:
+    ``kv_shard_fraction`` over the attention's tp / a ranks (a = ``deployment.attention_dp``)."""
+    return kv_shard_fraction(model, deployment.tp / deployment.attention_dp, deployment.pp)
+
+
+def kv_device_share(model: ModelSpec, deployment: Deployment) -> Array:
+    """Share of the group's KV one device stores, sequences spread evenly over the attention
+    groups: ``kv_sequence_share / a``.
+
+    Attention split by TP (a = 1): ``kv_shard_fraction`` over the tp ranks.  Attention
+    data-parallel over a groups: a device holds only its group's 1 / a of the sequences, so an
+    MLA latent or a GQA head that TP would replicate on every rank is stored once per group.
+    """
+    return kv_sequence_share(model, deployment) / deployment.attention_dp
+
+
 def weight_bytes(model: ModelSpec, weight_bytes_per_param: BatchLike) -> BatchArray:
     """All weights (MoE: every expert) at the storage width."""
     return model.total_params * weight_bytes_per_param
 
 
 def weight_bytes_per_gpu(model: ModelSpec, deployment: Deployment) -> Array:
-    """Weights held by one device of the TP x PP group: total / (tp * pp)."""
-    return weight_bytes(model, deployment.weight_bytes_per_param) / (deployment.tp * deployment.pp)
+    """Weights held by one device of the TP x PP group: total / (tp * pp), plus the attention
+    weights that attention data parallelism copies into each of its a groups:
+    (total + L * attention * (a - 1)) / (tp * pp).  Expert parallelism moves whole experts
+    between ranks but leaves each rank's share unchanged."""
+    copies = model.num_layers * model.attention_params * (deployment.attention_dp - 1.0)
+    total = weight_bytes(model, deployment.weight_bytes_per_param)
+    return (total + copies * deployment.weight_bytes_per_param) / (deployment.tp * deployment.pp)
 
 
 def workspace_bytes_per_gpu(model: ModelSpec, deployment: Deployment) -> Array:
@@ -106,8 +128,8 @@ def kv_free_bytes_per_gpu(
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, deployment: Deployment) -> Array:
     """KV bytes one device stores per cached token of the group."""
-    return kv_bytes_per_token(model, deployment.kv_bytes_per_elem) * kv_shard_fraction(
-        model, deployment.tp, deployment.pp
+    return kv_bytes_per_token(model, deployment.kv_bytes_per_elem) * kv_device_share(
+        model, deployment
     )
 
 
@@ -138,6 +160,6 @@ def max_concurrent_requests(
     tokens = allocated_tokens_per_sequence(deployment, sequence_tokens, temperature)
     per_seq = kv_bytes_per_sequence(
         model, deployment.kv_bytes_per_elem, tokens, temperature
-    ) * kv_shard_fraction(model, deployment.tp, deployment.pp)
+    ) * kv_device_share(model, deployment)
     free = jnp.maximum(kv_free_bytes_per_gpu(model, hardware, deployment), 0.0)
     return smooth_floor(free / per_seq, temperature)

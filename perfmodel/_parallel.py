@@ -1,7 +1,9 @@
 """Communication budget: TP all-reduces, PP stage transfers and bubbles.
 
 Ring all-reduce: t = 2(p-1)/p * n / bw + 2(p-1) * alpha (Patarasuk & Yuan 2009; Thakur et al. 2005).
-Megatron TP: two all-reduces of the activations per layer (Shoeybi et al. 2019).
+Megatron TP: two all-reduces of the activations per layer (Shoeybi et al. 2019); with attention
+data parallelism the attention's runs within its tp / a ranks and the MLP's all-gather before and
+reduce-scatter after carry one all-reduce's traffic over all tp ranks (SGLang DP attention).
 GPipe bubble: (p-1) / (m + p - 1) for m microbatches over p stages (Huang et al. 2019).
 """
 
@@ -13,9 +15,6 @@ from ._constants import ACTIVATION_BYTES
 from ._smooth import smooth_step
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._types import Array, ArrayLike, BatchArray, BatchLike
-
-ALL_REDUCES_PER_LAYER = 2.0
-"""Attention output and MLP output (Megatron-LM)."""
 
 
 def _safe_div(num: ArrayLike, den: ArrayLike) -> Array:
@@ -67,11 +66,30 @@ def tp_comm_s(
     tokens: BatchLike,
     temperature: float = 0.0,
 ) -> BatchArray:
-    """TP all-reduce time of one forward pass over ``tokens``, all layers (summed over stages)."""
-    message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
-    link = group_link_bytes_per_s(hardware, deployment.tp, temperature)
-    per_call = ring_all_reduce_s(message, deployment.tp, link, efficiency)
-    return ALL_REDUCES_PER_LAYER * model.num_layers * per_call
+    """TP collectives of one forward pass over ``tokens``, all layers (summed over stages).
+
+    Per layer: the attention output's all-reduce among the attention's tp / a ranks, over the
+    tokens / a of its group (a = ``deployment.attention_dp``; none when a = tp), and the MLP's
+    over all tp ranks and all tokens (a > 1: the all-gather before the MLP and the reduce-scatter
+    after it, one all-reduce's traffic).  At a = 1: two all-reduces per layer (Megatron-LM).
+    Expert parallelism combines the experts' outputs with the same MLP collective.
+    """
+    width = model.hidden_size * ACTIVATION_BYTES
+    tokens = jnp.asarray(tokens)
+    attention_tp = deployment.tp / deployment.attention_dp
+    attention = ring_all_reduce_s(
+        tokens / deployment.attention_dp * width,
+        attention_tp,
+        group_link_bytes_per_s(hardware, attention_tp, temperature),
+        efficiency,
+    )
+    mlp = ring_all_reduce_s(
+        tokens * width,
+        deployment.tp,
+        group_link_bytes_per_s(hardware, deployment.tp, temperature),
+        efficiency,
+    )
+    return model.num_layers * (attention + mlp)
 
 
 def pp_transfer_s(

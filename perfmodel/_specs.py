@@ -285,6 +285,15 @@ class Deployment(eqx.Module):
         scheduler_polls: decode iterations between the scheduler's polls for new requests
             (SGLang's ``--scheduler-recv-interval``; 1 = every iteration, vLLM's and
             TensorRT-LLM's behaviour): an arrival waits ``poll_wait_s`` for the next poll.
+        expert_parallel: EP degree e of the MoE layers: the ``tp`` ranks of a stage hold
+            E / e whole routed experts each, each expert split over the remaining tp / e ranks
+            (SGLang ``--ep-size``, TensorRT-LLM ``--ep_size``; vLLM's
+            ``--enable-expert-parallel`` is e = tp). 1 = experts split by TP only.
+        attention_dp: attention data-parallel degree a: attention runs as a groups of tp / a
+            ranks, each on its own 1 / a of the sequences with its own copy of the attention
+            weights and only its sequences' KV (SGLang ``--enable-dp-attention --dp-size``,
+            TensorRT-LLM ``enable_attention_dp``); the MoE/MLP layers still span all tp ranks.
+            1 = attention split by TP.
     """
 
     tp: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
@@ -303,6 +312,8 @@ class Deployment(eqx.Module):
     host_kv_bytes_per_s: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     kv_allocation: str = eqx.field(static=True, default="paged")
     scheduler_polls: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+    expert_parallel: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+    attention_dp: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
 
     @classmethod
     def create(
@@ -316,10 +327,15 @@ class Deployment(eqx.Module):
         microbatches: int | None = None,
         **knobs: float | str,
     ) -> Deployment:
-        """A discrete deployment from dtype names; ``microbatches`` defaults to ``pp``."""
+        """A discrete deployment from dtype names; ``microbatches`` defaults to ``pp``.
+        ``expert_parallel`` and ``attention_dp`` (in ``knobs``) must divide ``tp``."""
         for label, dtype in (("weight dtype", weight_dtype), ("KV dtype", kv_dtype)):
             if dtype not in DTYPE_BYTES:
                 raise ValueError(f"unknown {label} {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+        for label in ("expert_parallel", "attention_dp"):
+            degree = knobs.get(label, 1.0)
+            if not (float(degree) >= 1.0 and float(tp) % float(degree) == 0.0):
+                raise ValueError(f"{label} {degree} must be >= 1 and divide tp {tp}")
         return cls(
             tp=float(tp),
             pp=float(pp),

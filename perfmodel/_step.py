@@ -78,8 +78,17 @@ def _layer_kernels_s(
     attention, two norms, two residual adds, rope and the activation; then the LM head over the
     sampled rows and the embedding gather.  Each kernel is its own roofline plus launch
     (``_ops``), all reading the same ``Efficiency``.
+
+    Attention data parallelism (a = ``deployment.attention_dp``) gives a rank 1 / a of the
+    tokens and sequences for the attention side (projections, attention, norms, rope), with the
+    heads split over tp / a ranks; expert parallelism (e = ``deployment.expert_parallel``) gives
+    a rank E / e whole experts, each split over tp / e ranks: the same expert FLOPs and bytes as
+    TP, in fewer and wider GEMMs (routing taken as uniform and balanced).
     """
     tp = deployment.tp
+    a = deployment.attention_dp
+    attention_tp = tp / a
+    moe_tp = tp / deployment.expert_parallel
     d = model.hidden_size
     peak = peak_flops_per_s(hardware, deployment)
     bw = hardware.hbm_bytes_per_s
@@ -92,8 +101,9 @@ def _layer_kernels_s(
     # (mats - 1) up/gate matrices column-parallel and one down matrix row-parallel -- for the
     # dense layers, the routed experts (one grouped GEMM over the experts touched) and the
     # shared experts -- and the LM head over the sampled rows.
-    o_params = model.output_projection_params / tp
-    qkv_params = (model.attention_params - model.output_projection_params) / tp
+    o_params = model.output_projection_params / attention_tp
+    qkv_params = (model.attention_params - model.output_projection_params) / attention_tp
+    own_tokens, own_p_tok, own_p_seq, own_d_seq = tokens / a, p_tok / a, p_seq / a, d_seq / a
     mats = jnp.maximum(model.mlp_matrices, 2.0)
     up_share = (mats - 1.0) / mats
     touched = expected_experts_touched(model, tokens)
@@ -102,15 +112,16 @@ def _layer_kernels_s(
     dense_layers = model.num_layers - model.num_moe_layers
     sampled = p_seq + d_seq
 
-    def mlp(m, params, groups, count):
-        p_up, p_down = params * up_share / tp, params / mats / tp
+    def mlp(m, params, groups, count, split=tp):
+        p_up, p_down = params * up_share / split, params / mats / split
         return [(m, p_up, p_up / d, groups, count), (m, p_down, d, groups, count)]
 
+    experts_here = jnp.maximum(touched / deployment.expert_parallel, 1.0)
     gemms = [
-        (tokens, qkv_params, qkv_params / d, 1.0, model.num_layers),
-        (tokens, o_params, d, 1.0, model.num_layers),
+        (own_tokens, qkv_params, qkv_params / d, 1.0, model.num_layers),
+        (own_tokens, o_params, d, 1.0, model.num_layers),
         *mlp(tokens, model.dense_mlp_params, 1.0, dense_layers),
-        *mlp(m_expert, model.expert_params, jnp.maximum(touched, 1.0), model.num_moe_layers),
+        *mlp(m_expert, model.expert_params, experts_here, model.num_moe_layers, moe_tp),
         *mlp(tokens, model.shared_expert_params, 1.0, model.num_moe_layers),
         (sampled, model.lm_head_params / tp, model.vocab_size / tp, 1.0, 1.0),
     ]
@@ -122,15 +133,19 @@ def _layer_kernels_s(
     gemms_s = jnp.sum(count_ * gemm_s, axis=0)
 
     # fused attention, one call per phase (FlashAttention varlen / paged decode)
-    heads = jnp.maximum(model.num_heads / tp, 1.0)
-    kv_heads = jnp.maximum(model.num_kv_heads / tp, 1.0)
+    heads = jnp.maximum(model.num_heads / attention_tp, 1.0)
+    kv_heads = jnp.maximum(model.num_kv_heads / attention_tp, 1.0)
     layers = jnp.maximum(model.num_layers, 1.0)
-    kv_share = kv_shard_fraction(model, tp, 1.0)
+    kv_share = kv_shard_fraction(model, attention_tp, 1.0)
     kv_elem = deployment.kv_bytes_per_elem
     qk_v = model.head_dim + model.v_head_dim
-    pre_flops = p_seq * attention_flops(model, per_prompt, prefill_context, temperature) / tp
-    pre_bytes = p_tok * heads * qk_v * 2.0 * ACTIVATION_BYTES * layers + p_seq * kv_share * (
-        kv_bytes_per_sequence(model, kv_elem, prefill_context + per_prompt, temperature)
+    attn_flops = attention_flops(model, per_prompt, prefill_context, temperature)
+    pre_flops = own_p_seq * attn_flops / attention_tp
+    pre_bytes = (
+        own_p_tok * heads * qk_v * 2.0 * ACTIVATION_BYTES * layers
+        + own_p_seq
+        * kv_share
+        * (kv_bytes_per_sequence(model, kv_elem, prefill_context + per_prompt, temperature))
     )
     pre_keys = jnp.asarray(prefill_context) + per_prompt
     pre_tile = attention_tile_flops(pre_keys, per_prompt, qk_v / 2.0)
@@ -143,12 +158,12 @@ def _layer_kernels_s(
         efficiency,
         efficiency,
         temperature,
-        p_seq * kv_heads,
+        own_p_seq * kv_heads,
         pre_tile,
     )
     dec_ctx = jnp.asarray(decode_context) + 1.0
-    dec_flops = d_seq * attention_flops(model, 1.0, decode_context, temperature) / tp
-    dec_bytes = d_seq * kv_share * kv_bytes_per_sequence(model, kv_elem, dec_ctx, temperature)
+    dec_flops = own_d_seq * attention_flops(model, 1.0, decode_context, temperature) / attention_tp
+    dec_bytes = own_d_seq * kv_share * kv_bytes_per_sequence(model, kv_elem, dec_ctx, temperature)
     decode_attn_s = attention_time_s(
         dec_flops / layers,
         dec_bytes / layers,
@@ -158,7 +173,7 @@ def _layer_kernels_s(
         efficiency,
         efficiency,
         temperature,
-        d_seq * kv_heads,
+        own_d_seq * kv_heads,
         0.0,
     )
     attn_s = _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
@@ -175,15 +190,15 @@ def _layer_kernels_s(
     )
     # the activation reads the (mats - 1) up/gate outputs and writes one: mats widths per row
     elementwise = [  # (bytes moved, on-chip work share, kernels per iteration)
-        (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 2.0 * model.num_layers),
-        (tokens * 3.0 * d * ACTIVATION_BYTES, 0.0, 2.0 * model.num_layers),
+        (own_tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 2.0 * model.num_layers),
+        (own_tokens * 3.0 * d * ACTIVATION_BYTES, 0.0, 2.0 * model.num_layers),
         (
-            tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES,
+            own_tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES,
             1.0,
             model.num_layers,
         ),
         (tokens * mlp_width * ACTIVATION_BYTES, 1.0, model.num_layers),
-        (tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 1.0),
+        (own_tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 1.0),
     ]
     bytes_, onchip_, ew_count_ = _stacked(elementwise)
     elementwise_s = jnp.sum(ew_count_ * elementwise_time_s(bytes_, bw, efficiency, onchip_), axis=0)
@@ -236,10 +251,13 @@ def forward_step(
     ) + p_seq * kv_bytes_per_sequence(
         model, deployment.kv_bytes_per_elem, prefill_context + per_prompt, temperature
     )
-    tp_share = kv_shard_fraction(model, deployment.tp, 1.0)
-    chain_bytes = (
-        weight_bytes_touched(model, deployment, tokens) / deployment.tp + kv_read * tp_share
+    a = deployment.attention_dp
+    kv_share = kv_shard_fraction(model, deployment.tp / a, 1.0) / a
+    attention_copies = (
+        model.num_layers * model.attention_params * (a - 1.0) * deployment.weight_bytes_per_param
     )
+    weights = weight_bytes_touched(model, deployment, tokens) + attention_copies
+    chain_bytes = weights / deployment.tp + kv_read * kv_share
 
     peak = peak_flops_per_s(hardware, deployment) * compute_fraction(efficiency, tokens)
     busy_tokens = tokens > 0  # an empty iteration computes nothing (0/0 guarded, grads finite)

@@ -1,5 +1,5 @@
 """Serving features that help only in some workloads: prefix caching, speculative decoding,
-parallelism choice, expert parallelism, prefill/decode disaggregation, a host KV tier, and the
+parallelism choice, prefill/decode disaggregation, a host KV tier, and the
 verdicts that say which one matters for a deployment."""
 
 from ._disagg import (
@@ -16,11 +16,6 @@ from ._disagg_load import (
     SplitServing as SplitServing,
     disaggregation_percentiles as disaggregation_percentiles,
     split_serving as split_serving,
-)
-from ._expert import (
-    ExpertParallelStep as ExpertParallelStep,
-    all_to_all_s as all_to_all_s,
-    ep_decode_step as ep_decode_step,
 )
 from ._features_under_load import (
     LoadedFeature as LoadedFeature,

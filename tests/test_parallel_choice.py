@@ -1,11 +1,9 @@
 """Parallelism choices: the rule of thumb (one GPU -> replicas, one node -> TP, several nodes ->
-PP) emerges from comparing the budgets; PP efficiency falls with few microbatches; MoE expert
-parallelism pays an all-to-all that grows with the batch."""
+PP) emerges from comparing the budgets; PP efficiency falls with few microbatches."""
 
 import pytest
 
 from perfmodel import Deployment, Efficiency, forward_step, load_hardware, load_model
-from perfmodel._expert import all_to_all_s, ep_decode_step
 from perfmodel._parallel_choice import best_parallelism, parallelism_options, with_parallelism
 
 H100 = load_hardware("h100-sxm")
@@ -63,22 +61,3 @@ def test_pp_efficiency_falls_with_few_microbatches():
     # compute-bound GPipe: iteration time ~ (m + p - 1) / (m p) of the whole batch's chain time,
     # so rate(m=1) / rate(m=8) = [(8 + 3) / 32] / [(1 + 3) / 4] = 11/32
     assert rates[0] / rates[3] == pytest.approx(11.0 / 32.0, rel=0.15)
-
-
-def test_all_to_all_anchor_and_ep1_is_free():
-    # 64 tokens * 7168 * 2 B * 7/8 over 450 GB/s * 0.8, plus 7 hops * 5 us
-    expect = 64 * 7168 * 2 * 7 / 8 / (450e9 * 0.8) + 7 * 5e-6
-    assert float(all_to_all_s(64.0, 7168.0, 2.0, 8.0, 450e9, EFF)) == pytest.approx(expect)
-    assert float(all_to_all_s(64.0, 7168.0, 2.0, 1.0, 450e9, EFF)) == 0.0
-
-
-def test_ep_all_to_all_grows_with_batch_and_jumps_across_nodes():
-    v3 = load_model("deepseek-ai/DeepSeek-V3")
-    dep = Deployment.create(weight_dtype="fp8")
-    small = ep_decode_step(v3, H100, dep, EFF, 64.0 * 8, 4000.0, 8.0)
-    large = ep_decode_step(v3, H100, dep, EFF, 1024.0 * 8, 4000.0, 8.0)
-    assert float(large.comm_s) > 4.0 * float(small.comm_s)
-    inside = ep_decode_step(v3, H100, dep, EFF, 256.0 * 8, 4000.0, 8.0)
-    across = ep_decode_step(v3, H100, dep, EFF, 256.0 * 16, 4000.0, 16.0)
-    assert float(across.comm_s) > 5.0 * float(inside.comm_s)  # 50 GB/s NIC vs 450 GB/s NVLink
-    assert float(across.memory_s) < float(inside.memory_s)  # but each device holds fewer experts
