@@ -8,8 +8,7 @@ layer, which TP replicates on every rank.
 import jax
 import jax.numpy as jnp
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from perfmodel import (
     Deployment,
@@ -92,7 +91,7 @@ def test_full_attention_dp_drops_the_attention_all_reduce():
 
 
 def test_defaults_are_tp_only():
-    kw = dict(decode_seqs=64.0, decode_context=2000.0)
+    kw = {"decode_seqs": 64.0, "decode_context": 2000.0}
     base = forward_step(R1, H100, Deployment.create(tp=8, weight_dtype="fp8"), EFF, **kw)
     same = forward_step(R1, H100, _dep(ep=1, a=1, weight_dtype="fp8"), EFF, **kw)
     assert float(same.total_s) == float(base.total_s)
@@ -100,7 +99,7 @@ def test_defaults_are_tp_only():
 
 def test_mla_decode_reads_one_eighth_of_the_kv_under_attention_dp():
     seqs, ctx = 256.0, 4000.0
-    kw = dict(decode_seqs=seqs, decode_context=ctx)
+    kw = {"decode_seqs": seqs, "decode_context": ctx}
     tp = forward_step(R1, H100, _dep(weight_dtype="fp8"), EFF, **kw)
     dp = forward_step(R1, H100, _dep(a=8, weight_dtype="fp8"), EFF, **kw)
     bw = H100.hbm_bytes_per_s * EFF.bandwidth_fraction
@@ -113,7 +112,7 @@ def test_mla_decode_reads_one_eighth_of_the_kv_under_attention_dp():
 
 def test_expert_parallel_runs_fewer_wider_expert_gemms_no_slower():
     for seqs in (8.0, 64.0, 512.0):
-        kw = dict(decode_seqs=seqs, decode_context=1000.0)
+        kw = {"decode_seqs": seqs, "decode_context": 1000.0}
         tp = forward_step(R1, H100, _dep(weight_dtype="fp8"), EFF, **kw)
         ep = forward_step(R1, H100, _dep(ep=8, weight_dtype="fp8"), EFF, **kw)
         assert float(ep.total_s) <= float(tp.total_s)
@@ -131,12 +130,12 @@ def test_expert_parallel_runs_fewer_wider_expert_gemms_no_slower():
 )
 def test_flops_per_rank_do_not_depend_on_how_the_group_splits(tp, ep_share, a_share, seqs, prompt):
     ep, a = min(ep_share, tp), min(a_share, tp)
-    kw = dict(
-        decode_seqs=seqs,
-        decode_context=1500.0,
-        prefill_tokens=prompt,
-        prefill_seqs=1.0 if prompt > 0 else 0.0,
-    )
+    kw = {
+        "decode_seqs": seqs,
+        "decode_context": 1500.0,
+        "prefill_tokens": prompt,
+        "prefill_seqs": 1.0 if prompt > 0 else 0.0,
+    }
     base = forward_step(R1, H100, _dep(tp=tp, weight_dtype="fp8"), EFF, **kw)
     split = forward_step(R1, H100, _dep(tp=tp, ep=ep, a=a, weight_dtype="fp8"), EFF, **kw)
     assert float(split.compute_s) == pytest.approx(float(base.compute_s), rel=1e-6)
