@@ -17,6 +17,7 @@ import argparse
 import time
 
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
@@ -70,6 +71,28 @@ def _summary(scored, by: str) -> str:
     return "\n".join(lines)
 
 
+def _layout(scored):
+    """Each row's MoE layout: attention data-parallel (``dp_attention=true`` or an
+    ``attention_dp_size`` above 1 in notes), expert-parallel (``ep`` > 1) or TP only."""
+    notes = scored["notes"].astype(str)
+    dp = notes.str.contains("dp_attention=true") | notes.str.contains(r"attention_dp_size=[2-9]")
+    ep = scored["ep"].astype(float).fillna(1.0) > 1
+    return np.select([dp, ep], ["attention DP (+ EP)", "EP"], "TP only")
+
+
+def _by_layout(scored) -> str:
+    lines = [
+        "| layout | n | median APE | cov50 | cov90 | overload |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, part in scored.groupby(_layout(scored)):
+        lines.append(
+            f"| {name} | {len(part)} | {100 * part.ape.median():.1f} % "
+            f"| {100 * part.in50.mean():.0f} % | {100 * part.in90.mean():.0f} % | {_overload(part)} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=("source", "gpu", "both"), default="both")
@@ -92,6 +115,8 @@ def main() -> None:
             f"## leave one {by} out ({len(scored)} rows, {draws} draws, {time.time() - t0:.0f} s)"
         )
         print(_summary(scored, by))
+        print()
+        print(_by_layout(scored))
         print()
 
 

@@ -308,10 +308,13 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     pp = pp if pp > 0 else 1.0
     if not tp > 0:
         tp = float(_throughput_tp(row["model"], row["gpu"], wdt, kvdt, inp + out, _f(gpus)))
+    tp, ep, attention_dp = _moe_parallelism(row, tp)
     gpus = gpus if gpus > 0 else tp * pp
     replicas = max(1.0, math.floor(gpus / (tp * pp)))
     polls = scheduler_poll_iterations(row)
-    specs = _e2e_specs(row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc, polls)
+    specs = _e2e_specs(
+        row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc, polls, ep, attention_dp
+    )
     return specs, {
         "prompt_tokens_mean": inp,
         "prompt_tokens_cv": inp_cv,
@@ -358,8 +361,31 @@ def _throughput_tp(
     return found[0]
 
 
+def _moe_parallelism(row: pd.Series, tp: float) -> tuple[float, float, float]:
+    """(ranks per stage, expert-parallel degree, attention data-parallel degree) of a run.
+
+    aiconfigurator records the attention's TP as ``tp`` and its data-parallel groups as
+    ``attention_dp_size`` in notes (``num_gpus = tp x pp x attention_dp``): the stage spans
+    tp x a ranks.  InferenceMAX records the stage's ranks as ``tp`` and ``dp_attention=true``
+    in notes when every rank runs its own attention (TensorRT-LLM ``enable_attention_dp``):
+    a = tp.  ``ep`` is the expert-parallel degree of both (data README); one that does not
+    divide the stage's ranks is not a layout the engines run, and counts as none.
+    """
+    notes = str(row.get("notes", ""))
+    groups = re.search(r"attention_dp_size=(\d+)", notes)
+    if groups:
+        attention_dp = float(groups.group(1))
+        ranks = tp * attention_dp
+    else:
+        attention_dp = tp if "dp_attention=true" in notes else 1.0
+        ranks = tp
+    ep = _f(row.get("ep"))
+    ep = ep if ep >= 1 and ranks % ep == 0 else 1.0
+    return ranks, ep, max(attention_dp, 1.0)
+
+
 @lru_cache(maxsize=512)
-def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls):
+def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls, ep=1.0, attention_dp=1.0):
     m, h, _ = _row_specs(model_id, gpu, tp, pp, wdt, kvdt)
     seqs = conc if conc > 0 else DEFAULT_MAX_SEQS  # vLLM runs cap --max-num-seqs at the concurrency
     dep = Deployment.create(
@@ -371,6 +397,8 @@ def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls):
         max_num_seqs=float(max(seqs, 1.0)),
         max_num_batched_tokens=DEFAULT_TOKEN_BUDGET,
         scheduler_polls=float(polls),
+        expert_parallel=float(ep),
+        attention_dp=float(attention_dp),
     )
     return m, h, dep
 
