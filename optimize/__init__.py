@@ -38,7 +38,12 @@ from ._forecast import (
     forecast_gpus as forecast_gpus,
     read_demand as read_demand,
 )
-from ._grid import KNOBS as KNOBS, Grid as Grid, one_hot_weights as one_hot_weights
+from ._grid import (
+    KNOBS as KNOBS,
+    MOE_LAYOUTS as MOE_LAYOUTS,
+    Grid as Grid,
+    one_hot_weights as one_hot_weights,
+)
 from ._metrics import (
     SloMetrics as SloMetrics,
     Workload as Workload,

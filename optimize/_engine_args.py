@@ -13,6 +13,10 @@ What each recommendation knob becomes:
   ranks); SGLang ``--tp-size``, ``--pp-size``, ``--dp-size``, ``--ep-size``; TensorRT-LLM
   ``--tp_size``, ``--pp_size``, ``--ep_size`` (``trtllm-serve`` has no replica data parallelism:
   run DP instances).
+* attention data parallelism over a groups of the TP ranks (``attention_dp``): vLLM
+  ``--tensor-parallel-size tp/a --data-parallel-size a``; SGLang ``--dp-size a
+  --enable-dp-attention``; TensorRT-LLM ``enable_attention_dp: true`` in the
+  ``--extra_llm_api_options`` YAML (a = tp only).
 * iteration token budget B, sequence cap, prefill chunk c <= B: vLLM ``--max-num-batched-tokens``,
   ``--max-num-seqs``, ``--enable-chunked-prefill`` and ``--long-prefill-token-threshold c`` when
   c < B; SGLang ``--max-prefill-tokens B``, ``--chunked-prefill-size c``,
@@ -261,6 +265,12 @@ def _expert_parallel(config: dict) -> tuple[int, int]:
     return int(config.get("dp", 1) or 1), int(config.get("ep", 1) or 1)
 
 
+def _attention_dp(config: dict) -> int:
+    """Attention data-parallel groups among the TP ranks (``describe_config``'s
+    ``attention_dp``; 1 = attention split by TP)."""
+    return int(config.get("attention_dp", 1) or 1)
+
+
 def _render(argv: list[str], env: dict[str, str] | None = None, prelude: str = "") -> str:
     prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in (env or {}).items())
     return f"{prelude}{prefix}{shlex.join(argv)}"
@@ -291,6 +301,10 @@ def _vllm(model, config, role, checkpoint, memory, notes) -> str:
     maps = flag_table("vllm")["maps"]
     tp, pp = config["tp"], config["pp"]
     dp, ep = _expert_parallel(config)
+    # vLLM's attention data parallelism: DP ranks of TP / a GPUs each, the MoE layers spanning
+    # all of them (vllm/config/parallel.py: data_parallel_size with an MoE model)
+    attention = _attention_dp(config)
+    tp, dp = tp // attention, dp * attention
     mnbt, seqs = config["max_num_batched_tokens"], config["max_num_seqs"]
     chunk = config.get("chunk_size") or mnbt
     model_id, quant = _weights("vllm", model, config, checkpoint, notes)
@@ -361,7 +375,14 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
     if role:
         argv += ["--port", str(maps["disaggregation"]["ports"][role])]
     argv += ["--tp-size", str(tp), "--pp-size", str(pp)]
-    if dp > 1:
+    attention = _attention_dp(config)
+    if attention > 1:
+        if dp > 1:
+            notes.add(
+                f"SGLang's --dp-size is the attention DP {attention} here: run DP={dp} instances"
+            )
+        argv += ["--dp-size", str(attention), "--enable-dp-attention"]
+    elif dp > 1:
         argv += ["--dp-size", str(dp)]
     if ep > 1:
         if tp % ep == 0:
@@ -461,6 +482,14 @@ def _trtllm(model, config, role, checkpoint, memory, notes) -> str:
             f"TensorRT-LLM has no per-request prefill chunk below --max_num_tokens (chunk {chunk})"
         )
     options: dict = {}
+    attention = _attention_dp(config)
+    if attention == tp and tp > 1:
+        options["enable_attention_dp"] = True
+    elif attention > 1:
+        notes.add(
+            f"TensorRT-LLM's enable_attention_dp runs attention data-parallel on all {tp} ranks, "
+            f"not in {attention} groups: left off"
+        )
     kv = _kv("trtllm", config, notes)
     kv_cfg = {}
     if kv not in (None, "auto"):

@@ -8,6 +8,11 @@ Pool split (disaggregation): index 0 of ``pool_split`` is the colocated engine; 
 prefill:decode split with ``pool_ratios[i - 1] = (p, d)`` engine instances per replica unit, the
 prefill pool on GPU ``prefill_gpu`` and the decode pool on GPU ``gpu`` (both pools share TP, PP and
 dtypes).  A colocated configuration carries ``prefill_gpu = 0`` (its canonical form).
+
+MoE layout (``moe_layout``): how a MoE model's TP ranks split its layers (``MOE_LAYOUTS``): "tp"
+splits every expert over all ranks; "ep" gives each rank whole experts (expert parallelism over
+all TP ranks); "ep+dp" also runs attention data-parallel on every rank (each rank its own
+sequences, attention weights and KV).  A dense model, or TP 1, has only "tp" (canonical form).
 """
 
 from __future__ import annotations
@@ -32,10 +37,19 @@ KNOBS: tuple[str, ...] = (
     "spec_k",
     "pool_split",
     "prefill_gpu",
+    "moe_layout",
 )
 """Index columns of a configuration array, in order; the replica count is kept beside them."""
 
-GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, SPEC, POOL, PREFILL_GPU = range(len(KNOBS))
+GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, SPEC, POOL, PREFILL_GPU, MOE = range(len(KNOBS))
+
+MOE_LAYOUTS: dict[str, tuple[float, float]] = {
+    "tp": (0.0, 0.0),
+    "ep": (1.0, 0.0),
+    "ep+dp": (1.0, 1.0),
+}
+"""Layout name -> (expert-parallel share, attention data-parallel share): a share of 1 makes the
+degree equal TP (``perfmodel.Deployment.expert_parallel`` / ``attention_dp`` = tp), 0 makes it 1."""
 
 
 class Grid(NamedTuple):
@@ -61,6 +75,7 @@ class Grid(NamedTuple):
         scheduler_polls: decode iterations between the engine scheduler's polls for new
             requests, one value the search does not vary (SGLang's
             ``--scheduler-recv-interval``; 1 = every iteration, ``perfmodel._polling``).
+        moe_layouts: ``MOE_LAYOUTS`` names a MoE model may take (a dense model takes "tp").
     """
 
     num_gpus: int
@@ -75,6 +90,7 @@ class Grid(NamedTuple):
     pool_ratios: tuple[tuple[int, int], ...] = ()
     max_replicas: int = 64
     scheduler_polls: int = 1
+    moe_layouts: tuple[str, ...] = ("tp",)
 
     def sizes(self) -> tuple[int, ...]:
         """Number of choices per index column (``KNOBS`` order)."""
@@ -90,6 +106,7 @@ class Grid(NamedTuple):
             len(self.spec_k),
             1 + len(self.pool_ratios),
             self.num_gpus,
+            len(self.moe_layouts),
         )
 
     @property
@@ -106,13 +123,19 @@ class Grid(NamedTuple):
         heads = int(model.num_heads)
         return np.asarray([heads % t == 0 for t in self.tp])
 
+    def legal_layout(self, model: ModelSpec) -> np.ndarray:
+        """Boolean mask over ``moe_layouts``: expert and attention splits need routed experts."""
+        moe = float(model.num_experts) > 0
+        return np.asarray([moe or name == "tp" for name in self.moe_layouts])
+
     def legal_chunk(self) -> np.ndarray:
         """Boolean (len(max_num_batched_tokens), len(chunk_sizes)): chunk c <= budget B."""
         return np.asarray([[c <= b for c in self.chunk_sizes] for b in self.max_num_batched_tokens])
 
     def canonical(self, configs: np.ndarray, model: ModelSpec) -> np.ndarray:
         """Nearest legal form of index rows: an illegal TP moves to the nearest legal one, a chunk
-        above the budget to the largest legal chunk, a colocated row gets ``prefill_gpu = 0``."""
+        above the budget to the largest legal chunk, a colocated row gets ``prefill_gpu = 0``, and
+        a dense model or TP 1 takes the "tp" layout (the others equal it there)."""
         out = np.array(configs, dtype=np.int32, copy=True)
         legal = np.flatnonzero(self.legal_tp(model))
         bad = ~self.legal_tp(model)[out[..., TP]]
@@ -124,17 +147,28 @@ class Grid(NamedTuple):
         over = ~ok[out[..., MNBT], out[..., CHUNK]]
         out[..., CHUNK] = np.where(over, largest[out[..., MNBT]], out[..., CHUNK])
         out[..., PREFILL_GPU] = np.where(out[..., POOL] == 0, 0, out[..., PREFILL_GPU])
+        if "tp" in self.moe_layouts:
+            plain = self.moe_layouts.index("tp")
+            single = np.asarray(self.tp)[out[..., TP]] == 1
+            illegal = ~self.legal_layout(model)[out[..., MOE]]
+            out[..., MOE] = np.where(single | illegal, plain, out[..., MOE])
         return out
 
     def all_configs(self, model: ModelSpec) -> np.ndarray:
         """Every legal index vector (canonical, each once), shape (n, len(KNOBS)), int32."""
         legal, chunk_ok = self.legal_tp(model), self.legal_chunk()
-        rows = [
-            c
-            for c in itertools.product(*(range(n) for n in self.sizes()))
-            if legal[c[TP]] and chunk_ok[c[MNBT], c[CHUNK]] and (c[POOL] > 0 or c[PREFILL_GPU] == 0)
-        ]
-        return np.asarray(rows, dtype=np.int32)
+        rows = np.asarray(
+            [
+                c
+                for c in itertools.product(*(range(n) for n in self.sizes()))
+                if legal[c[TP]]
+                and chunk_ok[c[MNBT], c[CHUNK]]
+                and (c[POOL] > 0 or c[PREFILL_GPU] == 0)
+            ],
+            dtype=np.int32,
+        ).reshape(-1, len(KNOBS))
+        # a layout that equals "tp" there (a dense model, TP 1) is listed once, as "tp"
+        return rows[self.canonical(rows, model)[:, MOE] == rows[:, MOE]]
 
 
 def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
@@ -157,6 +191,8 @@ def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
         "prefill_units": jnp.asarray([r[0] for r in ratios], dtype=float),
         "decode_units": jnp.asarray([r[1] for r in ratios], dtype=float),
         "scheduler_polls": jnp.asarray(float(grid.scheduler_polls)),
+        "expert_share": jnp.asarray([MOE_LAYOUTS[n][0] for n in grid.moe_layouts]),
+        "attention_share": jnp.asarray([MOE_LAYOUTS[n][1] for n in grid.moe_layouts]),
     }
 
 
@@ -182,6 +218,13 @@ def chunk_from_weights(
     return jnp.minimum(_log_mix(weights[CHUNK], per_choice), budget)
 
 
+def _share_of_tp(tp: jnp.ndarray, share: jnp.ndarray) -> jnp.ndarray:
+    """tp^share: 1 at share 0, tp at share 1 (exactly: XLA's power is not exact at integers),
+    and in between, log-mixed like the other degrees, for relaxed weights."""
+    mixed = jnp.power(tp, jnp.clip(share, 0.0, 1.0))
+    return jnp.where(share >= 1.0, tp, jnp.where(share <= 0.0, 1.0, mixed))
+
+
 def deployment_from_weights(
     weights: tuple[jnp.ndarray, ...], tables: dict[str, jnp.ndarray], replicas: jnp.ndarray
 ) -> Deployment:
@@ -193,6 +236,7 @@ def deployment_from_weights(
     """
     tp = _log_mix(weights[TP], tables["tp"])
     pp = _log_mix(weights[PP], tables["pp"])
+    layout = weights[MOE]
     return Deployment(
         tp=tp,
         pp=pp,
@@ -204,4 +248,6 @@ def deployment_from_weights(
         max_num_seqs=_log_mix(weights[SEQS], tables["mnseq"]),
         microbatches=pp,
         scheduler_polls=tables["scheduler_polls"],
+        expert_parallel=_share_of_tp(tp, layout @ tables["expert_share"]),
+        attention_dp=_share_of_tp(tp, layout @ tables["attention_share"]),
     )

@@ -54,7 +54,9 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
         "weight_dtype": list(g.weight_dtypes),
         "max_num_batched_tokens": list(g.max_num_batched_tokens),
         "max_num_seqs": list(g.max_num_seqs),
+        "moe_layout": list(g.moe_layouts),
     }
+    d = {"moe_layout": "tp", **d}
     chunk = d.get("chunk_size") or d["max_num_batched_tokens"]
     sizes = list(g.chunk_sizes)
     idx = {k: choices[k].index(d[k]) for k in choices}

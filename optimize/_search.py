@@ -32,7 +32,7 @@ from ._evaluate import (
     pool_units,
     probe_trials,
 )
-from ._grid import GPU, KV, POOL, PP, PREFILL_GPU, TP, WEIGHT
+from ._grid import GPU, KV, MOE, POOL, PP, PREFILL_GPU, TP, WEIGHT
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, pad_rows, replicate
@@ -82,6 +82,8 @@ def _masks(problem: Problem) -> tuple[Array, ...]:
     masks = [jnp.zeros(n) for n in sizes]
     legal = jnp.mod(problem.model.num_heads, jnp.asarray(problem.grid.tp, dtype=float)) == 0
     masks[TP] = jnp.where(legal, 0.0, _NEG)
+    plain = jnp.asarray([name == "tp" for name in problem.grid.moe_layouts])
+    masks[MOE] = jnp.where(plain | (problem.model.num_experts > 0), 0.0, _NEG)
     return tuple(masks)
 
 

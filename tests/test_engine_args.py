@@ -58,6 +58,12 @@ CASES = {
         {"memory": MEMORY},
     ),
     "moe-tp4-ep3": (MOE, _cfg(ep=3), {}),
+    "moe-tp8-ep8-attention-dp8": (
+        MOE,
+        _cfg(tp=8, ep=8, attention_dp=8, moe_layout="ep+dp", weight_dtype="fp8"),
+        {"memory": MEMORY},
+    ),
+    "moe-tp8-attention-dp2": (MOE, _cfg(tp=8, attention_dp=2, weight_dtype="fp8"), {}),
     "dense-sglang-polls": (MODEL, _cfg(scheduler_recv_interval=30), {}),
     "dense-draft-model": (
         MODEL,
@@ -105,6 +111,8 @@ def _check_value(spec: dict, value, where: str):
         assert v <= spec.get("max", v), where
     elif kind == "choice":
         assert value in spec["choices"], f"{where}: {value!r} not in {spec['choices']}"
+    elif kind == "bool":
+        assert isinstance(value, bool), where
     elif kind in ("str", "path"):
         assert isinstance(value, str) and value, where
     elif kind == "list":
@@ -254,7 +262,8 @@ def test_every_emitted_flag_and_value_is_in_the_tables(name):
             f = cmd["flags"]
             tp, pp = config["tp"], config["pp"]
             if engine == "vllm":
-                assert f["--tensor-parallel-size"] == str(tp)
+                # attention DP: DP ranks of TP / a GPUs each
+                assert f["--tensor-parallel-size"] == str(tp // config.get("attention_dp", 1))
                 assert f["--pipeline-parallel-size"] == str(pp)
                 assert f["--max-num-batched-tokens"] == str(config["max_num_batched_tokens"])
                 assert f["--max-num-seqs"] == str(config["max_num_seqs"])
@@ -363,6 +372,25 @@ def test_data_and_expert_parallel():
     t = parse("trtllm", out["trtllm"])["flags"]
     assert "--ep_size" not in t and "EP=3 left out" in out["notes"]
     assert "not EP=3" in out["notes"]
+
+
+def test_attention_data_parallel():
+    _, _, out = _all("moe-tp8-ep8-attention-dp8")
+    v, s = (parse(e, out[e])["flags"] for e in ("vllm", "sglang"))
+    assert v["--tensor-parallel-size"] == "1" and v["--data-parallel-size"] == "8"
+    assert v["--enable-expert-parallel"] and "shards experts" not in out["notes"]
+    assert s["--tp-size"] == "8" and s["--dp-size"] == "8" and s["--enable-dp-attention"]
+    assert s["--ep-size"] == "8"
+    t = parse("trtllm", out["trtllm"])
+    options = t["files"][t["flags"]["--extra_llm_api_options"]]
+    assert t["flags"]["--ep_size"] == "8" and options["enable_attention_dp"] is True
+    _, _, out = _all("moe-tp8-attention-dp2")
+    v, s = (parse(e, out[e])["flags"] for e in ("vllm", "sglang"))
+    assert v["--tensor-parallel-size"] == "4" and v["--data-parallel-size"] == "2"
+    assert s["--dp-size"] == "2" and s["--enable-dp-attention"]
+    t = parse("trtllm", out["trtllm"])
+    assert not any("enable_attention_dp" in f for f in t["files"].values())
+    assert "not in 2 groups: left off" in out["notes"]
 
 
 def test_speculation():

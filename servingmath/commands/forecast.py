@@ -9,6 +9,7 @@ import sys
 
 from ..errors import UsageError
 from ..options.forecast import add_forecast_arguments
+from ..options.grid import check_moe_layout_argument
 from ..options.outputs import check_output_paths, close_figures, write_report
 from ..options.problem import problem_from_args, resolve_common, resolve_workload
 from ..options.speculation import check_speculation_arguments
@@ -27,6 +28,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Before the demand and the posterior load: --report is writable, --spec-draft mtp names a
     model with MTP layers."""
     check_speculation_arguments(args)
+    check_moe_layout_argument(args)
     check_output_paths(args, files=("report",))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from perfmodel import CatalogError
 
 from ..errors import UsageError
+from ..options.grid import check_moe_layout_argument
 from ..options.optimize import add_optimize_arguments
 from ..options.outputs import check_output_paths, close_figures, write_report, write_text
 from ..options.problem import (
@@ -35,6 +36,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     and --emit are writable (re-checked here for callers that bypass the parser's types)."""
     check_slo_arguments(args)
     check_speculation_arguments(args)
+    check_moe_layout_argument(args)
     check_output_paths(args, files=("report",), folders=("emit",))
 
 

@@ -60,6 +60,8 @@ def sheet_report(
         "tp": int(deployment.tp),
         "pp": int(deployment.pp),
         "replicas": int(deployment.replicas),
+        "expert_parallel": int(deployment.expert_parallel),
+        "attention_dp": int(deployment.attention_dp),
         "input_len": int(input_len),
         "output_len": int(output_len),
         "kv_bytes_per_token": float(sheet.kv_bytes_per_token),

@@ -50,6 +50,22 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--replicas", type=positive_int, default=1, help="copies of the TP x PP group (default 1)"
     )
+    g.add_argument(
+        "--expert-parallel",
+        type=positive_int,
+        default=1,
+        metavar="EP",
+        help="MoE models: split the routed experts whole over EP of the TP ranks (SGLang "
+        "--ep-size; vLLM --enable-expert-parallel is EP = TP); must divide --tp (default 1)",
+    )
+    g.add_argument(
+        "--attention-dp",
+        type=positive_int,
+        default=1,
+        metavar="DP",
+        help="run attention data-parallel in DP groups of the TP ranks, each with its own "
+        "sequences and KV (SGLang --enable-dp-attention --dp-size); must divide --tp (default 1)",
+    )
     g.add_argument("--weight-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
     g.add_argument("--kv-dtype", default="bf16", choices=sorted(pm.DTYPE_BYTES))
     g.add_argument(
@@ -165,6 +181,7 @@ def resolve_deployment(
             f"--tp {args.tp} does not divide {model.name}'s {heads} attention heads; "
             f"use one of {', '.join(map(str, ok))}"
         )
+    _check_group_split(args, model)
     if args.tp > 1 and not math.isfinite(float(hardware.link_bytes_per_s)):
         raise UsageError(
             f"{hardware.name} has no link bandwidth in the catalog, needed for --tp {args.tp}; "
@@ -176,6 +193,8 @@ def resolve_deployment(
         "gpu_memory_utilization": float(args.gpu_memory_utilization),
         "kv_allocation": args.kv_allocation,
         "scheduler_polls": float(args.scheduler_recv_interval),
+        "expert_parallel": float(args.expert_parallel),
+        "attention_dp": float(args.attention_dp),
     }
     if max_num_batched_tokens is not None:
         knobs["max_num_batched_tokens"] = float(max_num_batched_tokens)
@@ -190,6 +209,25 @@ def resolve_deployment(
         **knobs,
     )
     return model, hardware, deployment
+
+
+def _check_group_split(args: argparse.Namespace, model: ModelSpec) -> None:
+    """``--expert-parallel`` and ``--attention-dp`` split the TP ranks: each must divide ``--tp``,
+    and expert parallelism needs routed experts."""
+    for flag, value in (
+        ("--expert-parallel", args.expert_parallel),
+        ("--attention-dp", args.attention_dp),
+    ):
+        if args.tp % value:
+            raise UsageError(
+                f"{flag} {value} does not divide --tp {args.tp}: it splits the TP ranks; "
+                f"pass a divisor of {args.tp} or raise --tp"
+            )
+    if args.expert_parallel > 1 and not float(model.num_experts) > 0:
+        raise UsageError(
+            f"--expert-parallel {args.expert_parallel} needs a mixture-of-experts model and "
+            f"{model.name} has no routed experts; drop --expert-parallel"
+        )
 
 
 @functools.cache

@@ -13,7 +13,7 @@ import math
 from perfmodel import CatalogError
 
 from ..errors import UsageError
-from .grid import add_chunk_argument
+from .grid import add_chunk_argument, add_moe_layout_argument
 from .outputs import add_report_argument
 from .problem import add_problem_arguments
 from .speculation import add_speculation_arguments
@@ -27,6 +27,7 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     add_problem_arguments(parser)
     add_speculation_arguments(parser)
     add_chunk_argument(parser, default=None)
+    add_moe_layout_argument(parser)
     parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
     parser.add_argument(
         "--num-classes",

@@ -1,6 +1,6 @@
 """The knob grid the search walks (``optimize``, ``fleet``, ``forecast``; ``pareto`` reads its
-dtypes): --kv-dtypes / --weight-dtypes, --chunk-sizes, --pool-ratios and, with --spec-draft, the
-draft lengths.  ``grid_from_args`` builds ``optimize.Grid`` from them, with a one-line
+dtypes): --kv-dtypes / --weight-dtypes, --chunk-sizes, --pool-ratios, --moe-layouts and, with
+--spec-draft, the draft lengths.  ``grid_from_args`` builds ``optimize.Grid`` from them, with a one-line
 ``UsageError`` for a bad list.
 """
 
@@ -31,8 +31,57 @@ def add_chunk_argument(
     )
 
 
-def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
-    """The knob grid with the dtypes the user allows."""
+def add_moe_layout_argument(parser: argparse.ArgumentParser) -> None:
+    """--moe-layouts: how a MoE model's TP ranks may split its layers (optimize, fleet,
+    forecast)."""
+    parser.add_argument(
+        "--moe-layouts",
+        default=None,
+        metavar="NAME,...",
+        help="MoE models: layouts to consider among tp (experts split by TP), ep (whole experts "
+        "per rank, EP = TP) and ep+dp (also attention data-parallel on every rank); default all "
+        "three for a MoE model, tp for a dense one",
+    )
+
+
+def check_moe_layout_argument(args: argparse.Namespace) -> None:
+    """A bad --moe-layouts is refused before any work (the model's config is enough; an
+    unknown model is left to the command's own one-line refusal)."""
+    if getattr(args, "moe_layouts", None) is None:
+        return
+    from perfmodel import CatalogError, load_model
+
+    try:
+        model = load_model(args.model)
+    except CatalogError:
+        return
+    _moe_layouts(args, model)
+
+
+def _moe_layouts(args: argparse.Namespace, model) -> tuple[str, ...]:
+    from optimize import MOE_LAYOUTS
+
+    moe = model is not None and float(model.num_experts) > 0
+    text = getattr(args, "moe_layouts", None)
+    if text is None:
+        return tuple(MOE_LAYOUTS) if moe else ("tp",)
+    items = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    bad = [t for t in items if t not in MOE_LAYOUTS]
+    if bad or not items:
+        raise UsageError(
+            f"--moe-layouts: unknown layout {bad[0] if bad else '(empty)'!r}; use some of "
+            f"{','.join(MOE_LAYOUTS)}"
+        )
+    if not moe and items != ("tp",):
+        raise UsageError(
+            f"--moe-layouts {text}: {model.name if model is not None else 'the model'} has no "
+            "routed experts, so only tp applies; drop --moe-layouts"
+        )
+    return items
+
+
+def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int, model=None):
+    """The knob grid with the dtypes the user allows (``model``: the MoE layouts it may take)."""
     from optimize import Grid
     from perfmodel import DTYPE_BYTES
 
@@ -65,6 +114,7 @@ def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int):
         extra["spec_k"] = SPEC_K
     if getattr(args, "scheduler_recv_interval", None) is not None:
         extra["scheduler_polls"] = int(args.scheduler_recv_interval)
+    extra["moe_layouts"] = _moe_layouts(args, model)
     return Grid(
         num_gpus=num_gpus,
         kv_dtypes=dtypes["--kv-dtypes"],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from .grid import DEFAULT_POOL_RATIOS, add_chunk_argument
+from .grid import DEFAULT_POOL_RATIOS, add_chunk_argument, add_moe_layout_argument
 from .outputs import add_report_argument
 from .problem import add_problem_arguments, context_tokens
 from .speculation import add_speculation_arguments
@@ -65,6 +65,7 @@ def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
         "Kubernetes deployment.yaml (one Deployment per pool) into this folder",
     )
     add_chunk_argument(parser)
+    add_moe_layout_argument(parser)
     parser.add_argument(
         "--pool-ratios",
         default=None,

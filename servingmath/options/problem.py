@@ -169,7 +169,7 @@ def problem_from_args(
             slo_itl_p95_s=getattr(args, "itl_p95", None),
             max_model_len=getattr(args, "max_model_len", None),
             confidence=args.confidence,
-            grid=grid_from_args(args, len(gpus), args.max_replicas),
+            grid=grid_from_args(args, len(gpus), args.max_replicas, model),
             efficiency=efficiency,
             hardware=hardware,
             quality_penalty=args.quality_penalty,

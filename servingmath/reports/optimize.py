@@ -78,7 +78,10 @@ def render(out: dict, args: argparse.Namespace) -> str:
     rows = [
         (
             "configuration",
-            f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs",
+            (
+                f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}{_layout(out)}) "
+                f"= {out['num_gpus']} GPUs"
+            ),
         ),
         ("dtypes", f"weights {out['weight_dtype']}, KV {out['kv_dtype']}"),
         ("max_model_len", f"{out['max_model_len']:,} tokens (one sequence's KV fits)"),
@@ -169,6 +172,15 @@ def render(out: dict, args: argparse.Namespace) -> str:
     return text
 
 
+def _layout(d: dict) -> str:
+    """ ", EP 8, attention DP 8" for a MoE layout other than experts split by TP; else ""."""
+    return "".join(
+        f", {label} {d[key]}"
+        for key, label in (("ep", "EP"), ("attention_dp", "attention DP"))
+        if d.get(key, 1) > 1
+    )
+
+
 def describe_short(problem, gpus, config) -> str:
     """One line: TP/PP, dtypes, token budget (and a prefill chunk below it) and speculation of
     a configuration."""
@@ -178,7 +190,7 @@ def describe_short(problem, gpus, config) -> str:
     spec = d["speculative"]
     chunk = d["chunk_size"]
     return (
-        f"TP {d['tp']} PP {d['pp']}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
+        f"TP {d['tp']} PP {d['pp']}{_layout(d)}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
         f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"
         + (f", prefill chunk {chunk}" if chunk < d["max_num_batched_tokens"] else "")
         + (f", speculative {spec['draft']} k {spec['k']}" if spec else "")
