@@ -32,6 +32,7 @@ from ._evaluate import constraint_slacks, constraints_hold, draw_metrics
 from ._explain import SENSITIVITIES, binding_constraint, closest_achievable, cost_elasticities
 from ._grid import (
     GPU,
+    MOE,
     POOL,
     PP,
     PREFILL_GPU,
@@ -82,6 +83,9 @@ class Recommendation(NamedTuple):
                     "num_gpus",
                     "tp",
                     "pp",
+                    "moe_layout",
+                    "ep",
+                    "attention_dp",
                     "replicas",
                     "max_num_batched_tokens",
                     "chunk_size",
@@ -122,8 +126,9 @@ def _per_million(problem: Problem, cost: float) -> float:
 
 
 def _group(config: np.ndarray) -> tuple[int, ...]:
-    """(GPU, TP, PP, pool split, prefill GPU): the runner-ups name one configuration of each."""
-    return tuple(int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU))
+    """(GPU, TP, PP, pool split, prefill GPU, MoE layout): the runner-ups name one configuration
+    of each."""
+    return tuple(int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU, MOE))
 
 
 def _candidates(found, count: int) -> np.ndarray:

@@ -60,7 +60,7 @@ def sheet_report(
         "tp": int(deployment.tp),
         "pp": int(deployment.pp),
         "replicas": int(deployment.replicas),
-        "expert_parallel": int(deployment.expert_parallel),
+        "ep": int(deployment.expert_parallel),
         "attention_dp": int(deployment.attention_dp),
         "input_len": int(input_len),
         "output_len": int(output_len),

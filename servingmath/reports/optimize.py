@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .render import human_seconds, table
+from .render import human_seconds, layout_text, table
 
 
 def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
@@ -79,7 +79,7 @@ def render(out: dict, args: argparse.Namespace) -> str:
         (
             "configuration",
             (
-                f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}{_layout(out)}) "
+                f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}{layout_text(out)}) "
                 f"= {out['num_gpus']} GPUs"
             ),
         ),
@@ -141,7 +141,7 @@ def render(out: dict, args: argparse.Namespace) -> str:
         text += "\nrunner-up configurations\n" + table(
             [
                 (
-                    f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}"
+                    f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}{layout_text(a)}"
                     + (
                         f" (split, prefill on {a['disaggregation']['prefill']['gpu']})"
                         if a.get("disaggregation")
@@ -172,15 +172,6 @@ def render(out: dict, args: argparse.Namespace) -> str:
     return text
 
 
-def _layout(d: dict) -> str:
-    """ ", EP 8, attention DP 8" for a MoE layout other than experts split by TP; else ""."""
-    return "".join(
-        f", {label} {d[key]}"
-        for key, label in (("ep", "EP"), ("attention_dp", "attention DP"))
-        if d.get(key, 1) > 1
-    )
-
-
 def describe_short(problem, gpus, config) -> str:
     """One line: TP/PP, dtypes, token budget (and a prefill chunk below it) and speculation of
     a configuration."""
@@ -190,7 +181,7 @@ def describe_short(problem, gpus, config) -> str:
     spec = d["speculative"]
     chunk = d["chunk_size"]
     return (
-        f"TP {d['tp']} PP {d['pp']}{_layout(d)}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
+        f"TP {d['tp']} PP {d['pp']}{layout_text(d)}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
         f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"
         + (f", prefill chunk {chunk}" if chunk < d["max_num_batched_tokens"] else "")
         + (f", speculative {spec['draft']} k {spec['k']}" if spec else "")

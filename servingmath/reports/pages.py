@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 
 from .html import Content, Pre, Table, number, render_html
+from .render import layout_text
 
 Figures = Sequence[tuple[str, object]]
 """``(caption, matplotlib Figure)`` pairs."""
@@ -357,7 +358,7 @@ def _configuration_rows(out: dict) -> list[tuple[str, str]]:
             "configuration",
             (
                 f"{number(out['replicas'])} x {out['gpu']} (TP {number(out['tp'])}, "
-                f"PP {number(out['pp'])}) = {number(out['num_gpus'])} GPUs"
+                f"PP {number(out['pp'])}{layout_text(out)}) = {number(out['num_gpus'])} GPUs"
             ),
         ),
         ("GPUs", number(out["num_gpus"])),

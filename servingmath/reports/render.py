@@ -38,6 +38,16 @@ def human_seconds(s: float) -> str:
     return f"{s * 1e6:.3g} us"
 
 
+def layout_text(d: dict) -> str:
+    """ ", EP 8, attention DP 8" for a MoE layout other than experts split by TP (the ``ep`` and
+    ``attention_dp`` of ``explain``'s and ``optimize``'s JSON); "" for TP alone."""
+    return "".join(
+        f", {label} {d[key]}"
+        for key, label in (("ep", "EP"), ("attention_dp", "attention DP"))
+        if (d.get(key) or 1) > 1
+    )
+
+
 def table(rows: list[tuple[str, str]]) -> str:
     """Two left-aligned columns."""
     width = max((len(k) for k, _ in rows), default=0)

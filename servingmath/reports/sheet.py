@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .render import human_bytes, human_seconds, table
+from .render import human_bytes, human_seconds, layout_text, table
 
 
 def _with_interval(report: dict, key: str, fmt) -> str:
@@ -28,14 +28,9 @@ def render_sheet(report: dict) -> str:
         ("decode tokens/s at max", _with_interval(report, "decode_tokens_per_s_max", rate)),
         ("binding budget", report["binding_budget"]),
     ]
-    split = "".join(
-        f", {label} {report[key]}"
-        for key, label in (("expert_parallel", "EP"), ("attention_dp", "attention DP"))
-        if report.get(key, 1) > 1
-    )
     head = (
         f"{report['model']} on {report['tp'] * report['pp']}x {report['gpu']} "
-        f"(TP {report['tp']}, PP {report['pp']}{split}), prompt {report['input_len']}, "
+        f"(TP {report['tp']}, PP {report['pp']}{layout_text(report)}), prompt {report['input_len']}, "
         f"output {report['output_len']}\nefficiencies: {report['efficiency_source']}"
     )
     el = [(f"  d log tokens/s / d log {k}", f"{v:+.3f}") for k, v in report["elasticities"].items()]
