@@ -2,7 +2,7 @@
 
 Serving engines are compared at a closed loop of N clients (InferenceMAX, aiconfigurator,
 ``vllm bench serve --max-concurrency N``): each point of the sweep is a configuration (GPU, TP,
-PP, weight and KV dtypes) run at concurrency N with the engine's batch limit ``max_num_seqs = N``,
+PP, MoE layout, weight and KV dtypes) run at concurrency N with the engine's batch limit ``max_num_seqs = N``,
 evaluated by the one load model (``perfmodel.serving_metrics`` with ``closed_loop=True``, i.e.
 ``perfmodel._closed_loop``) in every posterior draw of ``Efficiency``:
 
@@ -51,11 +51,14 @@ def pareto_grid(
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8"),
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8"),
     token_budget: int = DEFAULT_TOKEN_BUDGET,
+    moe_layouts: tuple[str, ...] = ("tp",),
 ) -> Grid:
-    """The sweep's grid: ``Grid``'s TP and PP, the given dtypes, one token budget, colocated
-    engines without speculation, and the concurrencies as ``max_num_seqs`` (batch limit = N)."""
+    """The sweep's grid: ``Grid``'s TP and PP, the given dtypes and MoE layouts, one token
+    budget, colocated engines without speculation, and the concurrencies as ``max_num_seqs``
+    (batch limit = N)."""
     return Grid(
         num_gpus=num_gpus,
+        moe_layouts=tuple(moe_layouts),
         kv_dtypes=tuple(kv_dtypes),
         weight_dtypes=tuple(weight_dtypes),
         max_num_batched_tokens=(int(token_budget),),
@@ -133,6 +136,7 @@ def pareto_problem(
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8"),
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8"),
     token_budget: int = DEFAULT_TOKEN_BUDGET,
+    moe_layouts: tuple[str, ...] = ("tp",),
     **problem_options,
 ) -> Problem:
     """``make_problem`` on a ``pareto_grid``; ``ValueError`` naming the fix for bad input (a
@@ -149,6 +153,7 @@ def pareto_problem(
         kv_dtypes=kv_dtypes,
         weight_dtypes=weight_dtypes,
         token_budget=token_budget,
+        moe_layouts=moe_layouts,
     )
     problem = make_problem(model, gpus, workload, grid=grid, **problem_options)
     hardware = [

@@ -48,6 +48,9 @@ POINT_KEYS = {
     "gpu",
     "tp",
     "pp",
+    "moe_layout",
+    "ep",
+    "attention_dp",
     "weight_dtype",
     "kv_dtype",
     "concurrency",
@@ -186,6 +189,8 @@ def test_frontier_numbers_are_the_load_model_at_that_configuration(library):
         deployment = pm.Deployment.create(
             tp=p.tp,
             pp=p.pp,
+            expert_parallel=float(p.ep),
+            attention_dp=float(p.attention_dp),
             weight_dtype=p.weight_dtype,
             kv_dtype=p.kv_dtype,
             max_num_seqs=float(p.concurrency),

@@ -62,6 +62,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             concurrencies=args.concurrency,
             kv_dtypes=grid.kv_dtypes,
             weight_dtypes=grid.weight_dtypes,
+            moe_layouts=grid.moe_layouts,
             slo_ttft_p95_s=args.ttft_p95,
             slo_tpot_p95_s=args.tpot_p95,
             confidence=args.confidence,

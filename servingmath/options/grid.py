@@ -72,10 +72,10 @@ def _moe_layouts(args: argparse.Namespace, model) -> tuple[str, ...]:
             f"--moe-layouts: unknown layout {bad[0] if bad else '(empty)'!r}; use some of "
             f"{','.join(MOE_LAYOUTS)}"
         )
-    if not moe and items != ("tp",):
+    if model is not None and not moe and items != ("tp",):
         raise UsageError(
-            f"--moe-layouts {text}: {model.name if model is not None else 'the model'} has no "
-            "routed experts, so only tp applies; drop --moe-layouts"
+            f"--moe-layouts {text}: {model.name} has no routed experts, so only tp applies; "
+            "drop --moe-layouts"
         )
     return items
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .grid import grid_from_args
+from .grid import add_moe_layout_argument, grid_from_args
 from .outputs import add_report_argument
 from .problem import add_problem_arguments, gpu_ids, resolve_workload
 from .validators import output_dir
@@ -46,18 +46,25 @@ def add_pareto_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write pareto_frontier.png here: the frontier and $ per million tokens, 90%% bars",
     )
+    add_moe_layout_argument(parser)
     add_report_argument(parser)
 
 
 def sweep_from_args(args: argparse.Namespace):
     """(workload, sweep grid) of the frontier, with one-line errors for bad lengths or dtypes."""
     from optimize import pareto_grid
+    from perfmodel import CatalogError, load_model
 
-    dtypes = grid_from_args(args, 1, 1)
+    try:
+        model = load_model(args.model)
+    except CatalogError:
+        model = None  # the command's own resolve refuses an unknown model in one line
+    dtypes = grid_from_args(args, 1, 1, model)
     grid = pareto_grid(
         len(gpu_ids(args)),
         args.concurrency,
         kv_dtypes=dtypes.kv_dtypes,
         weight_dtypes=dtypes.weight_dtypes,
+        moe_layouts=dtypes.moe_layouts,
     )
     return resolve_workload(args, rate=1.0), grid  # a closed loop: the rate is not used

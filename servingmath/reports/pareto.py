@@ -11,7 +11,16 @@ FRONTIER_CAPTION = (
 )
 """The report's caption of the frontier figure."""
 
-COLUMNS = ("tok/s/user", "tok/s/GPU", "$/M out tok", "TTFT", "GPU", "TPxPP", "weights/KV", "N")
+COLUMNS = (
+    "tok/s/user",
+    "tok/s/GPU",
+    "$/M out tok",
+    "TTFT",
+    "GPU",
+    "TPxPP layout",
+    "weights/KV",
+    "N",
+)
 
 
 def _cell(value: float, interval, fmt: str) -> str:
@@ -26,7 +35,7 @@ def _table(points) -> list[str]:
             _cell(p.cost_per_million_tokens, p.cost_per_million_tokens_interval, ".3g"),
             human_seconds(p.ttft_seconds),
             p.gpu,
-            f"{p.tp}x{p.pp}",
+            f"{p.tp}x{p.pp}" + ("" if p.moe_layout == "tp" else f" {p.moe_layout}"),
             f"{p.weight_dtype}/{p.kv_dtype}",
             str(p.concurrency),
         )
