@@ -82,9 +82,10 @@ def _layer_kernels_s(
     Attention data parallelism (a = ``deployment.attention_dp``) gives a rank 1 / a of the
     decoding sequences for the attention side (projections, attention, norms, rope), with the
     heads split over tp / a ranks, and a whole prompt's prefill while fewer than a prompts share
-    the iteration (the busiest group sets the pace); expert parallelism (e = ``deployment.expert_parallel``) gives
-    a rank E / e whole experts, each split over tp / e ranks: the same expert FLOPs and bytes as
-    TP, in fewer and wider GEMMs (routing taken as uniform and balanced).
+    the iteration (the busiest group sets the pace).  Expert parallelism
+    (e = ``deployment.expert_parallel``) gives a rank E / e whole experts, each split over tp / e
+    ranks: the same expert FLOPs and bytes as TP, in fewer and wider GEMMs (routing taken as
+    uniform and balanced).
     """
     tp = deployment.tp
     a = deployment.attention_dp

@@ -1,7 +1,7 @@
 """The knob grid the search walks (``optimize``, ``fleet``, ``forecast``; ``pareto`` reads its
-dtypes): --kv-dtypes / --weight-dtypes, --chunk-sizes, --pool-ratios, --moe-layouts and, with
---spec-draft, the draft lengths.  ``grid_from_args`` builds ``optimize.Grid`` from them, with a one-line
-``UsageError`` for a bad list.
+dtypes and MoE layouts): --kv-dtypes / --weight-dtypes, --chunk-sizes, --pool-ratios,
+--moe-layouts and, with --spec-draft, the draft lengths.  ``grid_from_args`` builds
+``optimize.Grid`` from them, with a one-line ``UsageError`` for a bad list.
 """
 
 from __future__ import annotations
