@@ -175,3 +175,25 @@ def test_a_prompt_is_not_split_between_attention_groups():
     assert float(forward_step(R1, H100, dp, EFF, **one).total_s) > float(
         forward_step(R1, H100, tp, EFF, **one).total_s
     )
+
+
+@pytest.mark.parametrize(
+    ("tp", "ep", "notes", "expected"),
+    [
+        # aiconfigurator: tp is the attention's TP, attention_dp_size its groups (num_gpus 16)
+        (4.0, 16.0, "moe_ep_size=16; attention_dp_size=4; x=y", (16.0, 16.0, 4.0)),
+        (4.0, 4.0, "attention_dp_size=1; attention_dp_note=missing", (4.0, 4.0, 1.0)),
+        # InferenceMAX: tp is the stage's ranks; dp_attention=true puts attention on every rank
+        (2.0, 2.0, "framework=trt; dp_attention=true; spec_decoding=none", (2.0, 2.0, 2.0)),
+        (8.0, 8.0, "framework=sglang; dp_attention=false", (8.0, 8.0, 1.0)),
+        # an EP that does not divide the ranks is not a layout an engine runs
+        (4.0, 3.0, "", (4.0, 1.0, 1.0)),
+        (8.0, float("nan"), "", (8.0, 1.0, 1.0)),
+    ],
+)
+def test_fitting_reads_each_runs_layout(tp, ep, notes, expected):
+    import pandas as pd
+
+    from fitting._rows import _moe_parallelism
+
+    assert _moe_parallelism(pd.Series({"ep": ep, "notes": notes}), tp) == expected
