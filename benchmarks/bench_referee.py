@@ -69,7 +69,7 @@ from perfmodel import max_concurrent_requests
 from servingmath.cli import enable_compile_cache
 from servingmath.commands import optimize as optimize_cli
 
-GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK = (
+GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, MOE = (
     KNOBS.index(k)
     for k in (
         "gpu",
@@ -80,6 +80,7 @@ GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK = (
         "max_num_batched_tokens",
         "max_num_seqs",
         "chunk_size",
+        "moe_layout",
     )
 )
 """Columns of a configuration array (``optimize.KNOBS``) that the referee reads."""
@@ -255,6 +256,7 @@ def config_row(problem, gpus, described: dict) -> np.ndarray:
         MNBT: g.max_num_batched_tokens.index(described["max_num_batched_tokens"]),
         SEQS: g.max_num_seqs.index(described["max_num_seqs"]),
         CHUNK: chunks.index(described["chunk_size"]),
+        MOE: g.moe_layouts.index(described.get("moe_layout", "tp")),
     }
     rows = g.all_configs(problem.model)
     hit = np.all([rows[:, k] == v for k, v in want.items()], axis=0)
@@ -269,6 +271,7 @@ def label_of(problem, gpus, config: np.ndarray, replicas: int) -> str:
         f"{replicas} x {gpus[c[GPU]]} TP{g.tp[c[TP]]} PP{g.pp[c[PP]]} "
         f"w {g.weight_dtypes[c[WEIGHT]]} kv {g.kv_dtypes[c[KV]]} "
         f"B {g.max_num_batched_tokens[c[MNBT]]} c {chunk} S {g.max_num_seqs[c[SEQS]]}"
+        + ("" if g.moe_layouts[c[MOE]] == "tp" else f" {g.moe_layouts[c[MOE]]}")
     )
 
 
