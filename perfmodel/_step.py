@@ -80,9 +80,8 @@ def _layer_kernels_s(
     (``_ops``), all reading the same ``Efficiency``.
 
     Attention data parallelism (a = ``deployment.attention_dp``) gives a rank 1 / a of the
-    decoding sequences for the attention side (projections, attention, norms, rope), with the
-    heads split over tp / a ranks, and a whole prompt's prefill while fewer than a prompts share
-    the iteration (the busiest group sets the pace).  Expert parallelism
+    tokens and sequences for the attention side (projections, attention, norms, rope), with the
+    heads split over tp / a ranks.  Expert parallelism
     (e = ``deployment.expert_parallel``) gives a rank E / e whole experts, each split over tp / e
     ranks: the same expert FLOPs and bytes as TP, in fewer and wider GEMMs (routing taken as
     uniform and balanced).
@@ -105,12 +104,9 @@ def _layer_kernels_s(
     # shared experts -- and the LM head over the sampled rows.
     o_params = model.output_projection_params / attention_tp
     qkv_params = (model.attention_params - model.output_projection_params) / attention_tp
-    # the busiest attention group sets the iteration (the MLP collectives keep the groups in
-    # step): decodes spread evenly, but a prompt is never split between groups, so while fewer
-    # than a prompts are in the iteration one group prefills a whole prompt's share
-    prompt_share = 1.0 / jnp.clip(p_seq, 1.0, a)
-    own_p_tok, own_p_seq, own_d_seq = p_tok * prompt_share, p_seq * prompt_share, d_seq / a
-    own_tokens = own_p_tok + own_d_seq
+    # the groups' work taken as balanced: TensorRT-LLM's attention-DP balancer holds prompts
+    # until every group has one (a wait this model does not price)
+    own_tokens, own_p_tok, own_p_seq, own_d_seq = tokens / a, p_tok / a, p_seq / a, d_seq / a
     mats = jnp.maximum(model.mlp_matrices, 2.0)
     up_share = (mats - 1.0) / mats
     touched = expected_experts_touched(model, tokens)

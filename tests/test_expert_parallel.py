@@ -167,16 +167,6 @@ def test_step_gradient_in_the_degrees_matches_finite_differences():
         assert float(grads[i]) == pytest.approx(fd, rel=1e-3, abs=1e-9)
 
 
-def test_a_prompt_is_not_split_between_attention_groups():
-    # one 4,096-token prompt: under attention DP 8 one rank runs its whole attention with all
-    # heads, where TP 8 splits the heads eight ways
-    dp, tp = _dep(a=8, weight_dtype="fp8"), _dep(weight_dtype="fp8")
-    one = {"prefill_tokens": 4096.0, "prefill_seqs": 1.0}
-    assert float(forward_step(R1, H100, dp, EFF, **one).total_s) > float(
-        forward_step(R1, H100, tp, EFF, **one).total_s
-    )
-
-
 @pytest.mark.parametrize(
     ("tp", "ep", "notes", "expected"),
     [
