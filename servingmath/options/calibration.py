@@ -11,8 +11,8 @@ import jax
 import perfmodel as pm
 
 from ..errors import UsageError
-from .posterior import add_engine_argument, resolve_efficiency
-from .validators import nonnegative_int, positive_int
+from .posterior import add_efficiency_source_arguments, resolve_efficiency
+from .validators import nonnegative_int
 
 
 def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,19 +22,7 @@ def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
         "the simulator's step times use ONE efficiency: the per-field median of --draws posterior "
         "draws for the deployment's GPU (as explain and optimize), or draw --draw I of them",
     )
-    g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
-    add_engine_argument(g)
-    g.add_argument(
-        "--prior",
-        action="store_true",
-        help="use the spec-sheet default efficiencies instead of a posterior",
-    )
-    g.add_argument(
-        "--draws",
-        type=positive_int,
-        default=200,
-        help="posterior draws the median is taken over (default 200)",
-    )
+    add_efficiency_source_arguments(g, "posterior draws the median is taken over (default 200)")
     g.add_argument(
         "--draw",
         type=nonnegative_int,

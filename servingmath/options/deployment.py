@@ -25,11 +25,24 @@ from perfmodel import (
 from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from ..errors import UsageError
-from .posterior import add_scheduler_argument
-from .validators import positive_int, utilization
+from .validators import positive_int, scheduler_polls, utilization
 
 DEFAULT_MAX_MODEL_LEN = 8192
 """``--max-model-len`` when none is given, unless the model's own context is shorter."""
+
+
+def add_scheduler_argument(parser) -> None:
+    """``--scheduler-recv-interval``: the engine's poll interval the deployment runs with (an
+    arrival waits for the next poll, ``perfmodel._polling``)."""
+    parser.add_argument(
+        "--scheduler-recv-interval",
+        type=scheduler_polls,
+        default=1,
+        metavar="ITERATIONS",
+        help="decode iterations between the scheduler's polls for new requests (SGLang "
+        "--scheduler-recv-interval; default 1, every iteration as vLLM and TensorRT-LLM do): "
+        "an arrival waits (k - 1) / 2 iterations on average, which TTFT and E2E include",
+    )
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ import perfmodel as pm
 
 from ..errors import UsageError
 from .run_fill import ENGINES
-from .validators import nonnegative_int, positive_int, scheduler_polls
+from .validators import nonnegative_int, positive_int
 
 INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
 """Reported as p05 / p50 / p95: a 90 % posterior interval and its median."""
@@ -34,35 +34,22 @@ def add_engine_argument(parser) -> None:
     parser.add_argument("--engine", choices=ENGINES, default=None, help=ENGINE_HELP)
 
 
-def add_scheduler_argument(parser) -> None:
-    """``--scheduler-recv-interval``: the engine's poll interval the deployment runs with (an
-    arrival waits for the next poll, ``perfmodel._polling``)."""
-    parser.add_argument(
-        "--scheduler-recv-interval",
-        type=scheduler_polls,
-        default=1,
-        metavar="ITERATIONS",
-        help="decode iterations between the scheduler's polls for new requests (SGLang "
-        "--scheduler-recv-interval; default 1, every iteration as vLLM and TensorRT-LLM do): "
-        "an arrival waits (k - 1) / 2 iterations on average, which TTFT and E2E include",
-    )
-
-
-def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("calibration")
-    add_engine_argument(g)
-    g.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
-    g.add_argument(
+def add_efficiency_source_arguments(group, draws_help: str) -> None:
+    """--posterior, --engine, --prior and --draws: where a command's efficiencies come from
+    (``explain``'s calibration group, and ``simulate``'s beside its ``--draw``)."""
+    group.add_argument("--posterior", help="fitted posterior netCDF (default: the bundled one)")
+    add_engine_argument(group)
+    group.add_argument(
         "--prior",
         action="store_true",
         help="use the spec-sheet default efficiencies instead of a posterior",
     )
-    g.add_argument(
-        "--draws",
-        type=positive_int,
-        default=200,
-        help="posterior draws for intervals (default 200)",
-    )
+    group.add_argument("--draws", type=positive_int, default=200, help=draws_help)
+
+
+def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("calibration")
+    add_efficiency_source_arguments(g, "posterior draws for intervals (default 200)")
     g.add_argument("--seed", type=nonnegative_int, default=0, help="seed for posterior draws")
 
 

@@ -17,8 +17,9 @@ from perfmodel import CatalogError
 from perfmodel.dynamics import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS
 
 from ..errors import UsageError
+from .deployment import add_scheduler_argument
 from .grid import grid_from_args
-from .posterior import add_engine_argument, add_scheduler_argument
+from .posterior import add_engine_argument
 from .speculation import speculation_from_args
 from .validators import (
     assignments,
