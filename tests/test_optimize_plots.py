@@ -11,7 +11,7 @@ from demand_files import write_demand
 from optimize_problems import WORKLOAD, small_problem
 from report_checks import assert_renders, assert_self_contained, parse_yaml, sheet, table_rows
 
-from optimize import describe_config, make_problem
+from optimize import KNOBS, describe_config, make_problem
 from optimize._plots import NAMES, config_index, latency_draws, replica_tradeoff
 from perfmodel import load_model
 from servingmath.cli import main
@@ -174,7 +174,8 @@ def test_plot_helpers_agree_with_the_model():
     gpus = ("h100-sxm",)
     problem = small_problem(max_replicas=8, num_draws=16, gpus=gpus)
     grid = problem.grid
-    config = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=np.int32)
+    config = np.zeros(len(KNOBS), dtype=np.int32)
+    config[KNOBS.index("tp")] = 1
     assert np.array_equal(
         config_index(problem, gpus, describe_config(problem, gpus, config, 3)), config
     )
