@@ -184,7 +184,7 @@ def test_plot_helpers_agree_with_the_model():
     split = make_problem(
         load_model("meta-llama/Llama-3.1-8B"), two, WORKLOAD, grid=split_grid, num_draws=4
     )
-    c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1], dtype=np.int32)  # 2:1, prefill on l40s
+    c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0], dtype=np.int32)  # 2:1, prefill on l40s
     d = describe_config(split, two, c, 3)
     assert d["disaggregation"]["prefill"] == {
         "gpu": "l40s",
