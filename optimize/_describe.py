@@ -10,10 +10,10 @@ from perfmodel.features import expected_tokens_per_step, kv_transfer_s
 
 from ._grid import (
     KNOBS,
-    MOE_LAYOUTS,
     PREFILL_GPU,
     deployment_from_weights,
     grid_tables,
+    layout_degrees,
     one_hot_weights,
 )
 from ._metrics import served_max_model_len
@@ -30,6 +30,7 @@ def describe_config(
     idx = dict(zip(KNOBS, (int(v) for v in config)))
     tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
     layout = g.moe_layouts[idx["moe_layout"]]
+    ep, attention_dp = layout_degrees(layout, tp)
     chunk = (
         g.chunk_sizes[idx["chunk_size"]] or g.max_num_batched_tokens[idx["max_num_batched_tokens"]]
     )
@@ -49,8 +50,8 @@ def describe_config(
         "max_model_len": served_context(problem),
         "scheduler_recv_interval": int(g.scheduler_polls),
         "moe_layout": layout,
-        "ep": tp if MOE_LAYOUTS[layout][0] else 1,
-        "attention_dp": tp if MOE_LAYOUTS[layout][1] else 1,
+        "ep": ep,
+        "attention_dp": attention_dp,
     }
     k = g.spec_k[idx["spec_k"]]
     if k > 0:

@@ -218,6 +218,13 @@ def chunk_from_weights(
     return jnp.minimum(_log_mix(weights[CHUNK], per_choice), budget)
 
 
+def layout_degrees(layout: str, tp: int) -> tuple[int, int]:
+    """(expert-parallel degree, attention data-parallel degree) of a ``MOE_LAYOUTS`` name at TP
+    ``tp``: a share of 1 makes the degree tp, 0 makes it 1 (``_share_of_tp`` at one-hot)."""
+    expert_share, attention_share = MOE_LAYOUTS[layout]
+    return (tp if expert_share else 1), (tp if attention_share else 1)
+
+
 def _share_of_tp(tp: jnp.ndarray, share: jnp.ndarray) -> jnp.ndarray:
     """tp^share: 1 at share 0, tp at share 1 (exactly: XLA's power is not exact at integers),
     and in between, log-mixed like the other degrees, for relaxed weights."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from perfmodel import Array
 
-from ._grid import GPU, KV, MNBT, MOE, MOE_LAYOUTS, PP, SEQS, TP, WEIGHT, Grid
+from ._grid import GPU, KV, MNBT, MOE, PP, SEQS, TP, WEIGHT, Grid, layout_degrees
 
 INTERVAL_QUANTILES = (0.05, 0.95)
 """Every reported interval: the 5th to 95th posterior percentile (90 % of the mass)."""
@@ -186,14 +186,14 @@ def _point(result_sweep: ParetoSweep, grid: Grid, gpus, i: int, prob: float) -> 
     tpot, tpot_i = _median_interval(s.tpot_s[i])
     cost, cost_i = _median_interval(s.cost_per_million_tokens[i])
     layout = grid.moe_layouts[c[MOE]]
-    expert_share, attention_share = MOE_LAYOUTS[layout]
+    ep, attention_dp = layout_degrees(layout, grid.tp[c[TP]])
     return ParetoPoint(
         gpu=gpus[c[GPU]],
         tp=grid.tp[c[TP]],
         pp=grid.pp[c[PP]],
         moe_layout=layout,
-        ep=grid.tp[c[TP]] if expert_share else 1,
-        attention_dp=grid.tp[c[TP]] if attention_share else 1,
+        ep=ep,
+        attention_dp=attention_dp,
         weight_dtype=grid.weight_dtypes[c[WEIGHT]],
         kv_dtype=grid.kv_dtypes[c[KV]],
         concurrency=grid.max_num_seqs[c[SEQS]],

@@ -10,8 +10,8 @@ the residual of the iteration it arrives in (already in the load model's TTFT) i
     E[W] = b c / 2,  Var[W] = b c^2 / 12 + b (1 - b) c^2 / 4,
 
 tau the mean decode iteration (a TPOT without speculation; E TPOTs when a speculative iteration
-emits E tokens: SGLang counts verify iterations as it counts decodes) and b = P(busy) the chance the engine is iterating when the
-request arrives: in a closed loop of n clients per replica the other n - 1 are in flight, so
+emits E tokens: SGLang counts verify iterations as it counts decodes) and b = P(busy) the chance
+the engine is iterating when the request arrives: in a closed loop of n clients per replica the other n - 1 are in flight, so
 min(n - 1, 1); in an open loop (Poisson arrivals see time averages) one minus the chance that
 no request is in flight, 1 - exp(-L) for a Poisson running count of mean L.  Iterations that
 carry prefill mostly follow a poll (they hold what it found), so they are left out of the
