@@ -125,7 +125,7 @@ class Grid(NamedTuple):
 
     def legal_layout(self, model: ModelSpec) -> np.ndarray:
         """Boolean mask over ``moe_layouts``: expert and attention splits need routed experts."""
-        moe = float(model.num_experts) > 0
+        moe = bool(model.has_routed_experts)
         return np.asarray([moe or name == "tp" for name in self.moe_layouts])
 
     def legal_chunk(self) -> np.ndarray:

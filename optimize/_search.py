@@ -83,7 +83,7 @@ def _masks(problem: Problem) -> tuple[Array, ...]:
     legal = jnp.mod(problem.model.num_heads, jnp.asarray(problem.grid.tp, dtype=float)) == 0
     masks[TP] = jnp.where(legal, 0.0, _NEG)
     plain = jnp.asarray([name == "tp" for name in problem.grid.moe_layouts])
-    masks[MOE] = jnp.where(plain | (problem.model.num_experts > 0), 0.0, _NEG)
+    masks[MOE] = jnp.where(plain | problem.model.has_routed_experts, 0.0, _NEG)
     return tuple(masks)
 
 

@@ -85,6 +85,13 @@ class ModelSpec(eqx.Module):
     shared_expert_params: jnp.ndarray = _arr()
     mlp_matrices: jnp.ndarray = _arr()
 
+    @property
+    def has_routed_experts(self) -> jnp.ndarray:
+        """Whether the model routes tokens to experts (``num_experts`` > 0): expert parallelism
+        and the MoE layouts that split the experts need them.  A boolean array, usable under
+        ``jit``; ``bool(...)`` outside it."""
+        return self.num_experts > 0
+
 
 class HardwareSpec(eqx.Module):
     """Peak datasheet figures of one accelerator (``data/hardware.csv``), per device, SI units.

@@ -110,7 +110,7 @@ def _layer_kernels_s(
     mats = jnp.maximum(model.mlp_matrices, 2.0)
     up_share = (mats - 1.0) / mats
     touched = expected_experts_touched(model, tokens)
-    moe = model.num_experts > 0
+    moe = model.has_routed_experts
     m_expert = jnp.where(moe, tokens * model.experts_per_token / jnp.maximum(touched, 1e-9), 0.0)
     dense_layers = model.num_layers - model.num_moe_layers
     sampled = p_seq + d_seq

@@ -297,11 +297,12 @@ def test_a_tie_the_verdict_raises_does_not_hide_a_cheaper_configuration(capsys, 
 
 
 def test_the_next_round_rechecks_only_what_the_search_priced_strictly_lower():
+    from optimize import KNOBS
     from optimize._recommend import _undercutting
     from optimize._search import SearchResult
 
     found = SearchResult(
-        configs=np.zeros((6, 11), dtype=np.int32),
+        configs=np.zeros((6, len(KNOBS)), dtype=np.int32),
         replicas=np.array([2, 2, 2, 2, 3, 3]),
         cost_per_hour=np.array([3.7, 3.7, 3.7, 3.7, 5.6, np.inf]),
         evaluated=6,

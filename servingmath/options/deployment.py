@@ -236,7 +236,7 @@ def _check_group_split(args: argparse.Namespace, model: ModelSpec) -> None:
                 f"{flag} {value} does not divide --tp {args.tp}: it splits the TP ranks; "
                 f"pass a divisor of {args.tp} or raise --tp"
             )
-    if args.expert_parallel > 1 and not float(model.num_experts) > 0:
+    if args.expert_parallel > 1 and not bool(model.has_routed_experts):
         raise UsageError(
             f"--expert-parallel {args.expert_parallel} needs a mixture-of-experts model and "
             f"{model.name} has no routed experts; drop --expert-parallel"

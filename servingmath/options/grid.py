@@ -61,7 +61,7 @@ def check_moe_layout_argument(args: argparse.Namespace) -> None:
 def _moe_layouts(args: argparse.Namespace, model) -> tuple[str, ...]:
     from optimize import MOE_LAYOUTS
 
-    moe = model is not None and float(model.num_experts) > 0
+    moe = model is not None and bool(model.has_routed_experts)
     text = getattr(args, "moe_layouts", None)
     if text is None:
         return tuple(MOE_LAYOUTS) if moe else ("tp",)
