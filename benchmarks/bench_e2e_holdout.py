@@ -99,6 +99,12 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="300 rows per file, 20 draws")
+    ap.add_argument(
+        "--save",
+        metavar="PREFIX",
+        help="also write each split's scored rows (measured, predicted median and intervals) "
+        "to PREFIX-<split>.csv, for residual analysis",
+    )
     args = ap.parse_args()
     enable_compile_cache()  # a second run loads its compiled programs
     base = fitting.load_posterior(None)
@@ -118,6 +124,8 @@ def main() -> None:
         print()
         print(_by_layout(scored))
         print()
+        if args.save:
+            scored.to_csv(f"{args.save}-{by}.csv", index=False)
 
 
 if __name__ == "__main__":

@@ -16,17 +16,18 @@ from ._posterior import Posterior
 from ._predict import prepare
 from ._predictive import predictive_log_draws
 from ._serving_stage import E2E_SCENARIOS, add_serving_stage, without_serving_stage
-from ._validate import row_scores
+from ._validate import predictive_quantiles, row_scores
 
 E2E_BREAKDOWN = ("scenario", "metric", "engine", "gpu")
 """Columns the held-out report groups by (with ``source``)."""
 
 
 def score_rows(posterior: Posterior, rows: pd.DataFrame, *, num_draws: int, seed: int):
-    """Per-row (table, APE, in-50 %, in-90 %) of ``posterior``'s predictive on ``rows``; rows no
-    budget covers are dropped (their count is returned).  A measured run the model calls overloaded
-    (no finite median prediction: it finished, so the model is wrong) stays in, as a miss: APE
-    infinite, inside neither interval."""
+    """Per-row (table with the predictive median as ``predicted``, APE, in-50 %, in-90 %) of
+    ``posterior``'s predictive on ``rows``; rows no budget covers are dropped (their count is
+    returned).  A measured run the model calls overloaded (no finite median prediction: it
+    finished, so the model is wrong) stays in, as a miss: APE infinite, inside neither
+    interval."""
     prep = prepare(
         rows, gpus=posterior.gpus, cells=posterior.cells, noise_keys=posterior.noise_keys
     )
@@ -40,7 +41,8 @@ def score_rows(posterior: Posterior, rows: pd.DataFrame, *, num_draws: int, seed
         )
     draws = predictive_log_draws(posterior, prep, num_draws, seed=seed)
     ape, in50, in90 = row_scores(draws, prep.log_value)
-    return prep.table, ape, in50, in90, len(prep.skipped)
+    predicted = np.exp(predictive_quantiles(draws, (0.5,))[0])  # +inf where called overloaded
+    return prep.table.assign(predicted=predicted), ape, in50, in90, len(prep.skipped)
 
 
 def holdout_scores(

@@ -142,6 +142,8 @@ def test_held_out_scores_keep_a_predicted_overload_as_a_miss(monkeypatch):
     assert len(tab) == 5 and skipped == 0
     assert ape[0] == np.inf and not in50[0] and not in90[0]
     assert ape[1:] == pytest.approx(0.1) and not in90[1:].any()
+    assert tab["predicted"].iloc[0] == np.inf  # the median draw is overloaded
+    np.testing.assert_allclose(tab["predicted"].iloc[1:], 1.1 * np.exp(prep.log_value[1:]))
 
 
 def test_an_interval_that_reaches_overloaded_draws_is_open_above():
