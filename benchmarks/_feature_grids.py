@@ -210,7 +210,7 @@ def prefix_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
                     grid,
                     "prefix",
                     point,
-                    {"ttft_s p95": float(cf.ttft_s[2]), "tpot_s p95": float(cf.tpot_s[2])},
+                    {"ttft_s p95": float(cf.ttft_s.p95), "tpot_s p95": float(cf.tpot_s.p95)},
                     runs,
                 )
     title = (
@@ -277,7 +277,7 @@ def spec_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list
                     grid,
                     "speculative",
                     point,
-                    {"ttft_s p95": float(cf.ttft_s[2]), "tpot_s p95": float(cf.tpot_s[2])},
+                    {"ttft_s p95": float(cf.ttft_s.p95), "tpot_s p95": float(cf.tpot_s.p95)},
                     runs,
                 )
     title = (
@@ -326,9 +326,9 @@ def disagg_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
                 for seed in SEEDS
             ]
             closed_vals = {
-                "ttft_s p95": float(cf.split_ttft_s[2]),
-                "e2e_s p95": float(cf.split_e2e_s[2]),
-                "tpot_s mean": float(cf.split_tpot_s[0]),
+                "ttft_s p95": float(cf.split_ttft_s.p95),
+                "e2e_s p95": float(cf.split_e2e_s.p95),
+                "tpot_s mean": float(cf.split_tpot_s.mean),
             }
             add_point(grid, "disaggregation", (prompt, load, f"{rate:.1f}", m), closed_vals, runs)
     title = "Split system 4:4, Llama-3.1-8B, 256 output tokens: " + verdict(

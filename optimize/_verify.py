@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from perfmodel import max_concurrent_requests
-from perfmodel.dynamics import DecodeCost, serving_metrics
+from perfmodel.dynamics import QUANTILES, DecodeCost, serving_metrics
 from perfmodel.features import speculative_serving_metrics, split_serving
 
 from ._evaluate import (
@@ -165,12 +165,12 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
             )
             itl = _speculative_itl(problem.model, hw, dep, e, wl, k, alpha, mtp, problem, chunk)
             m = SloMetrics(
-                ttft_p95_s=f.ttft_s[2],
-                tpot_p95_s=f.tpot_s[2],
+                ttft_p95_s=f.ttft_s.p95,
+                tpot_p95_s=f.tpot_s.p95,
                 utilization=f.utilization,
                 concurrent_requests=seats,
-                ttft_quantiles_s=f.ttft_s[1:],
-                tpot_quantiles_s=f.tpot_s[1:],
+                ttft_quantiles_s=f.ttft_s.at(QUANTILES),
+                tpot_quantiles_s=f.tpot_s.at(QUANTILES),
                 itl_p95_s=itl[1],
                 itl_quantiles_s=itl,
             )
@@ -228,12 +228,12 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
             # a decode pool's iterations carry no prefill: one gap is one decode iteration, whose
             # quantiles over the batch's spread are the pool's TPOT quantiles (``split_itl``)
             out = SloMetrics(
-                ttft_p95_s=m.ttft_s[2],
-                tpot_p95_s=m.tpot_s[2],
+                ttft_p95_s=m.ttft_s.p95,
+                tpot_p95_s=m.tpot_s.p95,
                 utilization=m.utilization,
                 concurrent_requests=m.seats,
-                ttft_quantiles_s=m.ttft_s[1:],
-                tpot_quantiles_s=m.tpot_s[1:],
+                ttft_quantiles_s=m.ttft_s.at(QUANTILES),
+                tpot_quantiles_s=m.tpot_s.at(QUANTILES),
             )
             out = context_fit(problem, split_itl(out), hw_p, dep_p)
             return context_fit(problem, out, hw_d, dep_d)

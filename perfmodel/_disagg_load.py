@@ -50,6 +50,7 @@ from ._queueing import (
     wait_quantile_s,
     window_mean_variance_factor,
 )
+from ._serving_tail import PERCENTILE_QUANTILES, Percentiles
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._step import prefill_step
 from ._types import Array, ArrayLike
@@ -151,9 +152,9 @@ class SplitServing(eqx.Module):
     """A prefill pool and a decode pool under a ``Workload``; latencies ``inf`` when not stable.
 
     Attributes:
-        ttft_s, tpot_s, e2e_s: (mean, p50, p95, p99) seconds, shape (..., 4); TPOT is the decode
-            pool's, ``inf`` only when that pool is unstable (an overloaded prefill pool starves
-            it, it does not slow it).
+        ttft_s, tpot_s, e2e_s: percentiles, seconds; TPOT is the decode pool's, ``inf`` only
+            when that pool is unstable (an overloaded prefill pool starves it, it does not slow
+            it).
         utilization: the busier pool's: prefill lambda q (q a queued prompt's packed work), decode
             the seat residence at full seats, lambda (entry + (O - 1) TPOT(seats)) / seats.
         stable: utilization < 1 and a sequence fits in both pools.
@@ -161,9 +162,9 @@ class SplitServing(eqx.Module):
         kv_transfer_s: the hand-off of a mean-length prompt's KV.
     """
 
-    ttft_s: Array
-    tpot_s: Array
-    e2e_s: Array
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    e2e_s: Percentiles
     utilization: Array
     stable: Array
     seats: Array
@@ -173,23 +174,29 @@ class SplitServing(eqx.Module):
 class DisaggregationPercentiles(eqx.Module):
     """Split vs colocated under a ``Workload`` with queueing percentiles (``serving_metrics``)."""
 
-    colocated_ttft_s: Array  # (mean, p50, p95, p99)
-    colocated_tpot_s: Array
-    colocated_e2e_s: Array
-    split_ttft_s: Array
-    split_tpot_s: Array
-    split_e2e_s: Array
+    colocated_ttft_s: Percentiles
+    colocated_tpot_s: Percentiles
+    colocated_e2e_s: Percentiles
+    split_ttft_s: Percentiles
+    split_tpot_s: Percentiles
+    split_e2e_s: Percentiles
     kv_transfer_s: Array
 
 
-def _e2e_quantiles(ttft, decode):
-    """(mean, p50, p95, p99) of TTFT + decode time, independent parts: means and medians add,
-    upper quantiles add their excess over the mean in quadrature (normal sum)."""
+def _summary(stacked: Array) -> Percentiles:
+    """(mean, ``PERCENTILE_QUANTILES``...) on the first axis as a ``Percentiles``."""
+    return Percentiles(*(stacked[i] for i in range(1 + len(PERCENTILE_QUANTILES))))
+
+
+def _e2e_quantiles(ttft: Array, decode: Array) -> Percentiles:
+    """Percentiles of TTFT + decode time from their (mean, quantiles...) stacks, independent
+    parts: means and medians add, upper quantiles add their excess over the mean in quadrature
+    (normal sum)."""
     ok = jnp.all(jnp.isfinite(ttft)) & jnp.all(jnp.isfinite(decode))
     t, d = jnp.where(ok, ttft, 0.0), jnp.where(ok, decode, 0.0)  # inf - inf never reaches a grad
     excess = jnp.sqrt(jnp.square(t[2:] - t[0]) + jnp.square(d[2:] - d[0]))
     out = jnp.concatenate([t[:2] + d[:2], t[0] + d[0] + excess])
-    return jnp.where(ok, out, jnp.inf)
+    return _summary(jnp.where(ok, out, jnp.inf))
 
 
 def split_serving(
@@ -203,7 +210,7 @@ def split_serving(
     transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
     orchestration_s: ArrayLike = DEFAULT_ORCHESTRATION_S,
 ) -> SplitServing:
-    """(mean, p50, p95, p99) of TTFT, TPOT and E2E of a prefill + decode split (module docstring).
+    """Percentiles of TTFT, TPOT and E2E of a prefill + decode split (module docstring).
 
     The prefill pool's mean wait is the packing M/G/1 one (``prefill_pool_mean_wait_s``, no fitted
     terms), its tail Cramer-Lundberg with Gamma service of the prompt CV, each quantile added to
@@ -218,7 +225,6 @@ def split_serving(
     (``_e2e_quantiles``).  Replicas of each ``Deployment`` are engines in that pool;
     ``transfer_bytes_per_s`` None: the prefill GPU's inter-node network.
     """
-    from ._serving import QUANTILES  # the dynamics layer, imported where used
     from ._workload import lognormal_params
 
     cost = DecodeCost() if cost is None else cost
@@ -227,7 +233,7 @@ def split_serving(
     mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     prompts = jnp.stack(
         [workload.prompt_tokens_mean]
-        + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in QUANTILES]
+        + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in PERCENTILE_QUANTILES]
     )
     own = prefill_step(model, hw_p, dep_p, eff_p, prompts).total_s
     p_mean = workload.prompt_tokens_mean
@@ -241,7 +247,7 @@ def split_serving(
     rho_p = rate_p * (own[0] + (packed_s - own[0]) * fits)
     ok = (seats_p >= 1.0) & jnp.isfinite(w_pre)
     w_pre = jnp.where(ok, w_pre, own[0])  # an inf never reaches the tail's gradient
-    pre_waits = prefill_pool_waits(w_pre, own[0], workload.prompt_tokens_cv, QUANTILES)
+    pre_waits = prefill_pool_waits(w_pre, own[0], workload.prompt_tokens_cv, PERCENTILE_QUANTILES)
     pre_ttft = jnp.concatenate([(own[0] + w_pre)[None], own[1:] + pre_waits[1:]])
     bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
     t_kv = kv_transfer_s(model, dep_p, workload.prompt_tokens_mean, bw, transfer_latency_s)
@@ -273,17 +279,19 @@ def split_serving(
         seats,
         workload.interarrival_cv,
         workload.output_tokens_cv,
-        QUANTILES,
+        PERCENTILE_QUANTILES,
     )
     # as the engines deliver them (``engine_scaled``): the prefill pool's first token, the decode
     # pool's gaps
     ttft = (pre_ttft + t_kv + orchestration_s + entry + waits) * eff_p.ttft_scale
-    tpot_q = decode_tpot_quantiles(step_d, n_d, tpot_d, workload.interarrival_cv, QUANTILES)
+    tpot_q = decode_tpot_quantiles(
+        step_d, n_d, tpot_d, workload.interarrival_cv, PERCENTILE_QUANTILES
+    )
     tpot_q = tpot_q * eff_d.tpot_scale
     e2e = _e2e_quantiles(jnp.where(stable, ttft, jnp.inf), o_dec * tpot_q)
     return SplitServing(
-        ttft_s=jnp.where(stable, ttft, jnp.inf),
-        tpot_s=jnp.where(decode_ok, tpot_q, jnp.inf),  # the decode pool's own, as it runs
+        ttft_s=_summary(jnp.where(stable, ttft, jnp.inf)),
+        tpot_s=_summary(jnp.where(decode_ok, tpot_q, jnp.inf)),  # the decode pool's, as it runs
         e2e_s=e2e,
         utilization=utilization,
         stable=stable,
@@ -306,16 +314,13 @@ def disaggregation_percentiles(
     prefill_efficiency: Efficiency | None = None,
     decode_efficiency: Efficiency | None = None,
 ) -> DisaggregationPercentiles:
-    """(mean, p50, p95, p99) of TTFT, TPOT and E2E for both systems under ``workload``.
+    """Percentiles of TTFT, TPOT and E2E for both systems under ``workload``.
 
     ``efficiency`` drives the colocated engine; ``prefill_efficiency`` and ``decode_efficiency``
     (each None: ``efficiency``) the two pools, whose GPU types may differ, as in
     ``disaggregation``.  Colocated: ``serving_metrics`` as is; split: ``split_serving``.
     """
     from ._serving import serving_metrics  # the dynamics layer, imported where used
-
-    def stack(p):
-        return jnp.stack([p.mean, p.p50, p.p95, p.p99])
 
     hw_c, dep_c = colocated
     co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
@@ -331,9 +336,9 @@ def disaggregation_percentiles(
         orchestration_s=orchestration_s,
     )
     return DisaggregationPercentiles(
-        colocated_ttft_s=stack(co.ttft_s),
-        colocated_tpot_s=stack(co.tpot_s),
-        colocated_e2e_s=stack(co.e2e_s),
+        colocated_ttft_s=co.ttft_s,
+        colocated_tpot_s=co.tpot_s,
+        colocated_e2e_s=co.e2e_s,
         split_ttft_s=split.ttft_s,
         split_tpot_s=split.tpot_s,
         split_e2e_s=split.e2e_s,

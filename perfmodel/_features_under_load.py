@@ -24,29 +24,26 @@ import jax.numpy as jnp
 
 from ._batching import DecodeCost
 from ._reuse import prefix_reuse, reuse_rate_per_s
+from ._serving_tail import Percentiles
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._types import Array, ArrayLike
 
 
 class LoadedFeature(eqx.Module):
-    """(mean, p50, p95, p99) of TTFT and TPOT, utilisation, stability, decode batch (one replica)."""
+    """TTFT and TPOT percentiles, utilisation, stability, decode batch (one replica)."""
 
-    ttft_s: Array
-    tpot_s: Array
+    ttft_s: Percentiles
+    tpot_s: Percentiles
     utilization: Array
     stable: Array
     decode_batch: Array
     tokens_per_step: Array
 
 
-def _stack(p):
-    return jnp.stack([p.mean, p.p50, p.p95, p.p99])
-
-
 def _loaded(m, tokens_per_step):
     return LoadedFeature(
-        ttft_s=_stack(m.ttft_s),
-        tpot_s=_stack(m.tpot_s),
+        ttft_s=m.ttft_s,
+        tpot_s=m.tpot_s,
         utilization=m.utilization,
         stable=m.stable,
         decode_batch=m.decode_batch,

@@ -71,7 +71,7 @@ from ._types import Array
 from ._workload import Workload
 
 QUANTILES: tuple[float, float, float] = (0.5, 0.95, 0.99)
-"""Quantiles of the disaggregated comparison's (mean, p50, p95, p99) arrays."""
+"""Quantiles the search's SLO checks interpolate (``SloMetrics``' ``*_quantiles_s``)."""
 PERCENTILE_QUANTILES: tuple[float, float, float, float] = (0.5, 0.9, 0.95, 0.99)
 """Quantiles a ``Percentiles`` carries after its mean, in the order p50, p90, p95, p99."""
 
@@ -148,13 +148,19 @@ class Corrections(eqx.Module):
 
 
 class Percentiles(eqx.Module):
-    """Summary of a latency distribution across requests, seconds."""
+    """Summary of a latency distribution across requests, seconds: the mean and the
+    ``PERCENTILE_QUANTILES``."""
 
     mean: Array
     p50: Array
     p90: Array
     p95: Array
     p99: Array
+
+    def at(self, probs) -> Array:
+        """The quantiles ``probs`` (each one of ``PERCENTILE_QUANTILES``) on a new last axis."""
+        by_prob = dict(zip(PERCENTILE_QUANTILES, (self.p50, self.p90, self.p95, self.p99)))
+        return jnp.stack([by_prob[p] for p in probs], axis=-1)
 
 
 def percentiles(mean, quantiles, stable):

@@ -16,6 +16,7 @@ from perfmodel import (
     prefill_step,
 )
 from perfmodel._disagg import DEFAULT_TRANSFER_LATENCY_S, disaggregation, kv_transfer_s
+from perfmodel.dynamics import PERCENTILE_QUANTILES as PQ
 
 H100 = load_hardware("h100-sxm")
 LLAMA8B = load_model("meta-llama/Llama-3.1-8B")
@@ -171,24 +172,25 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
         decode_efficiency=EFF,
         **pools,
     )
-    np.testing.assert_array_equal(both.split_tpot_s, closed.split_tpot_s)
-    assert float(both.colocated_tpot_s[0]) > 1.5 * float(closed.colocated_tpot_s[0])
+    assert both.split_tpot_s.at(PQ).tolist() == closed.split_tpot_s.at(PQ).tolist()
+    assert float(both.split_tpot_s.mean) == float(closed.split_tpot_s.mean)
+    assert float(both.colocated_tpot_s.mean) > 1.5 * float(closed.colocated_tpot_s.mean)
     p_dep = pools["prefill"][1]
     extra_s = float(prefill_step(LLAMA8B, H100, p_dep, slow, 2000.0).total_s) - float(
         prefill_step(LLAMA8B, H100, p_dep, EFF, 2000.0).total_s
     )
-    assert extra_s > 0 and float(both.split_ttft_s[0] - closed.split_ttft_s[0]) >= extra_s
+    assert extra_s > 0 and float(both.split_ttft_s.mean - closed.split_ttft_s.mean) >= extra_s
     n = 800
     arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
     sim = simulate_disaggregated(
         LLAMA8B, EFF, Trace(arrival, np.full(n, 2000), np.full(n, 256)), **pools
     )
     keep = slice(n // 10, int(0.9 * n))
-    for i, q in ((0, None), (2, 95)):
+    for stat, q in (("mean", None), ("p95", 95)):
         ttft = np.mean(sim.ttft_s[keep]) if q is None else np.percentile(sim.ttft_s[keep], q)
         e2e = np.mean(sim.e2e_s[keep]) if q is None else np.percentile(sim.e2e_s[keep], q)
-        assert float(closed.split_ttft_s[i]) == pytest.approx(ttft, rel=0.15)
-        assert float(closed.split_e2e_s[i]) == pytest.approx(e2e, rel=0.15)
+        assert float(getattr(closed.split_ttft_s, stat)) == pytest.approx(ttft, rel=0.15)
+        assert float(getattr(closed.split_e2e_s, stat)) == pytest.approx(e2e, rel=0.15)
 
 
 def _md1_wait_cdf(t, rho):
@@ -250,11 +252,16 @@ def test_prefill_pool_wait_is_the_packing_mg1_one():
         out = disaggregation_percentiles(
             LLAMA8B, EFF, wl, colocated=(H100, pool), prefill=(H100, pool), decode=(H100, big)
         )
-        return float(out.split_ttft_s[0])
+        return float(out.split_ttft_s.mean)
 
     e_r = 0.6 * d_s / 2.0
     w_s = e_r / (1.0 - 0.6 * m_s / d_s) + 0.6 / d_s * e_r * m_s
     assert mean_ttft(4 * 0.6 / d_s) - mean_ttft(4e-9 / d_s) == pytest.approx(w_s, rel=1e-6)
+
+
+def _stats(p) -> np.ndarray:
+    """A ``Percentiles``' mean and quantiles as one array."""
+    return np.asarray([p.mean, *p.at(PQ)])
 
 
 def _split(rate, cost=None, prompt=2000.0, output=256.0, pools=4):
@@ -282,8 +289,8 @@ def test_split_serving_speculative_decode_pool_emits_e_tokens_per_iteration():
     one = float(
         decode_iteration_s(LLAMA8B, H100, dep, EFF, cost, decode_seqs=1.0, decode_context=ctx)
     )
-    assert float(spec.tpot_s[0]) == pytest.approx(one / e_step, rel=1e-4)
-    assert float(spec.tpot_s[0]) < 0.6 * float(plain.tpot_s[0])
+    assert float(spec.tpot_s.mean) == pytest.approx(one / e_step, rel=1e-4)
+    assert float(spec.tpot_s.mean) < 0.6 * float(plain.tpot_s.mean)
     assert bool(spec.stable) and bool(plain.stable)
 
 
@@ -294,13 +301,14 @@ def test_split_serving_utilization_grows_with_load_and_overload_is_inf(rate, fac
     assert float(hi.utilization) > float(lo.utilization) > 0.0
     for m in (lo, hi):
         if bool(m.stable):
-            assert float(m.utilization) < 1.0 and np.all(np.isfinite(np.asarray(m.ttft_s)))
-            assert float(m.ttft_s[2]) >= float(m.ttft_s[1]) > 0.0
+            assert float(m.utilization) < 1.0 and np.all(np.isfinite(_stats(m.ttft_s)))
+            assert float(m.ttft_s.p99) >= float(m.ttft_s.p95) >= float(m.ttft_s.p90)
+            assert float(m.ttft_s.p90) >= float(m.ttft_s.p50) > 0.0
         else:  # the first token never comes; the decode pool's TPOT is its own (inf if it is
             # the overloaded pool)
-            assert np.all(np.isinf(np.asarray(m.ttft_s))) and np.all(np.isinf(np.asarray(m.e2e_s)))
+            assert np.all(np.isinf(_stats(m.ttft_s))) and np.all(np.isinf(_stats(m.e2e_s)))
     flooded = _split(1e4)
-    assert not bool(flooded.stable) and np.all(np.isinf(np.asarray(flooded.tpot_s)))
+    assert not bool(flooded.stable) and np.all(np.isinf(_stats(flooded.tpot_s)))
 
 
 def test_colocated_decode_batch_is_littles_law_capped_at_the_seats():

@@ -13,7 +13,7 @@ from optimize import KNOBS, Grid, Workload, _verify as verify, make_problem
 from optimize._describe import _kv_transfer
 from optimize._simcheck import simulate_check
 from optimize._verify import VERDICT_MODELS, kind_of
-from perfmodel import load_hardware, load_model
+from perfmodel import Percentiles, load_hardware, load_model
 
 GRID = Grid(
     num_gpus=2,
@@ -66,17 +66,16 @@ class _Recorded:
         bw = kw["transfer_bytes_per_s"]
         k = jnp.asarray(0.0) if cost is None else cost.draft_tokens
         alpha = jnp.asarray(0.0) if cost is None else cost.acceptance
-        self.ttft_s = jnp.stack([bw * 0, dep_p.replicas, dep_d.replicas, bw])
-        self.tpot_s = jnp.stack(
-            [
-                bw * 0,
-                eff_d.bandwidth_fraction,
-                eff_p.bandwidth_fraction,
-                hw_d.hbm_bytes,
-                hw_p.hbm_bytes,
-                k,
-                alpha,
-            ]
+        zero = bw * 0
+        # the verdict reads (p50, p95, p99): the pool sizes and the hand-off bandwidth; and per
+        # pool (decode, prefill) its efficiency draw, its GPU's HBM and the speculation
+        self.ttft_s = Percentiles(zero, dep_p.replicas, zero, dep_d.replicas, bw)
+        self.tpot_s = Percentiles(
+            jnp.stack([zero, zero]),
+            jnp.stack([eff_d.bandwidth_fraction, eff_p.bandwidth_fraction]),
+            jnp.stack([zero, zero]),
+            jnp.stack([hw_d.hbm_bytes, hw_p.hbm_bytes]),
+            jnp.stack([k, alpha]),
         )
         self.utilization = bw * 0
         self.seats = bw * 0 + 1.0
@@ -101,10 +100,10 @@ def test_split_verdict_calls_split_serving_with_p_and_d_engines(problem, monkeyp
     h100, l40s = load_hardware("h100-sxm"), load_hardware("l40s")
     np.testing.assert_allclose(m.ttft_quantiles_s[0, 1], [6.0, 3.0, l40s.internode_bytes_per_s])
     decode_draw, prefill_draw = float(bw_frac[0, 1]), 0.5 * float(bw_frac[1, 1])
+    k, alpha = (3.0, 0.8) if spec else (0.0, 0.0)
     np.testing.assert_allclose(
         m.tpot_quantiles_s[0, 1],
-        [decode_draw, prefill_draw, h100.hbm_bytes, l40s.hbm_bytes]
-        + ([3.0, 0.8] if spec else [0.0, 0.0]),
+        [[decode_draw, h100.hbm_bytes, k], [prefill_draw, l40s.hbm_bytes, alpha]],
     )
 
 
