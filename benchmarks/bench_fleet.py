@@ -2,6 +2,7 @@
 per-class capacities, on random instances (classes x GPU types x availability limits).
 
     python benchmarks/bench_fleet.py --instances 200
+    python benchmarks/bench_fleet.py --quick           # 3 instances (smoke)
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--instances", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="3 instances (smoke)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.instances = 3
     rng = np.random.default_rng(args.seed)
     fleet_gradient(random_fleet(np.random.default_rng(999)))  # compile outside the clock
     within = both_inf = false_feasible = 0

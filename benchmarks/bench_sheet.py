@@ -5,6 +5,7 @@ x weight dtype {bf16,fp8,int4} x input {128,512,2048,8192,32768} x output {64,25
 Evaluated in fixed-size chunks (one compilation) to stay well inside 4 GB.
 
     python benchmarks/bench_sheet.py [--chunk 131072] [--loop-sample 200] [--repeat 1]
+    python benchmarks/bench_sheet.py --quick   # 2 models x 2 GPUs, 5 sampled (smoke)
 """
 
 from __future__ import annotations
@@ -58,7 +59,11 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=1, help="grid passes; the best one is printed too (warm)"
     )
+    ap.add_argument("--quick", action="store_true", help="2 models x 2 GPUs, 5 sampled (smoke)")
     args = ap.parse_args()
+    gpu_ids = GPUS[:2] if args.quick else GPUS
+    if args.quick:
+        args.chunk, args.loop_sample = 4096, 5
 
     models = []
     for mid in pm.model_ids():
@@ -66,7 +71,8 @@ def main() -> None:
             models.append(pm.load_model(mid))
         except pm.CatalogError:
             pass
-    gpus = [pm.load_hardware(g) for g in GPUS]
+    models = models[:2] if args.quick else models
+    gpus = [pm.load_hardware(g) for g in gpu_ids]
     model_table = stack(models, pm.ModelSpec, name="grid")
     hw_table = stack(gpus, pm.HardwareSpec, name="grid")
     eff = pm.Efficiency()

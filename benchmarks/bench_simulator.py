@@ -1,6 +1,7 @@
 """Simulator speed: 10,000 requests of a real trace (target <= 5 s on 2 CPU cores).
 
     PYTHONPATH=. python benchmarks/bench_simulator.py [--requests N] [--trace azure-conv]
+    PYTHONPATH=. python benchmarks/bench_simulator.py --quick   # 500 requests (smoke)
 
 Prints wall time (excluding the one-off jit compile, reported separately), iterations, and the
 measured percentiles.  The trace is replayed at its own arrival times.
@@ -26,7 +27,10 @@ def main() -> None:
     ap.add_argument("--trace", default="azure-conv")
     ap.add_argument("--model", default="meta-llama/Llama-3.1-8B")
     ap.add_argument("--gpu", default="h100-sxm")
+    ap.add_argument("--quick", action="store_true", help="500 requests (smoke)")
     args = ap.parse_args()
+    if args.quick:
+        args.requests = 500
     model, gpu, eff = load_model(args.model), load_hardware(args.gpu), Efficiency()
     dep = Deployment.create(tp=1)
     full = load_trace(args.trace)

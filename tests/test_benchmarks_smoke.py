@@ -1,8 +1,11 @@
 """Benchmarks stay runnable: their ``--quick`` modes run to the end and print their table."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,3 +96,41 @@ def test_referee_quick_scores_the_recommendation_against_the_full_model():
     assert float(result[7]) >= 1.0 - 1e-9  # the referee's cheapest is no dearer than the answer
     assert float(result[4].split("/")[1]) >= 0.9  # the referee's P of the recommendation
     assert "within 5 % of the referee: " in out.stdout
+
+
+def test_fleet_quick_never_beats_or_contradicts_the_exact_milp():
+    """``benchmarks/bench_fleet.py --quick``: the relaxed fleet mix against ``scipy``'s MILP on 3
+    random instances; the MILP is exact, so the gradient plan is never cheaper (gap >= 0) and
+    never feasible where the MILP finds none."""
+    out = _quick("bench_fleet.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "instances: 3 " in out.stdout and "infeasible reported feasible: 0" in out.stdout
+    gaps = re.search(r"median gap (-?[\d.]+)%, worst (-?[\d.]+)%", out.stdout)
+    median, worst = float(gaps.group(1)), float(gaps.group(2))
+    assert 0.0 <= median <= worst
+
+
+def test_simulator_quick_serves_the_trace_both_ways():
+    """``benchmarks/bench_simulator.py --quick``: 500 requests of the Azure trace, with and
+    without chunked prefill; both serve every request of the same trace, so their output
+    throughput agrees, and each percentile line is ordered."""
+    out = _quick("bench_simulator.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    pat = (
+        r"chunked=(True|False).*TTFT p50 ([\d.]+) s p95 ([\d.]+) s \| "
+        r"TPOT p50 ([\d.]+) ms p95 ([\d.]+) ms \| (\d+) tok/s"
+    )
+    runs = {m[0]: [float(x) for x in m[1:]] for m in re.findall(pat, out.stdout)}
+    assert set(runs) == {"True", "False"}
+    for ttft50, ttft95, tpot50, tpot95, tokens in runs.values():
+        assert 0 < ttft50 <= ttft95 and 0 < tpot50 <= tpot95 and tokens > 0
+    assert runs["True"][4] == pytest.approx(runs["False"][4], rel=0.05)
+
+
+def test_sheet_quick_vectorised_equals_the_loop():
+    """``benchmarks/bench_sheet.py --quick``: the budget sheet vmapped over 7,680 configurations
+    agrees with one call per configuration on the sampled ones."""
+    out = _quick("bench_sheet.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "grid: 7,680 configurations" in out.stdout
+    assert "vectorized == loop on sample: True" in out.stdout
