@@ -93,21 +93,24 @@ SLOWEST_FILES = (
     "test_itl_slo_and_max_model_len.py",
     "test_cli_optimize.py",
     "test_fit_update.py",
-    "test_optimize_plots.py",
-    "test_fit_serving_update.py",
+    "test_disagg.py",
     "test_speculative.py",
+    "test_optimize_plots.py",
     "test_sharding.py",
     "test_predict.py",
-    "test_disagg.py",
+    "test_fit_serving_update.py",
+    "test_forecast.py",
     "test_search_model.py",
-    "test_fit.py",
+    "test_features_under_load.py",
+    "test_cli_simulate_features.py",
 )
-"""The suite's test files by their total time on CI's two cores, slowest first (seconds, a fresh
-run at 7ad3794: 187, 146, 96, 73, 71, 61, 60, 47, 47, 41, 37, 28, 27, 26, 23; every other file
-under 20).  The two workers take whole files in collection order (``--dist loadfile`` with
-``--no-loadscope-reorder``), so the slow ones go first and the short ones fill the end: longest
-first keeps the workers' finishing times a few seconds apart (597 and 595 s).  xdist's own order
-(files with the most tests first) sent the two slowest files last: one worker idled 46 s."""
+"""The suite's test files by their total time on CI's two cores, slowest first (seconds, a run at
+e5c5a3b on a machine ~1.4x slower than earlier runs: 229, 184, 135, 119, 101, 88, 74, 68, 58, 54,
+52, 50, 49, 37, 37, 36, 32; every other file under 26).  The two workers take whole files in
+collection order (``--dist loadfile`` with ``--no-loadscope-reorder``), so the slow ones go first
+and the short ones fill the end: longest first keeps the workers' finishing times a few seconds
+apart.  xdist's own order (files with the most tests first) sent the two slowest files last: one
+worker idled 46 s."""
 
 
 def pytest_collection_modifyitems(items):
