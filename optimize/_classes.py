@@ -18,6 +18,7 @@ import numpy as np
 
 from ._evaluate import gpus_per_replica, meets_confidence, slo_probability
 from ._fleet import FleetProblem
+from ._grid import on_gpu_type
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._search import SearchOptions, search
@@ -103,7 +104,9 @@ def fleet_problem(
     options: SearchOptions = DEFAULT_OPTIONS,
 ) -> tuple[FleetProblem, np.ndarray]:
     """Per-class capacities on every GPU type; returns the ``FleetProblem`` and the chosen
-    configurations, shape (classes, gpus, len(KNOBS)) (rows of unusable pairs are -1)."""
+    configurations, shape (classes, gpus, len(KNOBS)) (rows of unusable pairs are -1).  A type's
+    configuration is the cheapest the search found with every engine on that type
+    (``on_gpu_type``: a pool split's prefill pool too), so its GPUs count against that type."""
     g_count = problem.grid.num_gpus
     capacity = np.zeros((len(classes), g_count))
     cost = np.zeros_like(capacity)
@@ -117,7 +120,7 @@ def fleet_problem(
             rows = [
                 i
                 for i, k in enumerate(found.configs)
-                if k[0] == g and np.isfinite(found.cost_per_hour[i])
+                if on_gpu_type(k, g) and np.isfinite(found.cost_per_hour[i])
             ]
             if not rows:
                 continue

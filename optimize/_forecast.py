@@ -27,7 +27,13 @@ from ._evaluate import (
     gpus_per_replica,
     spec_step,
 )
-from ._grid import chunk_from_weights, deployment_from_weights, grid_tables, one_hot_weights
+from ._grid import (
+    chunk_from_weights,
+    deployment_from_weights,
+    grid_tables,
+    on_gpu_type,
+    one_hot_weights,
+)
 from ._metrics import slo_metrics
 from ._problem import Problem
 from ._program_cache import cached_jit
@@ -191,9 +197,10 @@ def cheapest_per_gpu(
     """The cheapest configuration of each GPU type at the problem's load (``forecast_gpus``'s
     ``configs``, found at the peak demand).
 
-    A type's configuration is the cheapest feasible one of that type among the search's ranked
-    configurations (``found``; ``search(problem)`` when None); where the search kept none of a
-    type, it is the cheapest of every grid configuration of that type at its fewest replicas
+    A type's configuration is the cheapest feasible one on that type alone (``on_gpu_type``: a
+    pool split's prefill pool too) among the search's ranked configurations (``found``;
+    ``search(problem)`` when None); where the search kept none of a type, it is the cheapest of
+    every grid configuration of that type at its fewest replicas
     meeting the chance constraints (``costs_at_min_replicas``).  A type with no feasible
     configuration up to ``problem.grid.max_replicas`` replicas is left out, so the answer is
     empty when nothing is feasible.
@@ -210,13 +217,13 @@ def cheapest_per_gpu(
         rows = [
             i
             for i, c in enumerate(found.configs)
-            if c[0] == g and np.isfinite(found.cost_per_hour[i])
+            if on_gpu_type(c, g) and np.isfinite(found.cost_per_hour[i])
         ]
         if rows:
             configs[name] = found.configs[rows[0]]
             continue
         every = problem.grid.all_configs(problem.model)
-        every = every[every[:, 0] == g]
+        every = every[on_gpu_type(every, g)]
         _, cost = costs_at_min_replicas(problem, every)
         cost = np.asarray(cost)
         if np.isfinite(cost.min()):

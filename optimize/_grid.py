@@ -218,6 +218,15 @@ def chunk_from_weights(
     return jnp.minimum(_log_mix(weights[CHUNK], per_choice), budget)
 
 
+def on_gpu_type(configs: np.ndarray, gpu: int) -> np.ndarray:
+    """Boolean per row of ``configs`` (..., len(KNOBS)): every engine of the configuration runs
+    on GPU type ``gpu`` (colocated on it, or a pool split whose prefill pool is that type too).
+    The fleet and the forecast count and cap GPUs per type, so each of their configurations
+    must sit on one type."""
+    c = np.asarray(configs)
+    return (c[..., GPU] == gpu) & ((c[..., POOL] == 0) | (c[..., PREFILL_GPU] == gpu))
+
+
 def layout_degrees(layout: str, tp: int) -> tuple[int, int]:
     """(expert-parallel degree, attention data-parallel degree) of a ``MOE_LAYOUTS`` name at TP
     ``tp``: a share of 1 makes the degree tp, 0 makes it 1 (``_share_of_tp`` at one-hot)."""

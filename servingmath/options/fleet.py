@@ -13,7 +13,7 @@ import math
 from perfmodel import CatalogError
 
 from ..errors import UsageError
-from .grid import add_chunk_argument, add_moe_layout_argument
+from .grid import add_chunk_argument, add_moe_layout_argument, add_pool_ratio_argument
 from .outputs import add_report_argument
 from .problem import add_problem_arguments
 from .speculation import add_speculation_arguments
@@ -28,6 +28,7 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     add_speculation_arguments(parser)
     add_chunk_argument(parser, default=None)
     add_moe_layout_argument(parser)
+    add_pool_ratio_argument(parser, default="none")
     parser.add_argument("--classes", help="histogram CSV prompt_tokens,output_tokens,share")
     parser.add_argument(
         "--num-classes",

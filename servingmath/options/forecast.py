@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .grid import add_chunk_argument, add_moe_layout_argument
+from .grid import add_chunk_argument, add_moe_layout_argument, add_pool_ratio_argument
 from .outputs import add_report_argument
 from .problem import add_problem_arguments
 from .speculation import add_speculation_arguments
@@ -26,6 +26,7 @@ def add_forecast_arguments(parser: argparse.ArgumentParser) -> None:
     add_speculation_arguments(parser)
     add_chunk_argument(parser, default=None)
     add_moe_layout_argument(parser)
+    add_pool_ratio_argument(parser, default="none")
     parser.add_argument(
         "--workload", type=workload_source, help="trace file or preset for the length distribution"
     )

@@ -31,6 +31,23 @@ def add_chunk_argument(
     )
 
 
+def add_pool_ratio_argument(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """--pool-ratios: the prefill:decode engine ratios of disaggregated pools the search offers
+    (optimize: None, the default ratios unless a prefix cache is priced; fleet and forecast:
+    "none", colocated unless asked, and a split's two pools then share one GPU type, since they
+    count GPUs per type)."""
+    if default is None:
+        text = f"default {DEFAULT_POOL_RATIOS}; none with --prefix-reuse"
+    else:
+        text = f"default {default}; both pools on one GPU type, as the fleet counts GPUs per type"
+    parser.add_argument(
+        "--pool-ratios",
+        default=default,
+        metavar="P:D,...",
+        help=f"prefill:decode engine ratios of disaggregated pools to consider, or none ({text})",
+    )
+
+
 def add_moe_layout_argument(parser: argparse.ArgumentParser) -> None:
     """--moe-layouts: how a MoE model's TP ranks may split its layers (optimize, fleet,
     forecast)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from .grid import DEFAULT_POOL_RATIOS, add_chunk_argument, add_moe_layout_argument
+from .grid import add_chunk_argument, add_moe_layout_argument, add_pool_ratio_argument
 from .outputs import add_report_argument
 from .problem import add_problem_arguments, context_tokens
 from .speculation import add_speculation_arguments
@@ -66,13 +66,7 @@ def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_chunk_argument(parser)
     add_moe_layout_argument(parser)
-    parser.add_argument(
-        "--pool-ratios",
-        default=None,
-        metavar="P:D,...",
-        help="prefill:decode engine ratios of disaggregated pools to consider, or none "
-        f"(default {DEFAULT_POOL_RATIOS}; none with --prefix-reuse)",
-    )
+    add_pool_ratio_argument(parser)
     parser.add_argument(
         "--transfer-bw",
         type=positive_float,

@@ -173,15 +173,22 @@ def render(out: dict, args: argparse.Namespace) -> str:
 
 
 def describe_short(problem, gpus, config) -> str:
-    """One line: TP/PP, dtypes, token budget (and a prefill chunk below it) and speculation of
-    a configuration."""
+    """One line: TP/PP (and the prefill:decode engines of one replica unit of a pool split),
+    dtypes, token budget (and a prefill chunk below it) and speculation of a configuration."""
     from optimize import describe_config
 
     d = describe_config(problem, gpus, config, 1)
     spec = d["speculative"]
     chunk = d["chunk_size"]
+    pools = d.get("disaggregation")
+    split = (
+        f", {pools['prefill']['replicas']}:{pools['decode']['replicas']} prefill:decode engines"
+        if pools
+        else ""
+    )
     return (
-        f"TP {d['tp']} PP {d['pp']}{layout_text(d)}, weights {d['weight_dtype']}, KV {d['kv_dtype']}, "
+        f"TP {d['tp']} PP {d['pp']}{layout_text(d)}{split}, weights {d['weight_dtype']}, "
+        f"KV {d['kv_dtype']}, "
         f"max_num_batched_tokens {d['max_num_batched_tokens']}, max_num_seqs {d['max_num_seqs']}"
         + (f", prefill chunk {chunk}" if chunk < d["max_num_batched_tokens"] else "")
         + (f", speculative {spec['draft']} k {spec['k']}" if spec else "")
