@@ -116,3 +116,28 @@ worker idled 46 s."""
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+class _Captured(Exception):
+    """Raised by the stand-in for a command's search, carrying the problem it was handed."""
+
+
+@pytest.fixture
+def problem_of(monkeypatch):
+    """``problem_of(argv)``: run a ``fleet`` or ``forecast`` command line up to its search and
+    return the ``optimize.Problem`` its options built (the search is replaced by a stand-in that
+    raises with it), so a test reads what the arguments became without the work."""
+    import optimize
+    from servingmath.cli import main
+
+    def capture(problem, *args, **kwargs):
+        raise _Captured(problem)
+
+    def run(argv):
+        target = "fleet_problem" if argv[0] == "fleet" else "cheapest_per_gpu"
+        monkeypatch.setattr(optimize, target, capture)
+        with pytest.raises(_Captured) as caught:
+            main(argv)
+        return caught.value.args[0]
+
+    return run

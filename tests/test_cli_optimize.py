@@ -313,34 +313,19 @@ def test_the_next_round_rechecks_only_what_the_search_priced_strictly_lower():
     assert _undercutting(found, set(), np.inf, 2).tolist() == [0, 1]  # all rejected: go on
 
 
-class _Captured(Exception):
-    """Raised by a stand-in for the search to hand the problem a command built to the test."""
-
-
 @pytest.mark.parametrize("command", ["fleet", "forecast"])
-def test_fleet_and_forecast_offer_prefill_chunks_like_optimize(command, monkeypatch, capsys):
+def test_fleet_and_forecast_offer_prefill_chunks_like_optimize(command, problem_of, capsys):
     """--chunk-sizes offers the same prefill chunks in fleet and forecast as in optimize (none
     given: one chunk, the whole token budget, as before), and their configurations name a chunk
     below the budget; a bad list is one line and exit 2 before any work."""
     import numpy as np
 
-    import optimize
     from optimize import KNOBS
     from servingmath.reports.optimize import describe_short
 
-    def capture(problem, *args, **kwargs):
-        raise _Captured(problem)
-
-    monkeypatch.setattr(
-        optimize, "fleet_problem" if command == "fleet" else "cheapest_per_gpu", capture
-    )
     load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
     argv = [command, *BASE, "--gpus", "h100-sxm", *load]
-    grids = []
-    for chunks in ([], ["--chunk-sizes", "2048,512"]):
-        with pytest.raises(_Captured) as caught:
-            main([*argv, *chunks])
-        grids.append(caught.value.args[0])
+    grids = [problem_of([*argv, *chunks]) for chunks in ([], ["--chunk-sizes", "2048,512"])]
     assert grids[0].grid.chunk_sizes == (0,) and grids[1].grid.chunk_sizes == (512, 2048)
     problem = grids[1]
     config = np.zeros(len(KNOBS), dtype=np.int32)
@@ -356,29 +341,20 @@ def test_fleet_and_forecast_offer_prefill_chunks_like_optimize(command, monkeypa
 
 
 @pytest.mark.parametrize("command", ["fleet", "forecast"])
-def test_fleet_and_forecast_offer_speculation_like_optimize(command, monkeypatch, capsys):
+def test_fleet_and_forecast_offer_speculation_like_optimize(command, problem_of):
     """--spec-draft / --spec-acceptance make the draft length a knob of the search in fleet and
     forecast as in optimize (k = 0..8, the stated acceptance), and the configurations they report
     name the draft and k."""
     import numpy as np
 
-    import optimize
     from optimize import KNOBS
     from servingmath.options.speculation import SPEC_K
     from servingmath.reports.optimize import describe_short
 
-    def capture(problem, *args, **kwargs):
-        raise _Captured(problem)
-
-    monkeypatch.setattr(
-        optimize, "fleet_problem" if command == "fleet" else "cheapest_per_gpu", capture
-    )
     load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
     argv = [command, *BASE, "--gpus", "h100-sxm", *load]
     argv += ["--spec-draft", "meta-llama/Llama-3.2-3B", "--spec-acceptance", "0.8"]
-    with pytest.raises(_Captured) as caught:
-        main(argv)
-    problem = caught.value.args[0]
+    problem = problem_of(argv)
     assert problem.grid.spec_k == SPEC_K
     assert np.allclose(np.asarray(problem.spec_acceptance), 0.8)
     config = np.zeros(len(KNOBS), dtype=np.int32)

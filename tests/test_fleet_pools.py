@@ -59,27 +59,12 @@ def test_fleet_problem_takes_each_types_cheapest_single_type_configuration(monke
 
 
 @pytest.mark.parametrize("command", ["fleet", "forecast"])
-def test_fleet_and_forecast_offer_pool_splits_when_asked(command, monkeypatch, capsys):
+def test_fleet_and_forecast_offer_pool_splits_when_asked(command, problem_of, capsys):
     """Colocated by default; --pool-ratios 1:1,2:1 offers those splits; a bad ratio is one line
     and exit 2 before any work."""
-    import optimize
-
-    class Captured(Exception):
-        pass
-
-    def capture(problem, *args, **kwargs):
-        raise Captured(problem)
-
-    monkeypatch.setattr(
-        optimize, "fleet_problem" if command == "fleet" else "cheapest_per_gpu", capture
-    )
     load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
     argv = [command, *BASE, "--gpus", "h100-sxm,l40s", *load]
-    problems = []
-    for ratios in ([], ["--pool-ratios", "1:1,2:1"]):
-        with pytest.raises(Captured) as caught:
-            main([*argv, *ratios])
-        problems.append(caught.value.args[0])
+    problems = [problem_of([*argv, *ratios]) for ratios in ([], ["--pool-ratios", "1:1,2:1"])]
     grids = [p.grid for p in problems]
     assert grids[0].pool_ratios == () and not grids[0].disaggregated
     assert grids[1].pool_ratios == ((1, 1), (2, 1)) and grids[1].disaggregated
