@@ -1,4 +1,4 @@
-"""Serving metrics under load: TTFT, TPOT, ITL and E2E (mean, p50, p90, p95, p99), utilisation, tokens/s.
+"""Serving metrics under load: TTFT, TPOT, ITL and E2E percentiles, utilisation, tokens/s.
 
 Composes the mixed-iteration step time (``_batching``) with closed-form queueing (``_queueing``)
 for an iteration-level engine (Orca; vLLM; Sarathi-Serve chunked prefill):
