@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 import perfmodel as pm
 from optimize import ParetoResult, non_dominated, pareto_frontier, pareto_problem
 from optimize._draws import efficiency_draws_for
-from optimize._grid import KNOBS, SEQS
+from optimize._grid import KNOBS, MOE, PP, SEQS, TP, layout_degrees
 from perfmodel.dynamics import Workload
 from servingmath import cli
 
@@ -221,6 +221,84 @@ def test_frontier_numbers_are_the_load_model_at_that_configuration(library):
             assert value == pytest.approx(float(np.median(draws)), rel=1e-6), p
         lo, hi = np.quantile(per_gpu, (0.05, 0.95))
         assert p.tokens_per_s_per_gpu_interval == pytest.approx((lo, hi), rel=1e-6)
+
+
+MOE_MODEL = "Qwen/Qwen3-30B-A3B"
+MOE_DRAWS = 4
+
+
+@pytest.fixture(scope="module")
+def moe_sweep():
+    """(efficiency draws, problem, result) of a MoE model's sweep over the three layouts, fp8,
+    64 clients."""
+    import fitting
+
+    efficiency = efficiency_draws_for(
+        (GPU,), MOE_DRAWS, posterior=fitting.load_posterior(None), seed=0
+    )
+    problem = pareto_problem(
+        pm.load_model(MOE_MODEL),
+        (GPU,),
+        _workload(),
+        concurrencies=(64,),
+        kv_dtypes=("fp8",),
+        weight_dtypes=("fp8",),
+        moe_layouts=("tp", "ep", "ep+dp"),
+        efficiency=efficiency,
+    )
+    return efficiency, problem, pareto_frontier(problem, (GPU,), MOE_MODEL)
+
+
+def test_a_moe_models_sweep_prices_each_layout_with_the_one_step_model(moe_sweep):
+    """Qwen3-30B-A3B (128 experts, top 8) on H100 at 64 clients: the sweep holds every layout at
+    each TP above 1 (TP 1 has only the plain one), each TP 2 point's throughput in every draw is
+    ``serving_metrics`` at that layout's expert-parallel and attention-DP degrees, and the three
+    layouts price differently (whole experts per rank change the expert GEMMs' shapes; attention
+    groups change the KV and attention work per rank)."""
+    efficiency, problem, result = moe_sweep
+    grid, sweep = problem.grid, result.sweep
+    configs = np.asarray(sweep.configs)
+    pairs = {(grid.tp[c[TP]], grid.moe_layouts[c[MOE]]) for c in configs}
+    for tp in {t for t, _ in pairs}:
+        want = {"tp"} if tp == 1 else {"tp", "ep", "ep+dp"}
+        assert {name for t, name in pairs if t == tp} == want
+    model, hardware = pm.load_model(MOE_MODEL), pm.load_hardware(GPU)
+    load = Workload(
+        concurrency=64.0, prompt_tokens_mean=INPUT, output_tokens_mean=OUTPUT, output_tokens_cv=1.0
+    )
+    medians = {}
+    for i, c in enumerate(configs):
+        if grid.tp[c[TP]] != 2 or grid.pp[c[PP]] != 1:
+            continue
+        layout = grid.moe_layouts[c[MOE]]
+        ep, attention_dp = layout_degrees(layout, 2)
+        deployment = pm.Deployment.create(
+            tp=2,
+            expert_parallel=float(ep),
+            attention_dp=float(attention_dp),
+            weight_dtype="fp8",
+            kv_dtype="fp8",
+            max_num_seqs=64.0,
+            max_num_batched_tokens=float(grid.max_num_batched_tokens[0]),
+        )
+        draws = [
+            float(
+                pm.serving_metrics(
+                    model,
+                    hardware,
+                    deployment,
+                    jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
+                    load,
+                    closed_loop=True,
+                ).output_tokens_per_s
+            )
+            for d in range(MOE_DRAWS)
+        ]
+        np.testing.assert_allclose(np.asarray(sweep.output_tokens_per_s[i]), draws, rtol=1e-6)
+        medians[layout] = float(np.median(draws))
+    assert set(medians) == {"tp", "ep", "ep+dp"}
+    values = sorted(medians.values())
+    assert values[1] > 1.001 * values[0] and values[2] > 1.001 * values[1]
 
 
 def test_more_clients_never_speed_a_user_up(library):
