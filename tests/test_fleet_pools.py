@@ -60,8 +60,9 @@ def test_fleet_problem_takes_each_types_cheapest_single_type_configuration(monke
 
 @pytest.mark.parametrize("command", ["fleet", "forecast"])
 def test_fleet_and_forecast_offer_pool_splits_when_asked(command, problem_of, capsys):
-    """Colocated by default; --pool-ratios 1:1,2:1 offers those splits; a bad ratio is one line
-    and exit 2 before any work."""
+    """Colocated by default; --pool-ratios 1:1,2:1 offers those splits and --transfer-bw sets their
+    KV hand-off bandwidth (none given: the inter-node network's); a bad ratio or bandwidth is one
+    line and exit 2 before any work."""
     load = ["--rate", "5"] if command == "fleet" else ["--demand", "data/examples/demand.csv"]
     argv = [command, *BASE, "--gpus", "h100-sxm,l40s", *load]
     problems = [problem_of([*argv, *ratios]) for ratios in ([], ["--pool-ratios", "1:1,2:1"])]
@@ -72,7 +73,14 @@ def test_fleet_and_forecast_offer_pool_splits_when_asked(command, problem_of, ca
     line = describe_short(problems[1], gpus, _config(1, 2, 1))  # a 2:1 split, both on l40s
     assert line.startswith("TP 1 PP 1, 2:1 prefill:decode engines, weights")
     assert "prefill:decode" not in describe_short(problems[1], gpus, _config(1))
+    handoff = problem_of([*argv, "--pool-ratios", "1:1", "--transfer-bw", "5e10"])
+    assert float(handoff.transfer_bytes_per_s) == 5e10
+    assert float(problems[1].transfer_bytes_per_s) <= 0  # none given: the network's
     capsys.readouterr()
-    assert main([*argv, "--pool-ratios", "0:1"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--pool-ratios" in err
+    for bad, flag in (
+        (["--pool-ratios", "0:1"], "--pool-ratios"),
+        (["--transfer-bw", "-1"], "--transfer-bw"),
+    ):
+        assert main([*argv, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and flag in err

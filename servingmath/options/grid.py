@@ -10,6 +10,7 @@ import argparse
 
 from ..errors import UsageError
 from .speculation import SPEC_K
+from .validators import positive_float
 
 DEFAULT_CHUNKS = "512,1024,2048,4096,8192"
 
@@ -32,10 +33,10 @@ def add_chunk_argument(
 
 
 def add_pool_ratio_argument(parser: argparse.ArgumentParser, default: str | None = None) -> None:
-    """--pool-ratios: the prefill:decode engine ratios of disaggregated pools the search offers
-    (optimize: None, the default ratios unless a prefix cache is priced; fleet and forecast:
-    "none", colocated unless asked, and a split's two pools then share one GPU type, since they
-    count GPUs per type)."""
+    """--pool-ratios and --transfer-bw: the prefill:decode engine ratios of disaggregated pools
+    the search offers (optimize: None, the default ratios unless a prefix cache is priced; fleet
+    and forecast: "none", colocated unless asked, and a split's two pools then share one GPU
+    type, since they count GPUs per type) and the pools' KV hand-off bandwidth."""
     if default is None:
         text = f"default {DEFAULT_POOL_RATIOS}; none with --prefix-reuse"
     else:
@@ -45,6 +46,12 @@ def add_pool_ratio_argument(parser: argparse.ArgumentParser, default: str | None
         default=default,
         metavar="P:D,...",
         help=f"prefill:decode engine ratios of disaggregated pools to consider, or none ({text})",
+    )
+    parser.add_argument(
+        "--transfer-bw",
+        type=positive_float,
+        metavar="BYTES_PER_S",
+        help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
     )
 
 

@@ -12,7 +12,7 @@ from .grid import add_chunk_argument, add_moe_layout_argument, add_pool_ratio_ar
 from .outputs import add_report_argument
 from .problem import add_problem_arguments, context_tokens
 from .speculation import add_speculation_arguments
-from .validators import nonnegative_int, output_dir, positive_float, positive_int
+from .validators import nonnegative_int, output_dir, positive_int
 
 
 def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,10 +67,4 @@ def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
     add_chunk_argument(parser)
     add_moe_layout_argument(parser)
     add_pool_ratio_argument(parser)
-    parser.add_argument(
-        "--transfer-bw",
-        type=positive_float,
-        metavar="BYTES_PER_S",
-        help="KV hand-off bandwidth per GPU between pools (default: inter-node network)",
-    )
     add_speculation_arguments(parser)
