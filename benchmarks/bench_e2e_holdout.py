@@ -93,6 +93,35 @@ def _by_layout(scored) -> str:
     return "\n".join(lines)
 
 
+def _signed_bias(scored) -> str:
+    """Median log(predicted / measured) of serving TTFT and TPOT by held-out value and engine:
+    the direction of the misses (a row called overloaded is left out: it has no finite
+    prediction)."""
+    import pandas as pd
+
+    part = scored[(scored.scenario == "serving") & scored.metric.isin(["ttft", "tpot"])]
+    part = part[np.isfinite(part.predicted.astype(float))]
+    log_ratio = np.log(part.predicted.astype(float) / part.value.astype(float))
+    table = (
+        part.assign(log_ratio=log_ratio)
+        .groupby(["held_out", "engine", "metric"])
+        .log_ratio.agg(["size", "median"])
+        .unstack("metric")
+    )
+    lines = [
+        "| held out | engine | TTFT n | TTFT median log(pred / meas) | TPOT n | TPOT median |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for (held, engine), row in table.iterrows():
+        cells = []
+        for metric in ("ttft", "tpot"):
+            n, med = row.get(("size", metric)), row.get(("median", metric))
+            ok = n is not None and pd.notna(n)
+            cells += [f"{int(n)}" if ok else "0", f"{med:+.2f}" if ok else "-"]
+        lines.append(f"| {held} | {engine} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=("source", "gpu", "both"), default="both")
@@ -123,6 +152,8 @@ def main() -> None:
         print(_summary(scored, by))
         print()
         print(_by_layout(scored))
+        print()
+        print(_signed_bias(scored))
         print()
         if args.save:
             scored.to_csv(f"{args.save}-{by}.csv", index=False)
