@@ -18,7 +18,6 @@ import numpy as np
 
 from ._evaluate import gpus_per_replica, meets_confidence, slo_probability
 from ._fleet import FleetProblem
-from ._grid import on_gpu_type
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._search import SearchOptions, search
@@ -117,17 +116,13 @@ def fleet_problem(
         p = class_problem(problem, cls, total_rate)
         found = search(p, options)
         for g in range(g_count):
-            rows = [
-                i
-                for i, k in enumerate(found.configs)
-                if on_gpu_type(k, g) and np.isfinite(found.cost_per_hour[i])
-            ]
-            if not rows:
+            row = found.cheapest_on_gpu_type(g)
+            if row is None:
                 continue
-            cfg = jnp.asarray(found.configs[rows[0]])
+            cfg = jnp.asarray(found.configs[row])
             capacity[c, g] = float(replica_capacity(p, cfg))
             gpus[c, g] = float(gpus_per_replica(p, cfg))
             cost[c, g] = gpus[c, g] * prices[g]
-            configs[c, g] = found.configs[rows[0]]
+            configs[c, g] = found.configs[row]
     rates = np.asarray([total_rate * cls.share for cls in classes])
     return FleetProblem(rates, capacity, cost, gpus, np.asarray(max_gpus, dtype=float)), configs

@@ -214,13 +214,9 @@ def cheapest_per_gpu(
         found = search(problem)
     configs = {}
     for g, name in enumerate(gpus):
-        rows = [
-            i
-            for i, c in enumerate(found.configs)
-            if on_gpu_type(c, g) and np.isfinite(found.cost_per_hour[i])
-        ]
-        if rows:
-            configs[name] = found.configs[rows[0]]
+        row = found.cheapest_on_gpu_type(g)
+        if row is not None:
+            configs[name] = found.configs[row]
             continue
         every = problem.grid.all_configs(problem.model)
         every = every[on_gpu_type(every, g)]

@@ -32,7 +32,7 @@ from ._evaluate import (
     pool_units,
     probe_trials,
 )
-from ._grid import GPU, KV, MOE, POOL, PP, PREFILL_GPU, TP, WEIGHT
+from ._grid import GPU, KV, MOE, POOL, PP, PREFILL_GPU, TP, WEIGHT, on_gpu_type
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, pad_rows, replicate
@@ -245,6 +245,15 @@ class SearchResult(NamedTuple):
     replicas: np.ndarray
     cost_per_hour: np.ndarray
     evaluated: int
+
+    def cheapest_on_gpu_type(self, gpu: int) -> int | None:
+        """Row of the cheapest feasible configuration with every engine on GPU type ``gpu``
+        (``on_gpu_type``), or None when the search kept none."""
+        if not len(self.configs):
+            return None
+        ok = on_gpu_type(self.configs, gpu) & np.isfinite(np.asarray(self.cost_per_hour))
+        rows = np.flatnonzero(ok)
+        return int(rows[0]) if rows.size else None
 
 
 def _starts_sharding(mesh, num_starts: int):
