@@ -238,7 +238,15 @@ def _run_base(tool: str, record: Mapping[str, Any], fail: Fail) -> tuple[dict[st
     )
     if tool == "sglang" and (measured := _number(record, "concurrency", fail)) is not None:
         notes.append(f"measured_concurrency={measured:.6g}")
-    for key in ("failed", "num_prompts", "dataset_name", "date", "label", "burstiness"):
+    for key in (
+        "failed",
+        "num_prompts",
+        "dataset_name",
+        "random_range_ratio",
+        "date",
+        "label",
+        "burstiness",
+    ):
         if record.get(key) not in (None, ""):
             notes.append(f"{key}={record[key]}")
     backend = str(record.get("backend") or "")

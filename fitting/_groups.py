@@ -57,7 +57,61 @@ def noise_key(row: pd.Series) -> str:
         return f"collective:{op}"
     if row["scenario"] == "serving" and open_loop(row):
         return f"serving:{OPEN_LOOP_TAG}:{row['metric']}"
+    if row["metric"] == "ttft" and lockstep(row):
+        return f"serving:{LOCKSTEP_TAG}:ttft"
     return f"{row['scenario']}:{row['metric']}"
+
+
+PREFILL_FIRST_ENGINES = ("sglang",)
+"""Engines whose scheduler prefills waiting prompts in iterations of their own before the next
+decode (SGLang: ``--enable-mixed-chunk`` is off by default); vLLM and TensorRT-LLM mix prompt
+chunks into decode iterations."""
+
+
+def prefill_first(row: pd.Series) -> float:
+    """``Deployment.prefill_first`` of a run: 1 on a ``PREFILL_FIRST_ENGINES`` engine unless its
+    notes say ``enable_mixed_chunk=true``, else 0."""
+    engine = str(row.get("engine", "")).strip().lower()
+    mixed = "enable_mixed_chunk=true" in str(row.get("notes", "")).replace(" ", "").lower()
+    return 1.0 if engine in PREFILL_FIRST_ENGINES and not mixed else 0.0
+
+
+def drawn_lengths(row: pd.Series) -> bool:
+    """Whether a run drew its lengths at random (InferenceMAX: uniform from 80 % of nominal,
+    ``uniform`` and ``len_def=nominal`` in notes) rather than sending fixed ones."""
+    notes = str(row.get("notes", ""))
+    return "uniform" in notes and "len_def=nominal" in notes
+
+
+def fixed_lengths(row: pd.Series) -> bool:
+    """Whether every request of a run had the same prompt and output length.  A curated file's
+    rows say so unless ``drawn_lengths``; a benchmark tool's own result file (``tool=`` in notes)
+    records only mean lengths, and SGLang ``bench_serving`` draws them uniform from
+    ``random_range_ratio`` x nominal (default 0) up, so only its ratio 1 is fixed."""
+    notes = notes_dict(row.get("notes"))
+    if "tool" not in notes:
+        return not drawn_lengths(row)
+    ratio = pd.to_numeric(notes.get("random_range_ratio"), errors="coerce")
+    return notes["tool"] == "sglang" and notes.get("dataset_name") == "random" and ratio == 1.0
+
+
+def lockstep(row: pd.Series) -> bool:
+    """Whether a serving row is a lockstep loop (``perfmodel._closed_loop``): N clients of fixed
+    lengths on a ``prefill_first`` engine."""
+    return (
+        row["scenario"] == "serving"
+        and not open_loop(row)
+        and prefill_first(row) == 1.0
+        and fixed_lengths(row)
+    )
+
+
+LOCKSTEP_TAG = "lockstep"
+"""Middle part of a lockstep loop's TTFT group (``serving:lockstep:ttft``).  A desynchronised
+loop's TTFT offset (e^0.5 to e^1.9 in every lab and engine) carries how arrivals cluster, which
+its model does not price; a lockstep loop's TTFT is the wave each request waits in, which its
+model prices whole, so the two regimes' offsets and noise are pooled apart.  Its TPOT is the
+same decode iterations' and keeps ``serving:tpot``."""
 
 
 OPEN_LOOP_TAG = "rate"

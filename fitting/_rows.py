@@ -47,8 +47,10 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
     LATENCY_ANCHOR_SOURCES,
     OFFSET_OP_GROUPS,
     comm_cell,
+    drawn_lengths,
     has_offset,
     latency_cells,
+    lockstep,
     noise_key,
     notes_dict,
     source_key,
@@ -164,8 +166,7 @@ def _lengths(row: pd.Series) -> tuple[float, float, float, float, float]:
     """(prompt mean, prompt CV, output mean, output CV, log-sd of an unrecorded prompt mean) as
     the benchmark drew them."""
     inp, out = _f(row["input_len"]), _f(row["output_len"])
-    notes = str(row.get("notes", ""))
-    if "uniform" in notes and "len_def=nominal" in notes:
+    if drawn_lengths(row):
         mean_share = (1.0 + UNIFORM_LENGTH_LOW) / 2.0
         cv = (1.0 - UNIFORM_LENGTH_LOW) / math.sqrt(12.0) / mean_share
         return inp * mean_share, cv, out * mean_share, cv, 0.0
@@ -313,7 +314,20 @@ def _e2e_features(row: pd.Series) -> tuple[tuple, dict[str, float]]:
     replicas = max(1.0, math.floor(gpus / (tp * pp)))
     polls = scheduler_poll_iterations(row)
     specs = _e2e_specs(
-        row["model"], row["gpu"], tp, pp, replicas, wdt, kvdt, conc, polls, ep, attention_dp
+        row["model"],
+        row["gpu"],
+        tp,
+        pp,
+        replicas,
+        wdt,
+        kvdt,
+        conc,
+        polls,
+        ep,
+        attention_dp,
+        # the closed loop reads prefill_first only at fixed lengths (its lockstep); a run whose
+        # lengths are not known to be fixed is priced desynchronised whatever its engine
+        1.0 if lockstep(row) else 0.0,
     )
     return specs, {
         "prompt_tokens_mean": inp,
@@ -385,7 +399,9 @@ def _moe_parallelism(row: pd.Series, tp: float) -> tuple[float, float, float]:
 
 
 @lru_cache(maxsize=512)
-def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls, ep=1.0, attention_dp=1.0):
+def _e2e_specs(
+    model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls, ep=1.0, attention_dp=1.0, first=0.0
+):
     m, h, _ = _row_specs(model_id, gpu, tp, pp, wdt, kvdt)
     seqs = conc if conc > 0 else DEFAULT_MAX_SEQS  # vLLM runs cap --max-num-seqs at the concurrency
     dep = Deployment.create(
@@ -399,6 +415,7 @@ def _e2e_specs(model_id, gpu, tp, pp, replicas, wdt, kvdt, conc, polls, ep=1.0, 
         scheduler_polls=float(polls),
         expert_parallel=float(ep),
         attention_dp=float(attention_dp),
+        prefill_first=float(first),
     )
     return m, h, dep
 

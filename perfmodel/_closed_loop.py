@@ -21,10 +21,25 @@ per replica with n = min(N / replicas, seats) requests admitted:
   prompt's own prefill iterations (ceil(P / (B - d)) of them) + the budget queue; TPOT = tau / a;
   the inter-token gaps are tau_with (share f) or tau_0.
 
-Clients are taken as desynchronised, fixed output lengths included: the prompts of a burst that
-share a chunk would finish together and re-enter together, but pricing that lockstep made one
-lab's fixed-length runs disagree with every other lab's closed loops (``BENCHMARKS.md``), so it
-is not modelled.
+On an engine that mixes prompt chunks into decode iterations (vLLM, TensorRT-LLM) clients are
+taken as desynchronised, fixed output lengths included: the prompts of a burst that share a
+chunk finish together, but each chunk's requests start decoding as their chunk ends, so the
+chunks stay staggered (pricing a lockstep there made one lab's fixed-length runs disagree with
+every other lab's closed loops, ``BENCHMARKS.md``).  An engine that prefills waiting prompts
+first, in iterations of their own (``Deployment.prefill_first``: SGLang), holds every decode
+until the whole burst is prefilled; with fixed prompt and output lengths every request then
+finishes in the same iteration and the clients re-enter together: a lockstep loop.  Each cycle
+is a wave of n P tokens in k = max(n P / B, 1) prefill-only iterations of t_k, then O' decode
+iterations of d = n sequences (tau_n):
+
+* X = n / (k t_k + O' tau_n);
+* TTFT uniform over the wave's chunk ends [t_k, k t_k];
+* a request whose chunk ends at t waits k t_k - t for the wave's end, so TPOT is
+  tau_n / a + (k t_k - t) / (O - 1), uniform from tau_n / a up; ITL is tau_n / a;
+* E2E = k t_k + O' tau_n for every request.
+
+Any spread in the lengths staggers the finishes and the loop drifts out of step, so the
+lockstep share is ``prefill_first`` at zero length CVs and 0 otherwise.
 
 Requests beyond the seats wait for one to free: (N / replicas - n) / X more TTFT.  The first
 round starts as a burst (all N sent at t = 0): its prompts are prefilled as one wave of
@@ -80,6 +95,8 @@ class ClosedLoopState(eqx.Module):
         ttft_steady_s: mean TTFT once the loop is desynchronised.
         wave_s: time to prefill the first round's burst of n prompts.
         wave_chunks: iterations that burst spans (>= 1).
+        lockstep_share: L, 1 for a lockstep loop (a prefill-first engine, fixed lengths), else 0.
+        lockstep_decode_s: tau_n, a decode iteration of all n admitted requests.
     """
 
     admitted: Array
@@ -95,6 +112,8 @@ class ClosedLoopState(eqx.Module):
     ttft_steady_s: Array
     wave_s: Array
     wave_chunks: Array
+    lockstep_share: Array
+    lockstep_decode_s: Array
 
 
 def _iterations(
@@ -174,11 +193,11 @@ def closed_loop_state(
     q0 = jnp.minimum(n / (1.0 + decodes), (budget - EPS_TOKENS) / (prompt + decodes))
     q, _ = jax.lax.scan(body, q0, None, length=CLOSED_LOOP_ITERATIONS)
     ttft_own, _, (tau, with_s, without_s, f, d, p, _) = ttft_and_q(q)
-    rate = q / jnp.maximum(tau, 1e-12)
+    rate_desynchronised = q / jnp.maximum(tau, 1e-12)
     # Little's law on the admitted requests: the time not spent decoding is spent before the
     # first token (own prefill, or waiting for the budget when it binds)
-    ttft_little = n / rate - decodes * tau
-    ttft_steady = jnp.maximum(ttft_own, ttft_little) + waiting / rate
+    ttft_little = n / rate_desynchronised - decodes * tau
+    ttft_steady = jnp.maximum(ttft_own, ttft_little) + waiting / rate_desynchronised
 
     wave_tokens = n * prompt
     wave_chunks = jnp.maximum(wave_tokens / budget, 1.0)
@@ -190,6 +209,13 @@ def closed_loop_state(
         prefill_tokens=wave_tokens / wave_chunks,
         prefill_seqs=n / wave_chunks,
     ).total_s
+    lockstep_decode_s = forward_step(
+        model, hardware, deployment, efficiency, decode_seqs=n, decode_context=ctx
+    ).total_s
+    fixed_lengths = (workload.prompt_tokens_cv == 0.0) & (workload.output_tokens_cv == 0.0)
+    lockstep = jnp.where(fixed_lengths, jnp.clip(deployment.prefill_first, 0.0, 1.0), 0.0)
+    rate_lockstep = n / (full * wave_chunks + decodes * lockstep_decode_s)
+    rate = lockstep * rate_lockstep + (1.0 - lockstep) * rate_desynchronised
     return ClosedLoopState(
         admitted=n,
         waiting=waiting,
@@ -204,6 +230,8 @@ def closed_loop_state(
         ttft_steady_s=ttft_steady,
         wave_s=full * wave_chunks,
         wave_chunks=wave_chunks,
+        lockstep_share=lockstep,
+        lockstep_decode_s=lockstep_decode_s,
     )
 
 
@@ -246,6 +274,41 @@ def _ttft_quantile(prob, wave_share, steady_lo, steady_hi, wave_lo, wave_hi):
     return 0.5 * (lo + hi)
 
 
+class _Lockstep(eqx.Module):
+    """(mean, ``PERCENTILE_QUANTILES``) of a lockstep loop's latencies (seconds)."""
+
+    ttft_s: Array
+    tpot_s: Array
+    itl_s: Array
+    e2e_s: Array
+
+
+def _lockstep_summaries(s: ClosedLoopState, output: Array, a: Array, probs: Array) -> _Lockstep:
+    """The lockstep loop's latencies (module docstring): TTFT uniform on [t_k, k t_k] plus the
+    wait of clients beyond the seats; TPOT at probability p is tau_n / a + p (k t_k - t_k) /
+    (O - 1) (a late chunk's request waits least); every request's E2E is the whole cycle."""
+    chunk_s = s.wave_s / s.wave_chunks
+    seat_wait_s = s.waiting / jnp.maximum(s.completion_rate_per_s, 1e-12)
+    ttft_q = chunk_s + probs * (s.wave_s - chunk_s) + seat_wait_s
+    ttft_mean = 0.5 * (chunk_s + s.wave_s) + seat_wait_s
+    gaps = jnp.maximum(output - 1.0, 1.0)
+    decode_s = s.lockstep_decode_s / a
+    tail_s = (s.wave_s - chunk_s) / gaps  # the wave's remainder spread over a request's gaps
+    tpot_q = decode_s + probs * tail_s
+    tpot_mean = decode_s + 0.5 * tail_s
+    e2e_s = s.wave_s + jnp.maximum(output - 1.0, 0.0) / a * s.lockstep_decode_s + seat_wait_s
+
+    def summary(mean, q):
+        return jnp.concatenate([jnp.reshape(mean, (1,)), q])
+
+    return _Lockstep(
+        ttft_s=summary(ttft_mean, ttft_q),
+        tpot_s=summary(tpot_mean, tpot_q),
+        itl_s=summary(tpot_mean, jnp.full_like(probs, decode_s)),
+        e2e_s=summary(e2e_s, jnp.full_like(probs, e2e_s)),
+    )
+
+
 def closed_loop_metrics(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -263,7 +326,8 @@ def closed_loop_metrics(
     (tau_with - tau_0)^2 f (1 - f) / O' (normal).  ITL quantiles are those of the two-point gap
     law.  E2E = TTFT + (O - 1) TPOT over the lognormal output law (``Workload``).  TTFT and E2E
     add the wait for the scheduler's poll (``poll_wait``: mean P(busy) (k - 1) / 2 iterations, a
-    TPOT each without speculation).
+    TPOT each without speculation).  A lockstep loop (a prefill-first engine at fixed lengths,
+    ``ClosedLoopState.lockstep_share``) takes ``_lockstep_summaries`` instead.
     """
     s = closed_loop_state(
         model, hardware, deployment, efficiency, workload, tokens_per_decode=tokens_per_decode
@@ -305,17 +369,23 @@ def closed_loop_metrics(
     e2e_mean = ttft_mean + (output - 1.0) * tpot_mean
     e2e_q = ttft_mean + jnp.maximum(out_q - 1.0, 0.0) * tpot_mean
 
-    replicas = jnp.maximum(deployment.replicas, 1.0)
-    requests = replicas * s.completion_rate_per_s
-
     def summary(mean, q):
         return jnp.concatenate([jnp.reshape(mean, (1,)), q])
 
+    lock = _lockstep_summaries(s, output, a, probs)
+    share = s.lockstep_share
+
+    def blend(lockstep, desynchronised):
+        # the share is 0 or 1 at a real run (``ClosedLoopState.lockstep_share``)
+        return share * lockstep + (1.0 - share) * desynchronised
+
+    replicas = jnp.maximum(deployment.replicas, 1.0)
+    requests = replicas * s.completion_rate_per_s
     return ClosedLoopMetrics(
-        ttft_s=summary(ttft_mean, ttft_q),
-        tpot_s=summary(tpot_mean, tpot_q),
-        itl_s=summary(tpot_mean, itl_q),
-        e2e_s=summary(e2e_mean, e2e_q),
+        ttft_s=blend(lock.ttft_s, summary(ttft_mean, ttft_q)),
+        tpot_s=blend(lock.tpot_s, summary(tpot_mean, tpot_q)),
+        itl_s=blend(lock.itl_s, summary(tpot_mean, itl_q)),
+        e2e_s=blend(lock.e2e_s, summary(e2e_mean, e2e_q)),
         output_tokens_per_s=requests * output,
         total_tokens_per_s=requests * (output + prompt),
         requests_per_s=requests,

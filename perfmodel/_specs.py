@@ -301,6 +301,11 @@ class Deployment(eqx.Module):
             weights and only its sequences' KV (SGLang ``--enable-dp-attention --dp-size``,
             TensorRT-LLM ``enable_attention_dp``); the MoE/MLP layers still span all tp ranks.
             1 = attention split by TP.
+        prefill_first: 1 when waiting prompts are prefilled in iterations of their own, ahead
+            of the next decode iteration (SGLang's default: prefill and decode batches are not
+            mixed unless ``--enable-mixed-chunk``); 0 when prompt chunks ride in the decode
+            iterations (vLLM, TensorRT-LLM).  A closed loop of fixed-length requests on such an
+            engine runs in lockstep (``perfmodel._closed_loop``).
     """
 
     tp: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
@@ -321,6 +326,7 @@ class Deployment(eqx.Module):
     scheduler_polls: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
     expert_parallel: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
     attention_dp: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
+    prefill_first: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
 
     @classmethod
     def create(

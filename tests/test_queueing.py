@@ -324,8 +324,9 @@ def test_corrections_are_read_by_name_in_the_documented_order():
 
 
 def test_closed_loop_ttft_does_not_depend_on_the_output_spread():
-    """Clients are desynchronised whatever the output lengths' spread: fixed lengths (a chunk's
-    prompts would re-enter together) and a 10 % spread give the same steady TTFT and iteration."""
+    """On an engine that mixes prompt chunks into decodes, clients are desynchronised whatever
+    the output lengths' spread: fixed lengths (a chunk's prompts would re-enter together) and a
+    10 % spread give the same steady TTFT and iteration."""
     from perfmodel._closed_loop import closed_loop_state
 
     model, hw = load_model("meta-llama/Llama-3.1-8B"), load_hardware("h100-sxm")
