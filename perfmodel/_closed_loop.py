@@ -286,7 +286,8 @@ class _Lockstep(eqx.Module):
 def _lockstep_summaries(s: ClosedLoopState, output: Array, a: Array, probs: Array) -> _Lockstep:
     """The lockstep loop's latencies (module docstring): TTFT uniform on [t_k, k t_k] plus the
     wait of clients beyond the seats; TPOT at probability p is tau_n / a + p (k t_k - t_k) /
-    (O - 1) (a late chunk's request waits least); every request's E2E is the whole cycle."""
+    (O - 1) (a late chunk's request waits least); every request's E2E is the whole cycle.  No
+    poll wait: the burst arrives as the engine empties, and an idle scheduler takes it at once."""
     chunk_s = s.wave_s / s.wave_chunks
     seat_wait_s = s.waiting / jnp.maximum(s.completion_rate_per_s, 1e-12)
     ttft_q = chunk_s + probs * (s.wave_s - chunk_s) + seat_wait_s

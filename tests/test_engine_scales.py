@@ -155,7 +155,8 @@ def test_efficiency_draws_carry_the_pooled_engine_offsets(posterior):
 
 def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
     """explain under load: the median scales of the engine asked for, TTFT/TPOT at those scales
-    (SGLang's measured TTFT is further above the physics than vLLM's), 90 % intervals of each
+    (SGLang's measured TTFT is further above the physics than vLLM's: its TTFT is as much
+    above vLLM's), 90 % intervals of each
     p95 that contain it (spec-sheet defaults keep scales of 1:
     ``test_efficiency_draws_carry_the_pooled_engine_offsets``)."""
     import json
@@ -184,7 +185,10 @@ def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
     vllm, sglang = run("--engine", "vllm"), run("--engine", "sglang")
     assert vllm["engine_scales"]["engine"] == "vllm"
     assert sglang["engine_scales"]["ttft"] > vllm["engine_scales"]["ttft"] > 1.5
-    assert sglang["ttft_s"]["mean"] > 1.5 * vllm["ttft_s"]["mean"]
+    # the same physics (explain's desynchronised loop) at each engine's scale
+    ratio = sglang["ttft_s"]["mean"] / vllm["ttft_s"]["mean"]
+    scales = sglang["engine_scales"]["ttft"] / vllm["engine_scales"]["ttft"]
+    assert ratio == pytest.approx(scales, rel=0.1)
     for out in (vllm, sglang):
         for k in ("ttft_s", "tpot_s"):
             lo, hi = out["p95_intervals"][k]["p05"], out["p95_intervals"][k]["p95"]

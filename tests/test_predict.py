@@ -581,7 +581,9 @@ def test_a_scheduler_that_polls_every_k_iterations_delays_ttft_and_e2e_by_half_o
     ``scheduler_recv_interval=k``, SGLang's ``--scheduler-recv-interval``) keeps an arrival
     waiting (k - 1) / 2 iterations on average beyond the one it arrives in: TTFT and E2E grow by
     that many mean per-token gaps (TPOT), TPOT itself is unchanged; a setting that is not an
-    iteration count >= 1 is skipped with the reason."""
+    iteration count >= 1 is skipped with the reason.  The lengths are drawn (InferenceMAX's
+    notes), so the clients are desynchronised: a lockstep loop's burst finds the engine idle."""
+    drawn = "uniform;len_def=nominal"
     common = LAB_RUN | {
         "concurrency": 16.0,
         "request_rate": np.inf,
@@ -589,13 +591,13 @@ def test_a_scheduler_that_polls_every_k_iterations_delays_ttft_and_e2e_by_half_o
         "value": 0.1,
     }
     rows = [
-        row(metric="ttft", **common),
-        row(metric="ttft", notes="scheduler_recv_interval=21", **common),
-        row(metric="e2e_latency", **common),
-        row(metric="e2e_latency", notes="scheduler_recv_interval=21", **common),
-        row(metric="tpot", **common),
-        row(metric="tpot", notes="scheduler_recv_interval=21", **common),
-        row(metric="ttft", notes="scheduler_recv_interval=0.5", **common),
+        row(metric="ttft", notes=drawn, **common),
+        row(metric="ttft", notes=f"{drawn};scheduler_recv_interval=21", **common),
+        row(metric="e2e_latency", notes=drawn, **common),
+        row(metric="e2e_latency", notes=f"{drawn};scheduler_recv_interval=21", **common),
+        row(metric="tpot", notes=drawn, **common),
+        row(metric="tpot", notes=f"{drawn};scheduler_recv_interval=21", **common),
+        row(metric="ttft", notes=f"{drawn};scheduler_recv_interval=0.5", **common),
     ]
     prep, y = predicted(rows)
     assert len(y) == 6 and "scheduler_recv_interval='0.5'" in prep.skipped[0][1]
