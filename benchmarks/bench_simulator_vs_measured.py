@@ -35,6 +35,7 @@ ratio (their agreement).
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import time
 from collections import Counter
@@ -169,9 +170,10 @@ E2E_FILES = FILES + ("data/measurements/mlperf_v41.csv.gz",)
 
 def held_out_scales(
     sources: list[str], engines: list[str], *, closed_loop_only: bool = False
-) -> dict[tuple[str, str], tuple]:
-    """(source, engine) -> (TTFT scale, TPOT scale) an answer takes for ``engine`` from an
-    end-to-end stage fitted without ``source``'s rows (posterior median of 64 draws).
+) -> dict[tuple[str, str, bool], tuple]:
+    """(source, engine, lockstep) -> (TTFT scale, TPOT scale) an answer takes for ``engine``
+    from an end-to-end stage fitted without ``source``'s rows (posterior median of 64 draws);
+    a lockstep run's TTFT scale is the lockstep runs' (``fitting.efficiency_draws``).
     ``closed_loop_only`` (``--quick``): fit the stage on the closed-loop TTFT / TPOT rows alone,
     the groups the scales read (the same estimator over another seeded subsample of rows per
     cell; no open-loop program to compile)."""
@@ -189,9 +191,11 @@ def held_out_scales(
     for source in sources:
         idata, _ = fitting.add_serving_stage(nuts, e2e[e2e["source"] != source], seed=0)
         post = fitting.Posterior(idata)
-        for engine in engines:
-            e = fitting.efficiency_draws(post, "h100-sxm", MEDIAN_PARAM_DRAWS, engine=engine)
-            out[source, engine] = (
+        for engine, lockstep in itertools.product(engines, (False, True)):
+            e = fitting.efficiency_draws(
+                post, "h100-sxm", MEDIAN_PARAM_DRAWS, engine=engine, lockstep=lockstep
+            )
+            out[source, engine, lockstep] = (
                 float(np.median(np.asarray(e.ttft_scale))),
                 float(np.median(np.asarray(e.tpot_scale))),
             )
@@ -358,7 +362,7 @@ def main() -> None:
             except (ValueError, FloatingPointError) as exc:
                 failed[str(exc)] += 1
                 continue
-            s_f, s_t = scales[run["source"], run["engine"]]
+            s_f, s_t = scales[run["source"], run["engine"], fitting.lockstep(pd.Series(run))]
             p |= {"ans_ttft": s_f * p["cf_ttft"], "ans_tpot": s_t * p["cf_tpot"]}
             done.append(run | p)
             print(_row(run, p), flush=True)

@@ -16,7 +16,7 @@ import importlib
 _EXPORTS = {
     "._diagnostics": ("Diagnostics", "diagnose"),
     "._fit": ("FitResult", "fit_table", "read_tables", "skipped_summary", "subsample"),
-    "._groups": ("noise_key", "notes_dict"),
+    "._groups": ("lockstep", "noise_key", "notes_dict"),
     "._holdout": ("holdout_scores", "score_rows"),
     "._model": ("PRIORS", "calibration_model"),
     "._names": ("E2E_SCENARIOS", "ENGINE_ALL_REDUCE_CELL", "PARAM_NAMES"),

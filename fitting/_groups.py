@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._names import E2E_SCENARIOS, ENGINE_ALL_REDUCE_CELL
+from perfmodel import PREFILL_FIRST_ENGINES
+
+from ._names import E2E_SCENARIOS, ENGINE_ALL_REDUCE_CELL, LOCKSTEP_TTFT_GROUP
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "gemm")
 ELEMENTWISE_OPS = (
@@ -58,14 +60,8 @@ def noise_key(row: pd.Series) -> str:
     if row["scenario"] == "serving" and open_loop(row):
         return f"serving:{OPEN_LOOP_TAG}:{row['metric']}"
     if row["metric"] == "ttft" and lockstep(row):
-        return f"serving:{LOCKSTEP_TAG}:ttft"
+        return LOCKSTEP_TTFT_GROUP
     return f"{row['scenario']}:{row['metric']}"
-
-
-PREFILL_FIRST_ENGINES = ("sglang",)
-"""Engines whose scheduler prefills waiting prompts in iterations of their own before the next
-decode (SGLang: ``--enable-mixed-chunk`` is off by default); vLLM and TensorRT-LLM mix prompt
-chunks into decode iterations."""
 
 
 def prefill_first(row: pd.Series) -> float:
@@ -104,14 +100,6 @@ def lockstep(row: pd.Series) -> bool:
         and prefill_first(row) == 1.0
         and fixed_lengths(row)
     )
-
-
-LOCKSTEP_TAG = "lockstep"
-"""Middle part of a lockstep loop's TTFT group (``serving:lockstep:ttft``).  A desynchronised
-loop's TTFT offset (e^0.5 to e^1.9 in every lab and engine) carries how arrivals cluster, which
-its model does not price; a lockstep loop's TTFT is the wave each request waits in, which its
-model prices whole, so the two regimes' offsets and noise are pooled apart.  Its TPOT is the
-same decode iterations' and keeps ``serving:tpot``."""
 
 
 OPEN_LOOP_TAG = "rate"

@@ -25,6 +25,13 @@ peer-memory custom kernel (one or two barriers, not NCCL's ring of 2(p - 1) hops
 custom all-reduce that aiconfigurator timed costs ~0.4x the nccl-tests latency (4.3-4.7 us for
 2-8 H100s at small messages), so end-to-end rows take that cell's scale on alpha and alpha_0."""
 
+LOCKSTEP_TTFT_GROUP = "serving:lockstep:ttft"
+"""Noise group of a lockstep loop's TTFT (``fitting._groups.lockstep``).  A desynchronised
+loop's TTFT offset (e^0.5 to e^1.9 in every lab and engine) carries how arrivals cluster, which
+its model does not price; a lockstep loop's TTFT is the wave each request waits in, which its
+model prices whole, so the two regimes' offsets and noise pool apart.  Its TPOT is the same
+decode iterations' and keeps ``serving:tpot``."""
+
 STAND_IN_GROUPS = {"serving:itl": "serving:tpot", "serving:rate:itl": "serving:rate:tpot"}
 """Group -> the measured group a posterior that never fitted it takes its offsets and noise from.
 A client's ITL is the per-token decode gap (times the tokens a chunk), the gap mean TPOT averages

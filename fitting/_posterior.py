@@ -19,7 +19,13 @@ import numpy as np
 import perfmodel
 from perfmodel import KERNEL_FIELDS, Efficiency
 
-from ._names import EFFICIENCY_FIELDS, ENGINE_ALL_REDUCE_CELL, PARAM_NAMES, stand_in_group
+from ._names import (
+    EFFICIENCY_FIELDS,
+    ENGINE_ALL_REDUCE_CELL,
+    LOCKSTEP_TTFT_GROUP,
+    PARAM_NAMES,
+    stand_in_group,
+)
 
 DEFAULT_POSTERIOR = "posteriors/default.nc"
 """Bundled posterior, relative to ``perfmodel.data_dir()``."""
@@ -393,6 +399,7 @@ def efficiency_draws(
     source: str | None = None,
     weight_dtype: str = "bf16",
     engine: str | None = None,
+    lockstep: bool = False,
 ) -> Efficiency:
     """``num_draws`` posterior draws of ``perfmodel.Efficiency`` for ``gpu`` (leading axis).
 
@@ -404,7 +411,10 @@ def efficiency_draws(
     (``ENGINE_ALL_REDUCE_CELL``: CUDA-graph custom all-reduce).  ``ttft_scale`` and
     ``tpot_scale`` are e^delta of the end-to-end stage's closed-loop TTFT / TPOT offset of
     ``source``, else of ``engine``'s pooled cell, else of the any-engine pooled cell (a lab never
-    seen: ``engine_scale_draws``); 1 without an end-to-end stage.  ``weight_dtype`` is
+    seen: ``engine_scale_draws``); 1 without an end-to-end stage.  A ``lockstep`` loop (a
+    prefill-first engine at fixed lengths, ``perfmodel._closed_loop``) takes its TTFT scale from
+    ``LOCKSTEP_TTFT_GROUP`` instead (1 where no lockstep run was fitted: its physics prices the
+    wave whole).  ``weight_dtype`` is
     accepted for compatibility: the FP8/FP4 derate is applied by the step model from the
     deployment's GEMM dtype (``low_precision_compute_ratio``).
     """
@@ -415,6 +425,8 @@ def efficiency_draws(
     fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
     fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
     for field, metric in ENGINE_SCALE_METRICS.items():
+        if lockstep and field == "ttft_scale":
+            metric = LOCKSTEP_TTFT_GROUP
         fields[field] = np.exp(engine_offset_draws(posterior, metric, idx, source, engine))
     eff = Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
     comm = f"{source}|comm:latency"

@@ -79,6 +79,7 @@ from ._sheet import (
 )
 from ._smooth import smooth_ceil as smooth_ceil, smooth_min as smooth_min
 from ._specs import (
+    PREFILL_FIRST_ENGINES as PREFILL_FIRST_ENGINES,
     Deployment as Deployment,
     Efficiency as Efficiency,
     HardwareSpec as HardwareSpec,

@@ -269,6 +269,12 @@ def compute_dtype_weights(weight_dtype: str) -> jnp.ndarray:
     )
 
 
+PREFILL_FIRST_ENGINES = ("sglang",)
+"""Engines whose scheduler prefills waiting prompts in iterations of their own before the next
+decode (``Deployment.prefill_first``; SGLang: ``--enable-mixed-chunk`` is off by default); vLLM
+and TensorRT-LLM mix prompt chunks into decode iterations."""
+
+
 class Deployment(eqx.Module):
     """The knobs of one deployment; real-valued so ``optimize/`` can relax them.
 

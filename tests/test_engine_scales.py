@@ -175,6 +175,8 @@ def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
         "1024",
         "--output-len",
         "128",
+        "--output-cv",
+        "0.1",  # lengths spread: a desynchronised loop, whose TTFT scales these are
         "--json",
     ]
 

@@ -126,3 +126,33 @@ def test_lockstep_rows_pool_their_ttft_apart(row, lockstep):
     key = noise_key(row)
     assert (key == "serving:lockstep:ttft") == lockstep, key
     assert expected is None or noise_key(row.replace("ttft", "tpot")) == "serving:tpot"
+
+
+def test_explain_prices_sglangs_fixed_length_loop_as_lockstep(capsys):
+    """``explain --engine sglang --concurrency N`` at fixed lengths is a lockstep loop: its TTFT
+    is the wave's (far above the same loop with a 10 % output spread) and its TTFT scale is the
+    lockstep runs' fitted one, not the desynchronised loops'."""
+    import json
+
+    import numpy as np
+
+    import fitting
+    from servingmath.cli import main
+
+    base = [
+        "explain", "--model", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--tp", "2",
+        "--concurrency", "128", "--input-len", "1024", "--output-len", "128",
+        "--engine", "sglang", "--draws", "16", "--json",
+    ]  # fmt: skip
+
+    def run(*extra):
+        assert main([*base, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    fixed, spread = run(), run("--output-cv", "0.1")
+    assert fixed["ttft_s"]["mean"] > 5.0 * spread["ttft_s"]["mean"]
+    posterior = fitting.load_posterior(None)
+    for lockstep, out in ((True, fixed), (False, spread)):
+        e = fitting.efficiency_draws(posterior, "h100-sxm", 16, engine="sglang", lockstep=lockstep)
+        expected = float(np.median(np.asarray(e.ttft_scale)))
+        assert out["engine_scales"]["ttft"] == pytest.approx(expected, rel=1e-9)

@@ -208,6 +208,9 @@ def resolve_deployment(
         "scheduler_polls": float(args.scheduler_recv_interval),
         "expert_parallel": float(args.expert_parallel),
         "attention_dp": float(args.attention_dp),
+        # the scheduler of the engine named (SGLang prefills first: a fixed-length closed loop
+        # runs in lockstep, ``perfmodel._closed_loop``)
+        "prefill_first": float(getattr(args, "engine", None) in pm.PREFILL_FIRST_ENGINES),
     }
     if max_num_batched_tokens is not None:
         knobs["max_num_batched_tokens"] = float(max_num_batched_tokens)

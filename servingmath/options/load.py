@@ -70,6 +70,19 @@ def wants_dynamics(args: argparse.Namespace) -> bool:
     return args.rate is not None or args.concurrency is not None or args.workload is not None
 
 
+def lockstep_load(args: argparse.Namespace) -> bool:
+    """Whether the options describe a lockstep loop (``perfmodel._closed_loop``): ``--concurrency``
+    at fixed lengths (no ``--workload``, both length CVs 0) on a prefill-first ``--engine``
+    (``perfmodel.PREFILL_FIRST_ENGINES``); its TTFT takes the lockstep runs' fitted scale."""
+    return (
+        getattr(args, "engine", None) in pm.PREFILL_FIRST_ENGINES
+        and args.concurrency is not None
+        and args.workload is None
+        and args.input_cv == 0.0
+        and args.output_cv == 0.0
+    )
+
+
 def check_scheduler(args: argparse.Namespace) -> None:
     positive("--max-num-batched-tokens", args.max_num_batched_tokens)
     positive("--max-num-seqs", args.max_num_seqs)

@@ -24,8 +24,9 @@ INTERVAL_QUANTILES = (0.05, 0.5, 0.95)
 
 ENGINE_HELP = (
     "serving engine whose measured end-to-end runs calibrate TTFT and TPOT (the fitted offsets "
-    "of the load model's latencies); default: pooled over the engines and labs measured, "
-    "which widens the interval"
+    "of the load model's latencies) and whose scheduler the load model prices (sglang prefills "
+    "first: a fixed-length --concurrency loop runs in lockstep); default: pooled over the "
+    "engines and labs measured, which widens the interval"
 )
 
 
@@ -54,9 +55,10 @@ def add_posterior_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_efficiency(
-    args: argparse.Namespace, hardware: pm.HardwareSpec, weight_dtype: str
+    args: argparse.Namespace, hardware: pm.HardwareSpec, weight_dtype: str, lockstep: bool = False
 ) -> tuple[pm.Efficiency, pm.Efficiency | None, str]:
-    """(median efficiency, draws with a leading axis or None, a label saying where they came from)."""
+    """(median efficiency, draws with a leading axis or None, a label saying where they came from);
+    ``lockstep``: the TTFT scale of lockstep loops (``fitting.efficiency_draws``)."""
     if args.prior:
         return pm.Efficiency(), None, "spec-sheet defaults (--prior)"
     if args.draws < 2:
@@ -74,6 +76,7 @@ def resolve_efficiency(
             seed=args.seed,
             weight_dtype=weight_dtype,
             engine=args.engine,
+            lockstep=lockstep,
         )
     except (fitting.PosteriorError, OSError, ValueError) as exc:
         raise UsageError(
