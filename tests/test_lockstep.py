@@ -156,3 +156,22 @@ def test_explain_prices_sglangs_fixed_length_loop_as_lockstep(capsys):
         e = fitting.efficiency_draws(posterior, "h100-sxm", 16, engine="sglang", lockstep=lockstep)
         expected = float(np.median(np.asarray(e.ttft_scale)))
         assert out["engine_scales"]["ttft"] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("clients", [16, 64])
+def test_the_simulator_prefilling_first_reproduces_the_lockstep_closed_form(clients):
+    """The discrete-event engine with ``prefill_first`` (prompt chunks in iterations of their
+    own, decodes waiting for them) at fixed lengths falls into the lockstep the closed form
+    prices: mean TTFT, TPOT and E2E within 1 % (its first round is the same burst)."""
+    from perfmodel.simulator import simulate
+
+    w = Workload(
+        concurrency=float(clients),
+        prompt_tokens_mean=1024.0,
+        output_tokens_mean=128.0,
+        requests_per_client=10.0,
+    )
+    cf = closed_loop_metrics(MODEL, GPU, FIRST, EFF, w)
+    r = simulate(MODEL, GPU, FIRST, EFF, w, num_requests=10 * clients, seed=0, concurrency=clients)
+    for measured, closed in ((r.ttft_s, cf.ttft_s), (r.tpot_s, cf.tpot_s), (r.e2e_s, cf.e2e_s)):
+        assert float(measured.mean()) == pytest.approx(float(closed[0]), rel=0.01)

@@ -50,6 +50,7 @@ class EngineLimits:
     static_tokens: int | None = None  # static reservation: tokens held from admission
     max_model_len: int | None = None  # longest prompt + output (None: unlimited)
     scheduler_polls: int = 1  # decode iterations between polls for new requests (``_polling``)
+    prefill_first: bool = False  # prompt chunks in iterations of their own, ahead of decodes
 
 
 @dataclass(frozen=True)
@@ -402,11 +403,15 @@ def run_engine(
         forward = decode_run_s is not None and not replica.waiting and hooks.decode_tokens is None
         if forward and replica.fast_forward(decode_run_s):
             continue
-        dec = replica.decode_batch()
-        budget = limits.max_num_batched_tokens - len(dec)
-        if limits.chunked_prefill:
-            chunks = replica.chunked_prefill(budget)
+        if limits.prefill_first and limits.chunked_prefill:
+            # prompts waiting or part-prefilled take the whole budget; decodes wait for them
+            chunks = replica.chunked_prefill(limits.max_num_batched_tokens)
+            dec = replica.decode_batch() if not chunks else np.empty(0, np.int64)
+        elif limits.chunked_prefill:
+            dec = replica.decode_batch()
+            chunks = replica.chunked_prefill(limits.max_num_batched_tokens - len(dec))
         else:
+            dec = replica.decode_batch()
             chunks = replica.whole_prompts() if len(dec) == 0 else []
         if not chunks and not len(dec):
             replica.idle()

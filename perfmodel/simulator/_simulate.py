@@ -110,6 +110,7 @@ def engine_limits(
         static_tokens=static,
         max_model_len=int(float(deployment.max_model_len)),
         scheduler_polls=max(round(float(deployment.scheduler_polls)), 1),
+        prefill_first=float(deployment.prefill_first) > 0.5,
     )
 
 

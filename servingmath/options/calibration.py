@@ -11,6 +11,7 @@ import jax
 import perfmodel as pm
 
 from ..errors import UsageError
+from .load import lockstep_load
 from .posterior import add_efficiency_source_arguments, resolve_efficiency
 from .validators import nonnegative_int
 
@@ -35,7 +36,9 @@ def simulation_efficiency(args, hardware) -> tuple[pm.Efficiency, str]:
     """The efficiency the simulator runs at, and where it came from."""
     if args.draw is not None and args.prior:
         raise UsageError("--draw picks a posterior draw; drop --prior or --draw")
-    median, draws, source = resolve_efficiency(args, hardware, args.weight_dtype)
+    median, draws, source = resolve_efficiency(
+        args, hardware, args.weight_dtype, lockstep=lockstep_load(args)
+    )
     if args.draw is None:
         return median, source + (", median" if draws is not None else "")
     if not 0 <= args.draw < args.draws:
