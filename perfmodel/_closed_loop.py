@@ -274,6 +274,11 @@ def _ttft_quantile(prob, wave_share, steady_lo, steady_hi, wave_lo, wave_hi):
     return 0.5 * (lo + hi)
 
 
+def _summary(mean: Array, quantiles: Array) -> Array:
+    """(mean, ``PERCENTILE_QUANTILES``...) of one latency, the layout ``ClosedLoopMetrics`` holds."""
+    return jnp.concatenate([jnp.reshape(mean, (1,)), quantiles])
+
+
 class _Lockstep(eqx.Module):
     """(mean, ``PERCENTILE_QUANTILES``) of a lockstep loop's latencies (seconds)."""
 
@@ -299,14 +304,11 @@ def _lockstep_summaries(s: ClosedLoopState, output: Array, a: Array, probs: Arra
     tpot_mean = decode_s + 0.5 * tail_s
     e2e_s = s.wave_s + jnp.maximum(output - 1.0, 0.0) / a * s.lockstep_decode_s + seat_wait_s
 
-    def summary(mean, q):
-        return jnp.concatenate([jnp.reshape(mean, (1,)), q])
-
     return _Lockstep(
-        ttft_s=summary(ttft_mean, ttft_q),
-        tpot_s=summary(tpot_mean, tpot_q),
-        itl_s=summary(tpot_mean, jnp.full_like(probs, decode_s)),
-        e2e_s=summary(e2e_s, jnp.full_like(probs, e2e_s)),
+        ttft_s=_summary(ttft_mean, ttft_q),
+        tpot_s=_summary(tpot_mean, tpot_q),
+        itl_s=_summary(tpot_mean, jnp.full_like(probs, decode_s)),
+        e2e_s=_summary(e2e_s, jnp.full_like(probs, e2e_s)),
     )
 
 
@@ -370,9 +372,6 @@ def closed_loop_metrics(
     e2e_mean = ttft_mean + (output - 1.0) * tpot_mean
     e2e_q = ttft_mean + jnp.maximum(out_q - 1.0, 0.0) * tpot_mean
 
-    def summary(mean, q):
-        return jnp.concatenate([jnp.reshape(mean, (1,)), q])
-
     lock = _lockstep_summaries(s, output, a, probs)
     share = s.lockstep_share
 
@@ -383,10 +382,10 @@ def closed_loop_metrics(
     replicas = jnp.maximum(deployment.replicas, 1.0)
     requests = replicas * s.completion_rate_per_s
     return ClosedLoopMetrics(
-        ttft_s=blend(lock.ttft_s, summary(ttft_mean, ttft_q)),
-        tpot_s=blend(lock.tpot_s, summary(tpot_mean, tpot_q)),
-        itl_s=blend(lock.itl_s, summary(tpot_mean, itl_q)),
-        e2e_s=blend(lock.e2e_s, summary(e2e_mean, e2e_q)),
+        ttft_s=blend(lock.ttft_s, _summary(ttft_mean, ttft_q)),
+        tpot_s=blend(lock.tpot_s, _summary(tpot_mean, tpot_q)),
+        itl_s=blend(lock.itl_s, _summary(tpot_mean, itl_q)),
+        e2e_s=blend(lock.e2e_s, _summary(e2e_mean, e2e_q)),
         output_tokens_per_s=requests * output,
         total_tokens_per_s=requests * (output + prompt),
         requests_per_s=requests,
