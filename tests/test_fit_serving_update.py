@@ -128,10 +128,10 @@ def test_held_back_runs_move_towards_or_stay_near_the_measurements(files, fit_ou
         assert result["n"] == 6
         return result["median_ape"]
 
-    # the bundled posterior's pooled vLLM offsets already put these runs within a few per cent
-    # (2.7 % with the lockstep loop's cut stage, 7 % before it); the update, which sees three of
-    # the GPU's concurrencies, must bring them closer or keep them within half the new-GPU
-    # target (10 % after 10 runs, issue 21)
+    # the prior knows this GPU by its spec sheet (an H100's) and vLLM's pooled offsets, which
+    # already put these runs within a few per cent; the update, which sees three of the GPU's
+    # concurrencies, must bring them closer or keep them within half the 10 % a new GPU is held
+    # to after ten runs
     before, after = median_ape([]), median_ape(["--posterior", str(files["out"])])
     assert after < max(before, 0.05), (after, before)
 
