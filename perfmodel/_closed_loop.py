@@ -155,6 +155,14 @@ def loop_seats(
     return kv, jnp.minimum(kv, deployment.max_num_seqs)
 
 
+def lockstep_share(deployment: Deployment, workload: Workload) -> Array:
+    """L of the module docstring: ``prefill_first`` for a closed loop (``concurrency`` > 0) whose
+    prompt and output lengths are fixed (both CVs 0), else 0 (the desynchronised loop)."""
+    fixed = (workload.prompt_tokens_cv == 0.0) & (workload.output_tokens_cv == 0.0)
+    closed = workload.concurrency > 0.0
+    return jnp.where(fixed & closed, jnp.clip(deployment.prefill_first, 0.0, 1.0), 0.0)
+
+
 def closed_loop_state(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -212,8 +220,7 @@ def closed_loop_state(
     lockstep_decode_s = forward_step(
         model, hardware, deployment, efficiency, decode_seqs=n, decode_context=ctx
     ).total_s
-    fixed_lengths = (workload.prompt_tokens_cv == 0.0) & (workload.output_tokens_cv == 0.0)
-    lockstep = jnp.where(fixed_lengths, jnp.clip(deployment.prefill_first, 0.0, 1.0), 0.0)
+    lockstep = lockstep_share(deployment, workload)
     rate_lockstep = n / (full * wave_chunks + decodes * lockstep_decode_s)
     rate = lockstep * rate_lockstep + (1.0 - lockstep) * rate_desynchronised
     return ClosedLoopState(

@@ -14,7 +14,10 @@ from ._batching import (
     saturated_output_tokens_per_s as saturated_output_tokens_per_s,
     seat_capacity as seat_capacity,
 )
-from ._closed_loop import closed_loop_metrics as closed_loop_metrics
+from ._closed_loop import (
+    closed_loop_metrics as closed_loop_metrics,
+    lockstep_share as lockstep_share,
+)
 from ._load_elasticity import (
     LOAD_ELASTICITY_STEP as LOAD_ELASTICITY_STEP,
     ttft_p95_load_elasticity as ttft_p95_load_elasticity,

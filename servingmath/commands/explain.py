@@ -19,7 +19,7 @@ from ..options.deployment import (
     resolve_deployment,
 )
 from ..options.features import add_feature_arguments, validate_feature_arguments
-from ..options.load import add_dynamics_arguments, load_workload, lockstep_load
+from ..options.load import add_dynamics_arguments, is_lockstep, load_workload
 from ..options.posterior import add_posterior_arguments, resolve_efficiency
 from ..reports.features import render_features
 from ..reports.load import render_dynamics
@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
             "raise --max-model-len or shorten the request"
         )
     require_fit(model, hardware, deployment, float(total))
+    load = load_workload(args)
     efficiency, draws, source = resolve_efficiency(
-        args, hardware, args.weight_dtype, lockstep=lockstep_load(args)
+        args, hardware, args.weight_dtype, lockstep=is_lockstep(deployment, load)
     )
     report = sheet_report(
         model, hardware, deployment, efficiency, float(args.input_len), float(args.output_len)
@@ -70,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if not all(math.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
-    load = load_workload(args)
     served, cost = (
         (None, None)
         if load is None

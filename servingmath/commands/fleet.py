@@ -51,9 +51,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     workload = resolve_workload(args)
     limits = args.max_gpus
     classes = classes_from_args(args, workload)
-    problem = problem_from_args(
-        args, model, gpus, workload, efficiency, hardware, transfer_bytes_per_s=args.transfer_bw
-    )
+    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     rate = float(workload.arrival_rate_per_s)
     max_gpus = np.asarray([limits.get(g, np.inf) for g in gpus])
     phases(f"pricing every configuration for {len(classes)} request classes (compiling first)")

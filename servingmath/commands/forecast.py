@@ -53,9 +53,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     peak = max(p.requests_per_s for p in demand) or 1.0
     args.rate = peak
     workload = resolve_workload(args, rate=peak)
-    problem = problem_from_args(
-        args, model, gpus, workload, efficiency, hardware, transfer_bytes_per_s=args.transfer_bw
-    )
+    problem = problem_from_args(args, model, gpus, workload, efficiency, hardware)
     phases("searching configurations at the peak demand (compiling first)")
     configs = cheapest_per_gpu(problem, gpus)
     if not configs:

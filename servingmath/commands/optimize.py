@@ -60,7 +60,6 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             workload,
             efficiency,
             hardware,
-            transfer_bytes_per_s=args.transfer_bw,
             speculation=speculation,
         )
     except (ValueError, CatalogError) as exc:

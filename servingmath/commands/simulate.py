@@ -30,7 +30,7 @@ from ..options.deployment import (
     resolve_deployment,
 )
 from ..options.features import add_feature_arguments, validate_feature_arguments
-from ..options.load import add_dynamics_arguments, check_scheduler, resolve_workload
+from ..options.load import add_dynamics_arguments, check_scheduler, is_lockstep, resolve_workload
 from ..options.validators import nonnegative_int, positive_int
 from ..progress import phases_for, simulation_progress
 from ..reports.features import render_features
@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     validate_feature_arguments(
         args, float(workload.prompt_tokens_mean)
     )  # before loading a posterior
-    efficiency, source = simulation_efficiency(args, hardware)
+    efficiency, source = simulation_efficiency(
+        args, hardware, lockstep=is_lockstep(deployment, workload)
+    )
     requests, concurrency = requests_to_simulate(args, workload, trace, args.concurrency or 0)
     if trace is not None and requests.has_arrivals and concurrency == 0 and len(requests) > 2:
         workload = workload_from_trace(requests)  # the closed form sees the simulated requests

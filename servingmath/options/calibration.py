@@ -11,7 +11,6 @@ import jax
 import perfmodel as pm
 
 from ..errors import UsageError
-from .load import lockstep_load
 from .posterior import add_efficiency_source_arguments, resolve_efficiency
 from .validators import nonnegative_int
 
@@ -32,13 +31,12 @@ def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def simulation_efficiency(args, hardware) -> tuple[pm.Efficiency, str]:
-    """The efficiency the simulator runs at, and where it came from."""
+def simulation_efficiency(args, hardware, lockstep: bool = False) -> tuple[pm.Efficiency, str]:
+    """The efficiency the simulator runs at, and where it came from (``lockstep``: the load is
+    a lockstep loop, whose TTFT takes the lockstep runs' scale)."""
     if args.draw is not None and args.prior:
         raise UsageError("--draw picks a posterior draw; drop --prior or --draw")
-    median, draws, source = resolve_efficiency(
-        args, hardware, args.weight_dtype, lockstep=lockstep_load(args)
-    )
+    median, draws, source = resolve_efficiency(args, hardware, args.weight_dtype, lockstep=lockstep)
     if args.draw is None:
         return median, source + (", median" if draws is not None else "")
     if not 0 <= args.draw < args.draws:

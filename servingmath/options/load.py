@@ -11,7 +11,7 @@ import argparse
 import math
 
 import perfmodel as pm
-from perfmodel.dynamics import Trace, Workload, load_trace, workload_from_trace
+from perfmodel.dynamics import Trace, Workload, load_trace, lockstep_share, workload_from_trace
 
 from ..errors import UsageError
 from .deployment import add_length_arguments, positive
@@ -68,19 +68,6 @@ def add_dynamics_arguments(parser: argparse.ArgumentParser, *, lengths: bool = F
 
 def wants_dynamics(args: argparse.Namespace) -> bool:
     return args.rate is not None or args.concurrency is not None or args.workload is not None
-
-
-def lockstep_load(args: argparse.Namespace) -> bool:
-    """Whether the options describe a lockstep loop (``perfmodel._closed_loop``): ``--concurrency``
-    at fixed lengths (no ``--workload``, both length CVs 0) on a prefill-first ``--engine``
-    (``perfmodel.PREFILL_FIRST_ENGINES``); its TTFT takes the lockstep runs' fitted scale."""
-    return (
-        getattr(args, "engine", None) in pm.PREFILL_FIRST_ENGINES
-        and args.concurrency is not None
-        and args.workload is None
-        and args.input_cv == 0.0
-        and args.output_cv == 0.0
-    )
 
 
 def check_scheduler(args: argparse.Namespace) -> None:
@@ -145,6 +132,12 @@ def resolve_workload(args: argparse.Namespace) -> tuple[Workload, Trace | None]:
             "prompt without chunked prefill; raise it or use --chunked-prefill"
         )
     return w, trace
+
+
+def is_lockstep(deployment: pm.Deployment, workload: Workload | None) -> bool:
+    """Whether the load is a lockstep loop (``perfmodel.dynamics.lockstep_share``: a closed loop
+    at fixed lengths on a prefill-first ``--engine``); its TTFT takes the lockstep runs' scale."""
+    return workload is not None and float(lockstep_share(deployment, workload)) == 1.0
 
 
 def load_workload(args) -> Workload | None:

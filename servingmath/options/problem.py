@@ -143,11 +143,10 @@ def problem_from_args(
     hardware,
     *,
     speculation: dict | None = None,
-    **extra,
 ):
-    """``optimize.make_problem`` with the SLOs, confidence, knob grid, quality penalty, prefix
-    and speculation the command line gives (``speculation``: ``speculation_from_args`` already
-    read, else read here; ``extra``: the transfer setting ``optimize`` adds)."""
+    """``optimize.make_problem`` with the SLOs, confidence, knob grid, quality penalty, prefix,
+    pools' KV hand-off bandwidth and speculation the command line gives (``speculation``:
+    ``speculation_from_args`` already read, else read here)."""
     from optimize import make_problem
 
     if speculation is None:
@@ -176,8 +175,8 @@ def problem_from_args(
             quality_penalty=args.quality_penalty,
             prefix_reuse=share,
             prefix_tokens=length,
+            transfer_bytes_per_s=getattr(args, "transfer_bw", None),
             **speculation,
-            **extra,
         )
     except (ValueError, CatalogError) as exc:
         raise UsageError(str(exc)) from None
