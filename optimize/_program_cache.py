@@ -80,39 +80,6 @@ def _weak(x) -> bool:
     return bool(getattr(x, "weak_type", False))
 
 
-class _Keys:
-    """The cache keys a wrapper has computed, by argument structure: a call whose tree, array
-    shapes and static part equal an earlier call's takes that call's key (the equality
-    ``filter_jit`` itself caches its traces by).  The key's text is the static part's repr, ~15 ms
-    for a ``Problem``, paid once instead of at every step of a loop."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.seen: dict[Any, list[tuple[Any, str | None]]] = {}
-
-    def find(self, treedef, static, leaves: list) -> str | None:
-        shapes = tuple((np.shape(x), str(x.dtype), _weak(x)) for x in leaves)
-        try:
-            known = self.seen.setdefault((treedef, shapes), [])
-        except TypeError:  # an unhashable node in the tree: no memo
-            return _key(self.name, (treedef, static), leaves)
-        for other, key in known:
-            if _equal(other, static):
-                return key
-        key = _key(self.name, (treedef, static), leaves)
-        known.append((static, key))
-        return key
-
-
-def _equal(a: Any, b: Any) -> bool:
-    """``a == b`` for static argument trees; False where the comparison is not a plain bool."""
-    try:
-        same = a == b
-        return same if isinstance(same, bool) else False
-    except Exception:  # noqa: BLE001 (a node whose equality raises is not taken as equal)
-        return False
-
-
 class _Program(eqx.Module):
     """A deserialised program: called on the array leaves, its flat outputs put back in the
     output tree (``positions``: that tree with each leaf's position among the outputs; a tree
@@ -187,7 +154,6 @@ def cached_jit(fn: Callable | None = None, *, compiler_options: dict | None = No
     jitted = eqx.filter_jit(fn, compiler_options=compiler_options)
     name = f"{fn.__module__}.{fn.__qualname__}"
     programs: dict[str, _Program | None] = {}
-    keys = _Keys(name)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -198,7 +164,7 @@ def cached_jit(fn: Callable | None = None, *, compiler_options: dict | None = No
         leaves, treedef = jax.tree.flatten(dynamic)
         if any(isinstance(x, jax.core.Tracer) for x in leaves):  # called inside a trace
             return jitted(*args, **kwargs)
-        key = keys.find(treedef, static, leaves)
+        key = _key(name, (treedef, static), leaves)
         if key is None:
             return jitted(*args, **kwargs)
         if key not in programs:

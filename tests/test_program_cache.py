@@ -82,35 +82,6 @@ def test_each_static_argument_shape_and_dtype_has_its_own_program(cache, change)
     assert len(list(cache.glob("*.bin"))) == 2
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        lambda a: (a[0], a[1], 2.0, True),
-        lambda a: (a[0], a[1], 3.0, False),
-        lambda a: (a[0], jnp.linspace(0.1, 2.0, 9), 3.0, True),
-        lambda a: (a[0], a[1].astype(jnp.float32), 3.0, True),
-    ],
-    ids=["static float", "static flag", "shape", "dtype"],
-)
-def test_one_wrapper_keys_each_call_by_its_own_arguments(cache, monkeypatch, change):
-    """A wrapper remembers the keys it computed: a call like an earlier one (equal static part,
-    same shapes) reuses the key without printing the arguments again, and any change of static
-    value, shape or dtype still gets its own program."""
-    printed = []
-    key = pc._key
-    monkeypatch.setattr(pc, "_key", lambda *a: printed.append(a[0]) or key(*a))
-    fn = _fresh()
-    fn(*ARGS, 3.0, True)
-    _equal(
-        fn(jnp.asarray(0.5), ARGS[1] + 1.0, 3.0, True),
-        eqx.filter_jit(_slo)(jnp.asarray(0.5), ARGS[1] + 1.0, 3.0, True),
-    )
-    assert len(printed) == 1
-    args = change(ARGS)
-    _equal(fn(*args), eqx.filter_jit(_slo)(*args))
-    assert len(printed) == 2 and len(list(cache.glob("*.bin"))) == 2
-
-
 def test_an_edit_of_the_source_makes_a_new_program(cache, monkeypatch):
     _fresh()(*ARGS, 3.0, True)
     monkeypatch.setattr(pc, "_source_digest", lambda: "another source")
