@@ -51,6 +51,7 @@ def efficiency_draws_for(
     posterior=None,
     seed: int = 0,
     engine: str | None = None,
+    lockstep: bool = False,
 ) -> Efficiency:
     """Draws for every candidate GPU, leaves of shape (len(gpus), num_draws).
 
@@ -64,6 +65,8 @@ def efficiency_draws_for(
         seed: PRNG seed (draws are reproducible).
         engine: serving engine whose fitted end-to-end offsets scale TTFT and TPOT
             (``fitting.efficiency_draws``); None: pooled over the engines measured.
+        lockstep: whether the load is a lockstep loop (``perfmodel.dynamics.lockstep_share``),
+            whose TTFT takes the lockstep runs' fitted scale (``fitting.efficiency_draws``).
     """
     per_gpu = []
     for g, gpu in enumerate(gpus):
@@ -73,7 +76,7 @@ def efficiency_draws_for(
             import fitting
 
             draws = fitting.efficiency_draws(
-                posterior, gpu, num_draws, seed=seed + g, engine=engine
+                posterior, gpu, num_draws, seed=seed + g, engine=engine, lockstep=lockstep
             )
             per_gpu.append(
                 jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (num_draws,)), draws)

@@ -13,7 +13,14 @@ from collections.abc import Mapping
 import equinox as eqx
 import jax.numpy as jnp
 
-from perfmodel import Efficiency, HardwareSpec, ModelSpec, load_hardware, unnamed
+from perfmodel import (
+    PREFILL_FIRST_ENGINES,
+    Efficiency,
+    HardwareSpec,
+    ModelSpec,
+    load_hardware,
+    unnamed,
+)
 from perfmodel.features import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY_S
 
 from ._draws import efficiency_draws_for
@@ -54,6 +61,10 @@ class Problem(eqx.Module):
             configuration's own cache at its load, ``perfmodel.features.prefix_workload``).
         prefix_cache: whether the workload has a shared prefix (static: the evaluation prices
             the cache only then).
+        prefill_first: 1 when the engine prefills waiting prompts in iterations of their own
+            (``perfmodel.Deployment.prefill_first``, ``perfmodel.PREFILL_FIRST_ENGINES``): every
+            engine the problem prices runs that scheduler, which sets a closed loop at fixed
+            lengths in lockstep (``perfmodel.dynamics.lockstep_share``).
     """
 
     model: ModelSpec
@@ -77,6 +88,7 @@ class Problem(eqx.Module):
     prefix_shared_fraction: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     prefix_tokens: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
     prefix_cache: bool = eqx.field(static=True, default=False)
+    prefill_first: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.0)
 
     @property
     def num_draws(self) -> int:
@@ -151,7 +163,8 @@ def make_problem(
             ``prefix_tokens`` tokens, served from a prefix cache; priced for colocated engines
             without speculation (``ValueError`` when the grid offers pool splits or k > 0).
         engine: the serving engine whose fitted end-to-end offsets scale TTFT and TPOT in the
-            posterior draws (``fitting.efficiency_draws``; None: pooled).
+            posterior draws (``fitting.efficiency_draws``; None: pooled) and whose scheduler the
+            engines run (``prefill_first``).
     """
     gpus = tuple(gpus)
     if not gpus:
@@ -213,6 +226,7 @@ def make_problem(
         grid=grid,
         slo_itl_p95_s=math.inf if slo_itl_p95_s is None else slo_itl_p95_s,
         max_model_len_tokens=context,
+        prefill_first=float(engine in PREFILL_FIRST_ENGINES),
         **prefix,
     )
 

@@ -80,12 +80,15 @@ def kind_of(problem: Problem, config) -> str:
 def verdict_engine(problem: Problem, config, replicas):
     """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``; its
     context admits every request of the workload (``served_max_model_len``) and is at least the
-    problem's ``max_model_len_tokens``."""
+    problem's ``max_model_len_tokens``; it runs the problem's engine's scheduler
+    (``prefill_first``)."""
     tables = grid_tables(problem.grid)
     w = one_hot_weights(config, problem.grid)
     dep = deployment_from_weights(w, tables, replicas)
     context = jnp.maximum(served_max_model_len(problem.workload), problem.max_model_len_tokens)
-    dep = eqx.tree_at(lambda d: d.max_model_len, dep, context)
+    dep = eqx.tree_at(
+        lambda d: (d.max_model_len, d.prefill_first), dep, (context, problem.prefill_first)
+    )
     chunk = chunk_from_weights(w, tables)
     return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU]), chunk
 

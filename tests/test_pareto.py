@@ -223,6 +223,81 @@ def test_frontier_numbers_are_the_load_model_at_that_configuration(library):
         assert p.tokens_per_s_per_gpu_interval == pytest.approx((lo, hi), rel=1e-6)
 
 
+LOCKSTEP_ARGS = ["--engine", "sglang", "--output-cv", "0", "--concurrency", "16"]
+"""SGLang at fixed lengths: its closed loop runs in lockstep (``perfmodel.PREFILL_FIRST_ENGINES``)."""
+
+
+def test_an_sglang_sweep_at_fixed_lengths_runs_the_lockstep_loop():
+    """``pareto --engine sglang`` at fixed lengths prices every point with SGLang's scheduler
+    (``Deployment.prefill_first``: the lockstep closed loop) and the lockstep runs' TTFT scale,
+    as ``explain`` does for one such run; the desynchronised loop gives another TTFT there."""
+    import fitting
+
+    dtypes = ["--kv-dtypes", "bf16", "--weight-dtypes", "bf16"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = cli.main(
+            [
+                "pareto",
+                "--model",
+                LLAMA,
+                "--gpus",
+                GPU,
+                "--draws",
+                str(DRAWS),
+                "--input-len",
+                str(INPUT),
+                "--output-len",
+                str(OUTPUT),
+                *LOCKSTEP_ARGS,
+                *dtypes,
+                "--json",
+            ]
+        )
+    assert code == 0
+    points = _strict_json(out.getvalue())["frontier"]
+    assert points
+    efficiency = efficiency_draws_for(
+        (GPU,),
+        DRAWS,
+        posterior=fitting.load_posterior(None),
+        seed=0,
+        engine="sglang",
+        lockstep=True,
+    )
+    hardware, model = pm.load_hardware(GPU), pm.load_model(LLAMA)
+    load = Workload(concurrency=16.0, prompt_tokens_mean=INPUT, output_tokens_mean=OUTPUT)
+    for p in points:
+        ttft = {}
+        for first in (1.0, 0.0):
+            deployment = pm.Deployment.create(
+                tp=p["tp"],
+                pp=p["pp"],
+                max_num_seqs=16.0,
+                max_num_batched_tokens=8192.0,
+                prefill_first=first,
+            )
+            ttft[first] = float(
+                np.median(
+                    [
+                        float(
+                            pm.serving_metrics(
+                                model,
+                                hardware,
+                                deployment,
+                                jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
+                                load,
+                                closed_loop=True,
+                            ).ttft_s.mean
+                        )
+                        for d in range(DRAWS)
+                    ]
+                )
+            )
+        assert p["ttft_seconds"] == pytest.approx(ttft[1.0], rel=1e-6), p
+        assert abs(ttft[1.0] / ttft[0.0] - 1.0) > 0.01  # the scheduler matters at this load
+
+
 MOE_MODEL = "Qwen/Qwen3-30B-A3B"
 MOE_DRAWS = 4
 

@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 
+import equinox as eqx
+
 import perfmodel as pm
 
 from ..errors import UsageError
+from ..options.load import is_lockstep
 from ..options.outputs import check_output_paths, close_figures, write_report
 from ..options.pareto import add_pareto_arguments, sweep_from_args
 from ..options.problem import gpu_ids, resolve_common
@@ -53,7 +56,10 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
 
     phases("loading the posterior")
     workload, grid = sweep_from_args(args)
-    model, gpus, hardware, efficiency = resolve_common(args)
+    # the sweep's closed loops at fixed lengths run in lockstep on a prefill-first engine
+    engine = pm.Deployment.create(prefill_first=float(args.engine in pm.PREFILL_FIRST_ENGINES))
+    clients = eqx.tree_at(lambda w: w.concurrency, workload, 1.0)
+    model, gpus, hardware, efficiency = resolve_common(args, lockstep=is_lockstep(engine, clients))
     try:
         problem = pareto_problem(
             model,
@@ -69,6 +75,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             efficiency=efficiency,
             quality_penalty=args.quality_penalty,
             hardware=hardware,
+            engine=args.engine,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

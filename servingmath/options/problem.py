@@ -215,8 +215,9 @@ def check_slo_arguments(args: argparse.Namespace) -> None:
         )
 
 
-def resolve_common(args: argparse.Namespace):
-    """(model, gpu ids, loaded hardware, efficiency draws) with one-line errors for bad input."""
+def resolve_common(args: argparse.Namespace, *, lockstep: bool = False):
+    """(model, gpu ids, loaded hardware, efficiency draws) with one-line errors for bad input;
+    ``lockstep``: the load is a lockstep loop, whose TTFT takes the lockstep runs' scale."""
     from optimize import efficiency_draws_for
 
     if not 0.0 < args.confidence < 1.0:
@@ -262,7 +263,7 @@ def resolve_common(args: argparse.Namespace):
                 "pass --posterior FILE.nc or --prior"
             ) from None
     efficiency = efficiency_draws_for(
-        gpus, args.draws, posterior=posterior, seed=args.seed, engine=args.engine
+        gpus, args.draws, posterior=posterior, seed=args.seed, engine=args.engine, lockstep=lockstep
     )
     return model, gpus, hardware, efficiency
 
