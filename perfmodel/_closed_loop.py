@@ -127,19 +127,24 @@ def _iterations(
     p = jnp.minimum(q * prompt, room)
     f = jnp.clip(q * chunks, EPS_TOKENS, 1.0)  # share of iterations that carry prefill
     tokens = p / f
-    with_s = forward_step(
-        model,
-        hardware,
-        deployment,
-        efficiency,
-        prefill_tokens=tokens,
-        prefill_seqs=jnp.maximum(tokens / prompt, q * chunks / f),
-        decode_seqs=d,
-        decode_context=ctx,
-    ).total_s
-    without_s = forward_step(
-        model, hardware, deployment, efficiency, decode_seqs=d, decode_context=ctx
-    ).total_s
+    seqs = jnp.maximum(tokens / prompt, q * chunks / f)
+
+    def step_s(prefill_tokens, prefill_seqs):
+        return forward_step(
+            model,
+            hardware,
+            deployment,
+            efficiency,
+            prefill_tokens=prefill_tokens,
+            prefill_seqs=prefill_seqs,
+            decode_seqs=d,
+            decode_context=ctx,
+        ).total_s
+
+    # the iteration with a prefill chunk and the one without, as two rows of one traced step
+    with_s, without_s = jax.vmap(step_s)(
+        jnp.stack([tokens, jnp.zeros_like(tokens)]), jnp.stack([seqs, jnp.zeros_like(seqs)])
+    )
     tau = f * with_s + (1.0 - f) * without_s
     return tau, with_s, without_s, f, d, p, chunks
 
