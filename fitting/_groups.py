@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perfmodel import PREFILL_FIRST_ENGINES
+from perfmodel import engine_prefill_first
 
 from ._names import E2E_SCENARIOS, ENGINE_ALL_REDUCE_CELL, LOCKSTEP_TTFT_GROUP
 
@@ -67,9 +67,8 @@ def noise_key(row: pd.Series) -> str:
 def prefill_first(row: pd.Series) -> float:
     """``Deployment.prefill_first`` of a run: 1 on a ``PREFILL_FIRST_ENGINES`` engine unless its
     notes say ``enable_mixed_chunk=true``, else 0."""
-    engine = str(row.get("engine", "")).strip().lower()
     mixed = "enable_mixed_chunk=true" in str(row.get("notes", "")).replace(" ", "").lower()
-    return 1.0 if engine in PREFILL_FIRST_ENGINES and not mixed else 0.0
+    return engine_prefill_first(row.get("engine", ""), mixed_chunk=mixed)
 
 
 def drawn_lengths(row: pd.Series) -> bool:

@@ -14,10 +14,10 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from perfmodel import (
-    PREFILL_FIRST_ENGINES,
     Efficiency,
     HardwareSpec,
     ModelSpec,
+    engine_prefill_first,
     load_hardware,
     unnamed,
 )
@@ -226,7 +226,7 @@ def make_problem(
         grid=grid,
         slo_itl_p95_s=math.inf if slo_itl_p95_s is None else slo_itl_p95_s,
         max_model_len_tokens=context,
-        prefill_first=float(engine in PREFILL_FIRST_ENGINES),
+        prefill_first=engine_prefill_first(engine),
         **prefix,
     )
 

@@ -85,6 +85,7 @@ from ._specs import (
     HardwareSpec as HardwareSpec,
     ModelSpec as ModelSpec,
     compute_dtype_weights as compute_dtype_weights,
+    engine_prefill_first as engine_prefill_first,
     unnamed as unnamed,
 )
 from ._step import (

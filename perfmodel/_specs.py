@@ -275,6 +275,14 @@ decode (``Deployment.prefill_first``; SGLang: ``--enable-mixed-chunk`` is off by
 and TensorRT-LLM mix prompt chunks into decode iterations."""
 
 
+def engine_prefill_first(engine: str | None, mixed_chunk: bool = False) -> float:
+    """``Deployment.prefill_first`` of an engine named as a CLI or a measurement names it: 1 on
+    a ``PREFILL_FIRST_ENGINES`` engine unless it mixes prefill chunks into decodes
+    (SGLang's ``--enable-mixed-chunk``), else 0."""
+    name = "" if engine is None else str(engine).strip().lower()
+    return 1.0 if name in PREFILL_FIRST_ENGINES and not mixed_chunk else 0.0
+
+
 class Deployment(eqx.Module):
     """The knobs of one deployment; real-valued so ``optimize/`` can relax them.
 

@@ -181,6 +181,22 @@ def test_non_dominated_property(points):
     assert len({(a, b) for a, b in zip(x[keep], y[keep])}) == keep.sum()  # no duplicates kept
 
 
+def _per_draw(model, hardware, deployment, efficiency, load, num_draws):
+    """``perfmodel.serving_metrics`` of the closed loop ``load`` in each of the first
+    ``num_draws`` draws of GPU 0's ``efficiency`` (leaves (gpus, draws))."""
+    return [
+        pm.serving_metrics(
+            model,
+            hardware,
+            deployment,
+            jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
+            load,
+            closed_loop=True,
+        )
+        for d in range(num_draws)
+    ]
+
+
 def test_frontier_numbers_are_the_load_model_at_that_configuration(library):
     efficiency, result = library
     hardware = pm.load_hardware(GPU)
@@ -203,11 +219,7 @@ def test_frontier_numbers_are_the_load_model_at_that_configuration(library):
             output_tokens_cv=1.0,
         )
         per_gpu, per_user, ttft = [], [], []
-        for d in range(DRAWS):
-            eff = jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency)
-            m = pm.serving_metrics(
-                pm.load_model(LLAMA), hardware, deployment, eff, load, closed_loop=True
-            )
+        for m in _per_draw(pm.load_model(LLAMA), hardware, deployment, efficiency, load, DRAWS):
             per_gpu.append(float(m.output_tokens_per_s) / (p.tp * p.pp))
             per_user.append(1.0 / float(m.tpot_s.mean))
             ttft.append(float(m.ttft_s.mean))
@@ -236,24 +248,8 @@ def test_an_sglang_sweep_at_fixed_lengths_runs_the_lockstep_loop():
     dtypes = ["--kv-dtypes", "bf16", "--weight-dtypes", "bf16"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = cli.main(
-            [
-                "pareto",
-                "--model",
-                LLAMA,
-                "--gpus",
-                GPU,
-                "--draws",
-                str(DRAWS),
-                "--input-len",
-                str(INPUT),
-                "--output-len",
-                str(OUTPUT),
-                *LOCKSTEP_ARGS,
-                *dtypes,
-                "--json",
-            ]
-        )
+        # the later --concurrency wins over ARGS's sweep
+        code = cli.main([*ARGS, *LOCKSTEP_ARGS, *dtypes, "--json"])
     assert code == 0
     points = _strict_json(out.getvalue())["frontier"]
     assert points
@@ -277,23 +273,8 @@ def test_an_sglang_sweep_at_fixed_lengths_runs_the_lockstep_loop():
                 max_num_batched_tokens=8192.0,
                 prefill_first=first,
             )
-            ttft[first] = float(
-                np.median(
-                    [
-                        float(
-                            pm.serving_metrics(
-                                model,
-                                hardware,
-                                deployment,
-                                jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
-                                load,
-                                closed_loop=True,
-                            ).ttft_s.mean
-                        )
-                        for d in range(DRAWS)
-                    ]
-                )
-            )
+            metrics = _per_draw(model, hardware, deployment, efficiency, load, DRAWS)
+            ttft[first] = float(np.median([float(m.ttft_s.mean) for m in metrics]))
         assert p["ttft_seconds"] == pytest.approx(ttft[1.0], rel=1e-6), p
         assert abs(ttft[1.0] / ttft[0.0] - 1.0) > 0.01  # the scheduler matters at this load
 
@@ -357,17 +338,8 @@ def test_a_moe_models_sweep_prices_each_layout_with_the_one_step_model(moe_sweep
             max_num_batched_tokens=float(grid.max_num_batched_tokens[0]),
         )
         draws = [
-            float(
-                pm.serving_metrics(
-                    model,
-                    hardware,
-                    deployment,
-                    jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
-                    load,
-                    closed_loop=True,
-                ).output_tokens_per_s
-            )
-            for d in range(MOE_DRAWS)
+            float(m.output_tokens_per_s)
+            for m in _per_draw(model, hardware, deployment, efficiency, load, MOE_DRAWS)
         ]
         np.testing.assert_allclose(np.asarray(sweep.output_tokens_per_s[i]), draws, rtol=1e-6)
         medians[layout] = float(np.median(draws))

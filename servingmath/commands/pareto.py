@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
     phases("loading the posterior")
     workload, grid = sweep_from_args(args)
     # the sweep's closed loops at fixed lengths run in lockstep on a prefill-first engine
-    engine = pm.Deployment.create(prefill_first=float(args.engine in pm.PREFILL_FIRST_ENGINES))
+    engine = pm.Deployment.create(prefill_first=pm.engine_prefill_first(args.engine))
     clients = eqx.tree_at(lambda w: w.concurrency, workload, 1.0)
     model, gpus, hardware, efficiency = resolve_common(args, lockstep=is_lockstep(engine, clients))
     try:

@@ -210,7 +210,7 @@ def resolve_deployment(
         "attention_dp": float(args.attention_dp),
         # the scheduler of the engine named (SGLang prefills first: a fixed-length closed loop
         # runs in lockstep, ``perfmodel._closed_loop``)
-        "prefill_first": float(getattr(args, "engine", None) in pm.PREFILL_FIRST_ENGINES),
+        "prefill_first": pm.engine_prefill_first(getattr(args, "engine", None)),
     }
     if max_num_batched_tokens is not None:
         knobs["max_num_batched_tokens"] = float(max_num_batched_tokens)
