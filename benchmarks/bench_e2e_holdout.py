@@ -122,6 +122,30 @@ def _signed_bias(scored) -> str:
     return "\n".join(lines)
 
 
+def _saturated_bias(scored) -> str:
+    """Median log(predicted / measured) of the saturated (offline) throughput rows by held-out
+    value, GPU and model: where the one step model is too slow or too fast at full batch, apart
+    from the load model (no queue in an offline run)."""
+    part = scored[scored.scenario == "saturated"]
+    part = part[np.isfinite(part.predicted.astype(float))]
+    log_ratio = np.log(part.predicted.astype(float) / part.value.astype(float))
+    table = (
+        part.assign(log_ratio=log_ratio)
+        .groupby(["held_out", "gpu", "model"])
+        .agg(n=("log_ratio", "size"), median=("log_ratio", "median"), ape=("ape", "median"))
+    )
+    lines = [
+        "| held out | GPU | model | n | median log(pred / meas) | median APE |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for (held, gpu, model), row in table.iterrows():
+        lines.append(
+            f"| {held} | {gpu} | {model} | {int(row['n'])} | {row['median']:+.2f} "
+            f"| {100 * row['ape']:.1f} % |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", choices=("source", "gpu", "both"), default="both")
@@ -154,6 +178,8 @@ def main() -> None:
         print(_by_layout(scored))
         print()
         print(_signed_bias(scored))
+        print()
+        print(_saturated_bias(scored))
         print()
         if args.save:
             scored.to_csv(f"{args.save}-{by}.csv", index=False)

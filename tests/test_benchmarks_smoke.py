@@ -10,10 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _quick(script: str) -> subprocess.CompletedProcess:
-    """``python benchmarks/<script> --quick`` from the repository root."""
+def _quick(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python benchmarks/<script> --quick [args]`` from the repository root."""
     return subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -134,3 +134,25 @@ def test_sheet_quick_vectorised_equals_the_loop():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "grid: 7,680 configurations" in out.stdout
     assert "vectorized == loop on sample: True" in out.stdout
+
+
+def test_e2e_holdout_quick_predicts_every_lab_from_the_others():
+    """``benchmarks/bench_e2e_holdout.py --quick --split source`` (the headline's held-out
+    figures, on a few hundred rows): each of the three labs is held out of the end-to-end stage
+    and scored, the pooled rows and the signed tables print, and every APE and coverage is a
+    proportion (a run called overloaded counts as a miss, so an APE may be infinite)."""
+    out = _quick("bench_e2e_holdout.py", "--split", "source")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [r.split("|") for r in out.stdout.splitlines() if r.startswith("| ")]
+    per_lab = [r for r in rows if len(r) == 10 and r[2].strip() in ("serving", "saturated")]
+    labs = {r[1].strip() for r in per_lab if r[1].strip()}  # pooled rows leave it empty
+    assert labs == {"aiconfigurator-silicon", "inferencemax", "mlperf-inference-v4.1"}
+    total = next(r for r in rows if r[1].strip() == "**all**")
+    ape = float(total[5].strip(" *%"))
+    cov50, cov90 = (float(c.strip(" %")) for c in total[6:8])
+    assert 0 < ape < 100 and 0 <= cov50 <= cov90 <= 100
+    assert "| held out | engine | TTFT n |" in out.stdout  # serving, signed by engine
+    # saturated throughput signed by GPU and model (a Hugging Face id in the third cell)
+    saturated = [r for r in rows if len(r) == 8 and "/" in r[3]]
+    assert saturated and {r[1].strip() for r in saturated} == {"mlperf-inference-v4.1"}
+    assert all(abs(float(r[5])) < 5 for r in saturated)  # a log ratio, signed
