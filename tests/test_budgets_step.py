@@ -245,3 +245,62 @@ def test_empty_iteration_costs_only_overhead(h100, llama8b):
         )
     )(0.0)
     assert np.isfinite(float(grad))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    stretch=st.floats(1.0, 3.0),
+    prompt=st.floats(16.0, 8192.0),
+    decodes=st.floats(0.0, 256.0),
+)
+def test_moe_prefill_stretch_scales_only_the_work_prompt_rows_add(h100, stretch, prompt, decodes):
+    """T(s) = K_d + s (K - K_d) + comm + overhead for a model with routed experts, K the kernels
+    of the iteration and K_d those of its decode rows alone (``Efficiency.moe_prefill_stretch``):
+    the increment over s = 1 is (s - 1) x the prompt rows' kernel work; a decode-only iteration
+    and a dense model are unchanged, to the last bit."""
+    mixtral = pm.load_model("mistralai/Mixtral-8x7B-v0.1")
+    llama = pm.load_model("meta-llama/Llama-3.1-8B")
+    dep = pm.Deployment.create(tp=2)
+    base, stretched = (
+        pm.Efficiency(),
+        eqx.tree_at(lambda e: e.moe_prefill_stretch, pm.Efficiency(), stretch),
+    )
+    mixed = {
+        "prefill_tokens": prompt,
+        "prefill_seqs": 1.0,
+        "decode_seqs": decodes,
+        "decode_context": 900.0,
+    }
+    decode = {"decode_seqs": decodes, "decode_context": 900.0}
+
+    def step(model, eff, kw):
+        return pm.forward_step(model, h100, dep, eff, **kw)
+
+    k_all = float(step(mixtral, base, mixed).total_s - step(mixtral, base, mixed).comm_s)
+    k_dec = float(step(mixtral, base, decode).total_s - step(mixtral, base, decode).comm_s)
+    gain = float(step(mixtral, stretched, mixed).total_s - step(mixtral, base, mixed).total_s)
+    assert gain == pytest.approx((stretch - 1.0) * (k_all - k_dec), rel=1e-9, abs=1e-15)
+    assert k_all > k_dec  # prompt rows add work
+    assert float(step(mixtral, stretched, decode).total_s) == float(
+        step(mixtral, base, decode).total_s
+    )
+    assert float(step(llama, stretched, mixed).total_s) == float(step(llama, base, mixed).total_s)
+
+
+def test_moe_prefill_stretch_gradient_is_the_prompt_rows_kernel_work(h100):
+    """d T / d s = K - K_d (finite differences), through the ``vmap``-ed pair of kernel sums."""
+    mixtral = pm.load_model("mistralai/Mixtral-8x7B-v0.1")
+    dep = pm.Deployment.create(tp=2)
+    kw = {
+        "prefill_tokens": 2048.0,
+        "prefill_seqs": 1.0,
+        "decode_seqs": 32.0,
+        "decode_context": 900.0,
+    }
+
+    def total(s):
+        eff = eqx.tree_at(lambda e: e.moe_prefill_stretch, pm.Efficiency(), s)
+        return pm.forward_step(mixtral, h100, dep, eff, **kw).total_s
+
+    check_grads(total, (jnp.asarray(1.7),), order=1, modes=("rev",), eps=1e-4)
+    assert float(jax.grad(total)(jnp.asarray(2.0))) > 0.0
