@@ -175,12 +175,6 @@ def main() -> None:
         )
         print(_summary(scored, by))
         print()
-        stretch = scored.groupby("held_out").moe_prefill_stretch.first()
-        print(
-            "MoE prefill stretch fitted without each held-out value: "
-            + ", ".join(f"{h} {s:g}" for h, s in stretch.items())
-        )
-        print()
         print(_by_layout(scored))
         print()
         print(_signed_bias(scored))

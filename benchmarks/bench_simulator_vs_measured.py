@@ -52,6 +52,7 @@ import perfmodel
 from fitting import (
     ENGINE_ALL_REDUCE_CELL,
     MEDIAN_PARAM_DRAWS,
+    PARAM_NAMES,
     draw_indices,
     notes_dict,
     parameter_draws,
@@ -158,7 +159,7 @@ def median_efficiencies(gpus: list[str]) -> dict[str, Efficiency]:
     out = {}
     for g in gpus:
         j = names.index(g)
-        fields = {f: float(np.median(draws[f][:, j])) for f in draws}  # the stage fields too
+        fields = {f: float(np.median(draws[f][:, j])) for f in PARAM_NAMES}
         out[g] = Efficiency(**fields, time_scale=1.0).with_collective_latency_scale(latency)
     return out
 

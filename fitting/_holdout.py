@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ._names import STAGE_FIELDS
 from ._posterior import Posterior
 from ._predict import prepare
 from ._predictive import predictive_log_draws
@@ -64,14 +63,8 @@ def holdout_scores(
         held = e2e[e2e[by].astype(str) == value]
         train = e2e[e2e[by].astype(str) != value]
         idata, _ = add_serving_stage(nuts, train, seed=seed)
-        fitted = Posterior(idata)
-        tab, ape, in50, in90, _ = score_rows(fitted, held, num_draws=num_draws, seed=seed)
-        stretch = (
-            float(np.median(fitted.flat(STAGE_FIELDS[0]))) if fitted.has(STAGE_FIELDS[0]) else 1.0
-        )
-        parts.append(
-            tab.assign(ape=ape, in50=in50, in90=in90, held_out=value, moe_prefill_stretch=stretch)
-        )
+        tab, ape, in50, in90, _ = score_rows(Posterior(idata), held, num_draws=num_draws, seed=seed)
+        parts.append(tab.assign(ape=ape, in50=in50, in90=in90, held_out=value))
     scored = pd.concat(parts)
     keys = ["held_out", *E2E_BREAKDOWN]
     return (

@@ -7,13 +7,8 @@ from perfmodel import KERNEL_FIELDS, Efficiency
 
 OFFSET_FIELDS = ("time_scale", "ttft_scale", "tpot_scale")
 """``Efficiency`` fields that the fit carries as (source, engine) cell offsets, not per GPU."""
-STAGE_FIELDS = ("moe_prefill_stretch",)
-"""``Efficiency`` fields that the end-to-end stage fits, one value for every GPU
-(``fitting._serving_stage``): prompt work in MoE iterations shows in end-to-end runs."""
 EFFICIENCY_FIELDS = tuple(
-    f
-    for f in Efficiency.__dataclass_fields__
-    if f not in KERNEL_FIELDS + OFFSET_FIELDS + STAGE_FIELDS
+    f for f in Efficiency.__dataclass_fields__ if f not in KERNEL_FIELDS + OFFSET_FIELDS
 )
 """Per-GPU fitted ``Efficiency`` fields."""
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS

@@ -24,7 +24,6 @@ from ._names import (
     ENGINE_ALL_REDUCE_CELL,
     LOCKSTEP_TTFT_GROUP,
     PARAM_NAMES,
-    STAGE_FIELDS,
     stand_in_group,
 )
 
@@ -303,9 +302,6 @@ def parameter_draws(
                 z = streams[g].standard_normal(len(idx))
                 cols.append(np.asarray(to_natural(name, jnp.asarray(mu + tau * z))))
         out[name] = np.stack(cols, axis=1) if cols else np.zeros((len(idx), 0))
-    for name in STAGE_FIELDS:  # one value for every GPU, seen or not (the end-to-end stage's)
-        value = posterior.flat(name)[idx] if posterior.has(name) else _default_value(name)
-        out[name] = np.broadcast_to(np.reshape(value, (-1, 1)), (len(idx), len(gpus))).copy()
     return out
 
 
@@ -426,7 +422,7 @@ def efficiency_draws(
     rng = np.random.default_rng(seed)
     idx = draw_indices(posterior, num_draws, rng)
     p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
-    fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS + STAGE_FIELDS}
+    fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
     fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
     for field, metric in ENGINE_SCALE_METRICS.items():
         if lockstep and field == "ttft_scale":

@@ -34,7 +34,7 @@ import numpy as np
 from perfmodel import Efficiency
 
 from ._blocks_base import RowScales
-from ._names import OFFSET_FIELDS, STAGE_FIELDS
+from ._names import OFFSET_FIELDS
 from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _rows)
     EFFICIENCY_FIELDS,
     KERNEL_FIELDS,
@@ -53,8 +53,6 @@ def gather(params: dict[str, jnp.ndarray], idx: np.ndarray) -> tuple[Efficiency,
     """Per-row ``Efficiency`` (every fitted field) from per-GPU parameter vectors, returned twice:
     as the step-level and the kernel-level argument of the ``_ops`` kernels (the same pytree)."""
     fields = {f: params[f][idx] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
-    # the end-to-end stage's fields where it ran, else the kernels' own sum
-    fields |= {f: params[f][idx] if f in params else jnp.ones(len(idx)) for f in STAGE_FIELDS}
     # the cell offsets add to log time instead (the row's own end-to-end cell included)
     eff = Efficiency(**fields, **{f: jnp.ones(len(idx)) for f in OFFSET_FIELDS})
     return eff, eff

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ._model import PARAM_NAMES
-from ._names import E2E_SCENARIOS, STAGE_FIELDS
+from ._names import E2E_SCENARIOS
 from ._posterior import ANY_ENGINE, ENGINE_PREFIX, Posterior, draw_indices, parameter_draws
 from ._predict import predict_log, prepare
 
@@ -135,7 +135,7 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         lambda p, o: predict_log(prep, p, o),
         compiler_options={"xla_backend_optimization_level": 0},
     )
-    stretch, loc = _fit_moe_prefill_stretch(run_once, params, jnp.asarray(offsets), prep, cells)
+    loc = np.asarray(run_once(params, jnp.asarray(offsets)))
     resid = prep.log_value - loc
     ok = np.isfinite(resid)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
@@ -178,7 +178,6 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         return a.reshape((chains, draws) + a.shape[1:])
 
     out = {v: np.asarray(post[v].values) for v in post.data_vars}
-    out |= {f: shaped(np.full(n_draw, stretch)) for f in STAGE_FIELDS}
     off = np.asarray(post["cell_offset"].values).reshape(n_draw, -1)
     out["cell_offset"] = shaped(np.concatenate([off] + [o[:, None] for o in new_off], axis=1))
     sg = np.asarray(post["sigma"].values).reshape(n_draw, -1)
@@ -206,43 +205,6 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     return new, int(ok.sum())
 
 
-STRETCH_GRID = (1.0, 1.5, 2.0, 2.5, 3.0)
-"""Values of ``Efficiency.moe_prefill_stretch`` the end-to-end stage weighs: from the kernels'
-own sum to 3x (the MoE prefill the data show runs ~2x its kernels)."""
-
-
-def _fit_moe_prefill_stretch(
-    run_once, params, offsets, prep, nuts_cells
-) -> tuple[float, np.ndarray]:
-    """(s, log predictions at s): the ``STRETCH_GRID`` value whose predictions leave the end-to-end
-    rows closest to their own cells' medians, sum |r - median_c(r)| over the rows every value
-    predicts (a run one value calls overloaded drops out for all: no value wins by losing
-    rows).  A cell's median is what its offset will absorb, so s is fitted on how MoE runs
-    differ from the dense runs and from each other within a lab and engine, not on a shared
-    bias."""
-    gpus = len(prep.gpus)
-    locs = [
-        np.asarray(run_once(params | {STAGE_FIELDS[0]: jnp.full(gpus, s)}, offsets))
-        for s in STRETCH_GRID
-    ]
-    resids = [prep.log_value - loc for loc in locs]
-    common = np.logical_and.reduce([np.isfinite(r) for r in resids])
-    cells = [
-        j
-        for j in range(len(nuts_cells), len(prep.cells))
-        if (common & (prep.cell_idx == j)).sum() >= MIN_ROWS
-    ]
-    cost = []
-    for r in resids:
-        deviation = [
-            np.abs(r[sel] - np.median(r[sel]))
-            for sel in (common & (prep.cell_idx == j) for j in cells)
-        ]
-        cost.append(float(np.sum(np.concatenate(deviation))) if deviation else 0.0)
-    best = int(np.argmin(cost))  # ties (no MoE rows): the first, the kernels' own sum
-    return STRETCH_GRID[best], locs[best]
-
-
 def _e2e_label(label: str) -> bool:
     group = label.split("|")[-1]
     return group.startswith(tuple(f"{s}:" for s in E2E_SCENARIOS))
@@ -258,7 +220,7 @@ def without_serving_stage(idata):
     keys = [str(k) for k in post["noise_key"].values]
     keep_c = [i for i, c in enumerate(cells) if not _e2e_label(c)]
     keep_k = [i for i, k in enumerate(keys) if not _e2e_label(k)]
-    out = {v: np.asarray(post[v].values) for v in post.data_vars if v not in STAGE_FIELDS}
+    out = {v: np.asarray(post[v].values) for v in post.data_vars}
     out["cell_offset"] = out["cell_offset"][..., keep_c]
     out["sigma"] = out["sigma"][..., keep_k]
     coords = {

@@ -65,7 +65,7 @@ from ._model import (
     prior_center_unconstrained,
     to_natural,
 )
-from ._names import STAGE_FIELDS, noise_index
+from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
 from ._predict import predict_log, prepare
 from ._serving_stage import E2E_SCENARIOS
@@ -203,15 +203,12 @@ def update_model(
     scale_e=None,
     unit_idx=None,
     unit_key=None,
-    stage=None,
 ) -> None:
     """NumPyro model of the user's rows with the prior's per-GPU, per-cell and GPU x group
     normals (``loc_e``/``scale_e``: (gpus, noise keys); None: no GPU x group term) and a run
     effect per (run, group) unit of end-to-end rows (``unit_idx``: per row, -1 for none;
-    ``unit_key``: per unit, its noise group; None or empty: no run effects).  ``stage``: the
-    prior's end-to-end-stage fields (``STAGE_FIELDS`` -> value, held fixed), as every
-    prediction from the updated posterior reads them."""
-    params = {f: jnp.full(len(prep.gpus), v) for f, v in (stage or {}).items()}
+    ``unit_key``: per unit, its noise group; None or empty: no run effects)."""
+    params = {}
     for i, name in enumerate(PARAM_NAMES):
         with numpyro.plate("gpu", len(prep.gpus)):
             z = numpyro.sample(f"z_{name}", dist.Normal(0.0, 1.0))
@@ -349,7 +346,6 @@ def update_posterior(
             scale_e=scale_e,
             unit_idx=unit_idx,
             unit_key=jnp.asarray(unit_key),
-            stage={f: float(np.median(prior.flat(f))) for f in STAGE_FIELDS if prior.has(f)},
             extra_fields=("diverging",),
         )
     new = {

@@ -18,7 +18,7 @@ from perfmodel import Efficiency
 PRIOR_LOG_SD = 0.15
 """Log-scale spread of the prior draws of every efficiency field."""
 
-_ENGINE_SCALES = ("ttft_scale", "tpot_scale", "moe_prefill_stretch")
+_ENGINE_SCALES = ("ttft_scale", "tpot_scale")
 
 _FRACTIONS = ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidth_fraction")
 
@@ -26,8 +26,7 @@ _FRACTIONS = ("compute_fraction_max", "bandwidth_fraction", "collective_bandwidt
 def prior_efficiency_draws(num_draws: int, *, seed: int = 0) -> Efficiency:
     """``num_draws`` lognormal jitters of ``Efficiency()`` (fractions clipped to at most 1)."""
     base = Efficiency()
-    # the engine scales and the MoE prefill stretch stay 1: without a calibration the answers are
-    # the physics alone
+    # the engine scales stay 1: without a calibration the answers are the physics alone
     names = [f.name for f in dataclasses.fields(Efficiency) if f.name not in _ENGINE_SCALES]
     keys = jax.random.split(jax.random.PRNGKey(seed), len(names))
     values = {}

@@ -223,14 +223,6 @@ class Efficiency(eqx.Module):
             the physics alone.  ``engine_scaled`` applies it to the load model's output.
         tpot_scale: the same for the time per output token (and each inter-token gap); ~0.8-1.1
             in the same runs.  1 = the physics alone.
-        moe_prefill_stretch: s, how much longer than its kernels' sum the work an iteration's
-            prompt rows add takes in a model with routed experts: T = K_d + s (K - K_d), K the
-            kernels of the whole iteration and K_d those of its decode rows alone (token
-            permutation into and out of the experts, uneven expert loads and the grouped GEMMs'
-            tiles at many tokens, none of which the per-expert roofline prices).  Prefill-heavy
-            MoE work runs ~2x its kernels in three labs (TensorRT-LLM's Mixtral prefill, the
-            MoE closed loops at low concurrency) while dense prefill matches its kernels.  The
-            end-to-end stage fits it (``fitting._serving_stage``); 1 = the kernels' own sum.
     """
 
     compute_fraction_max: jnp.ndarray = eqx.field(converter=jnp.asarray, default=0.75)
@@ -259,7 +251,6 @@ class Efficiency(eqx.Module):
     time_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
     ttft_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
     tpot_scale: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
-    moe_prefill_stretch: jnp.ndarray = eqx.field(converter=jnp.asarray, default=1.0)
 
     def with_collective_latency_scale(self, scale: ArrayLike) -> Efficiency:
         """The same efficiencies with the collective latencies alpha and alpha_0 times ``scale``

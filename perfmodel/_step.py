@@ -8,7 +8,6 @@ experts the batch routes to: E * (1 - (1 - k/E)^T) distinct experts for T tokens
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
 from ._compute import (
@@ -210,50 +209,6 @@ def _layer_kernels_s(
     return _gated(tokens > 0, body)
 
 
-def _prefill_stretched_kernels_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
-    rows: tuple[Array, Array, Array, Array],
-    prefill_context: ArrayLike,
-    d_seq: Array,
-    decode_context: ArrayLike,
-    temperature: float,
-) -> Array:
-    """``_layer_kernels_s`` of the iteration (``rows``: its tokens, prompt tokens, prompt
-    sequences and tokens per prompt), with the work its prompt rows add stretched in a model with
-    routed experts: K_d + s (K - K_d), K_d the decode rows' kernels alone and s =
-    ``efficiency.moe_prefill_stretch`` (exactly K for a dense model).  The iteration and
-    its decode rows alone are one ``vmap``-ed evaluation of the kernels (one trace)."""
-    batched = jnp.broadcast_arrays(*rows)
-    decode_only = (jnp.asarray(d_seq) + jnp.zeros_like(batched[0]),) + tuple(
-        jnp.zeros_like(x) for x in batched[1:]
-    )
-    stacked = tuple(jnp.stack([a, b]) for a, b in zip(batched, decode_only))
-
-    def kernels(tokens, p_tok, p_seq, per_prompt):
-        return _layer_kernels_s(
-            model,
-            hardware,
-            deployment,
-            efficiency,
-            tokens,
-            p_tok,
-            p_seq,
-            per_prompt,
-            prefill_context,
-            d_seq,
-            decode_context,
-            temperature,
-        )
-
-    both = jax.vmap(kernels)(*stacked)
-    whole, decode = both[0], both[1]
-    stretched = decode + efficiency.moe_prefill_stretch * (whole - decode)
-    return jnp.where(model.has_routed_experts, stretched, whole)
-
-
 def forward_step(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -319,12 +274,15 @@ def forward_step(
         model, hardware, deployment, efficiency, tokens, temperature
     ) + pp_transfer_s(model, hardware, deployment, efficiency, tokens, temperature)
     comm_s = jnp.where(busy_tokens, comm_s, 0.0)
-    kernels_s = _prefill_stretched_kernels_s(
+    kernels_s = _layer_kernels_s(
         model,
         hardware,
         deployment,
         efficiency,
-        (tokens, p_tok, p_seq, per_prompt),
+        tokens,
+        p_tok,
+        p_seq,
+        per_prompt,
         prefill_context,
         d_seq,
         decode_context,

@@ -152,9 +152,6 @@ def test_e2e_holdout_quick_predicts_every_lab_from_the_others():
     cov50, cov90 = (float(c.strip(" %")) for c in total[6:8])
     assert 0 < ape < 100 and 0 <= cov50 <= cov90 <= 100
     assert "| held out | engine | TTFT n |" in out.stdout  # serving, signed by engine
-    stretch = re.search(r"MoE prefill stretch fitted without each held-out value: (.*)", out.stdout)
-    values = [float(part.split()[-1]) for part in stretch.group(1).split(", ")]
-    assert len(values) == 3 and all(1.0 <= v <= 3.0 for v in values)  # one per lab, on the grid
     # saturated throughput signed by GPU and model (a Hugging Face id in the third cell)
     saturated = [r for r in rows if len(r) == 8 and "/" in r[3]]
     assert saturated and {r[1].strip() for r in saturated} == {"mlperf-inference-v4.1"}

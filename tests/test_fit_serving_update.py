@@ -260,33 +260,3 @@ def test_the_widest_point_is_the_widest_after_the_update():
     assert report.widest.concurrency == 64 and report.widest.after.width == pytest.approx(2.2)
     assert UpdateReport(GPU, "m", 1, "", "", 1, 1, 0, 0, (), ()).widest is None
     assert np.isclose(point(8, 0.9).before.width, 4.0)
-
-
-def test_the_moe_prefill_stretch_is_the_grid_value_that_leaves_each_cell_flat():
-    """``_fit_moe_prefill_stretch`` on rows whose residuals are a cell bias plus (s - 2) x_i:
-    at s = 2 every cell's residuals equal its median (the offset absorbs the bias), so 2 wins;
-    a row one grid value calls overloaded (inf) is left out for every value."""
-    from types import SimpleNamespace
-
-    import jax.numpy as jnp
-
-    from fitting._serving_stage import STRETCH_GRID, _fit_moe_prefill_stretch
-
-    rng = np.random.default_rng(0)
-    n = 12
-    cell_idx = np.repeat([1, 2], n // 2)  # cell 0 is a NUTS cell: no end-to-end rows
-    x = rng.uniform(0.1, 1.0, n)  # each row's prompt share of MoE work
-    bias = np.where(cell_idx == 1, 0.4, -0.3)
-    log_value = rng.normal(0.0, 1.0, n)
-    prep = SimpleNamespace(
-        log_value=log_value, cell_idx=cell_idx, cells=("nuts", "a", "b"), gpus=("g",)
-    )
-
-    def run_once(params, offsets):
-        s = float(params["moe_prefill_stretch"][0])
-        loc = log_value - bias - (s - 2.0) * x
-        return jnp.asarray(np.where(np.arange(n) == 3, np.inf if s == 3.0 else loc, loc))
-
-    s, loc = _fit_moe_prefill_stretch(run_once, {}, jnp.zeros(3), prep, ("nuts",))
-    assert s == 2.0 and 2.0 in STRETCH_GRID
-    np.testing.assert_allclose(loc, log_value - bias)
