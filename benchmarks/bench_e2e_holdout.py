@@ -93,18 +93,24 @@ def _by_layout(scored) -> str:
     return "\n".join(lines)
 
 
+def _with_log_ratio(part):
+    """The rows with a finite prediction, with their log(predicted / measured) as ``log_ratio``
+    (a row called overloaded has none)."""
+    part = part[np.isfinite(part.predicted.astype(float))]
+    return part.assign(log_ratio=np.log(part.predicted.astype(float) / part.value.astype(float)))
+
+
 def _signed_bias(scored) -> str:
     """Median log(predicted / measured) of serving TTFT and TPOT by held-out value and engine:
     the direction of the misses (a row called overloaded is left out: it has no finite
     prediction)."""
     import pandas as pd
 
-    part = scored[(scored.scenario == "serving") & scored.metric.isin(["ttft", "tpot"])]
-    part = part[np.isfinite(part.predicted.astype(float))]
-    log_ratio = np.log(part.predicted.astype(float) / part.value.astype(float))
+    part = _with_log_ratio(
+        scored[(scored.scenario == "serving") & scored.metric.isin(["ttft", "tpot"])]
+    )
     table = (
-        part.assign(log_ratio=log_ratio)
-        .groupby(["held_out", "engine", "metric"])
+        part.groupby(["held_out", "engine", "metric"])
         .log_ratio.agg(["size", "median"])
         .unstack("metric")
     )
@@ -126,13 +132,9 @@ def _saturated_bias(scored) -> str:
     """Median log(predicted / measured) of the saturated (offline) throughput rows by held-out
     value, GPU and model: where the one step model is too slow or too fast at full batch, apart
     from the load model (no queue in an offline run)."""
-    part = scored[scored.scenario == "saturated"]
-    part = part[np.isfinite(part.predicted.astype(float))]
-    log_ratio = np.log(part.predicted.astype(float) / part.value.astype(float))
-    table = (
-        part.assign(log_ratio=log_ratio)
-        .groupby(["held_out", "gpu", "model"])
-        .agg(n=("log_ratio", "size"), median=("log_ratio", "median"), ape=("ape", "median"))
+    part = _with_log_ratio(scored[scored.scenario == "saturated"])
+    table = part.groupby(["held_out", "gpu", "model"]).agg(
+        n=("log_ratio", "size"), median=("log_ratio", "median"), ape=("ape", "median")
     )
     lines = [
         "| held out | GPU | model | n | median log(pred / meas) | median APE |",

@@ -56,11 +56,11 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtri
 
+from ._batching import iteration_s
 from ._memory import max_concurrent_requests
 from ._polling import closed_loop_busy_probability, poll_wait
 from ._serving_tail import PERCENTILE_QUANTILES
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import forward_step
 from ._types import Array
 from ._workload import Workload, lognormal_params
 
@@ -130,7 +130,7 @@ def _iterations(
     seqs = jnp.maximum(tokens / prompt, q * chunks / f)
 
     def step_s(prefill_tokens, prefill_seqs):
-        return forward_step(
+        return iteration_s(
             model,
             hardware,
             deployment,
@@ -139,7 +139,7 @@ def _iterations(
             prefill_seqs=prefill_seqs,
             decode_seqs=d,
             decode_context=ctx,
-        ).total_s
+        )
 
     # the iteration with a prefill chunk and the one without, as two rows of one traced step
     with_s, without_s = jax.vmap(step_s)(
@@ -214,17 +214,17 @@ def closed_loop_state(
 
     wave_tokens = n * prompt
     wave_chunks = jnp.maximum(wave_tokens / budget, 1.0)
-    full = forward_step(
+    full = iteration_s(
         model,
         hardware,
         deployment,
         efficiency,
         prefill_tokens=wave_tokens / wave_chunks,
         prefill_seqs=n / wave_chunks,
-    ).total_s
-    lockstep_decode_s = forward_step(
+    )
+    lockstep_decode_s = iteration_s(
         model, hardware, deployment, efficiency, decode_seqs=n, decode_context=ctx
-    ).total_s
+    )
     lockstep = lockstep_share(deployment, workload)
     rate_lockstep = n / (full * wave_chunks + decodes * lockstep_decode_s)
     rate = lockstep * rate_lockstep + (1.0 - lockstep) * rate_desynchronised
