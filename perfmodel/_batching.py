@@ -11,7 +11,10 @@ Every time here is ``perfmodel._step.forward_step``.
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from ._memory import max_concurrent_requests
@@ -147,6 +150,62 @@ def decode_iteration_s(
         temperature=temperature,
     )
     return verify + smooth_min(n, 1.0, temperature) * draft
+
+
+class IterationTokens(eqx.Module):
+    """The work of one iteration, ``forward_step``'s token arguments (each elementwise): prefill
+    tokens over prefill sequences at their cached context, decoding sequences at theirs."""
+
+    prefill_tokens: ArrayLike = 0.0
+    prefill_seqs: ArrayLike = 0.0
+    prefill_context: ArrayLike = 0.0
+    decode_seqs: ArrayLike = 0.0
+    decode_context: ArrayLike = 0.0
+
+
+def decode_iterations_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    cost: DecodeCost,
+    steps: tuple[IterationTokens, ...],
+    temperature: float = 0.0,
+) -> tuple[Array, ...]:
+    """``decode_iteration_s`` of each of ``steps``, from one forward pass over all their token
+    counts laid end to end.
+
+    The step model is elementwise in its token arguments, so this equals one call per step; one
+    pass emits the step model's operations once instead of once per step (the steady state
+    prices ~5 independent iterations per gap: tracing, differentiating and compiling the load
+    model scale with its operation count)."""
+    columns = [jax.tree.leaves(step) for step in steps]  # the five fields, in field order
+    shapes = [jnp.broadcast_shapes(*(jnp.shape(v) for v in col)) for col in columns]
+    dtype = jnp.result_type(*(v for col in columns for v in col))
+    laid = [
+        jnp.concatenate(
+            [
+                jnp.broadcast_to(jnp.asarray(col[j], dtype), shape).reshape(-1)
+                for col, shape in zip(columns, shapes, strict=True)
+            ]
+        )
+        for j in range(len(columns[0]))
+    ]
+    total = decode_iteration_s(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        cost,
+        temperature=temperature,
+        **vars(IterationTokens(*laid)),
+    )
+    times, start = [], 0
+    for shape in shapes:
+        size = math.prod(shape)
+        times.append(total[start : start + size].reshape(shape))
+        start += size
+    return tuple(times)
 
 
 def iteration_s(

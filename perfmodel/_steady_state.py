@@ -24,7 +24,9 @@ from jax.scipy.special import ndtr
 from ._batching import (
     DecodeCost,
     EngineConfig,
+    IterationTokens,
     decode_iteration_s,
+    decode_iterations_s,
     prefill_budget_tokens,
     seat_capacity,
 )
@@ -114,25 +116,41 @@ class Pricing(eqx.Module):
             **tokens,
         )
 
+    def iterations_s(self, *steps: IterationTokens) -> tuple[Array, ...]:
+        """Several iterations' times from one forward pass (``decode_iterations_s``)."""
+        return decode_iterations_s(
+            self.model,
+            self.hardware,
+            self.deployment,
+            self.efficiency,
+            self.cost,
+            steps,
+            temperature=self.temperature,
+        )
+
     def budget_tokens(self, n_d) -> Array:
         """Prefill tokens an iteration with ``n_d`` decodes has room for."""
         return prefill_budget_tokens(self.deployment, self.config, n_d, self.temperature)
 
-    def decode_only_s(self, n_d) -> Array:
-        """tau_d: a decode-only iteration of ``n_d`` sequences."""
-        return self.iteration_s(decode_seqs=n_d, decode_context=self.decode_context)
+    def decode_only(self, n_d) -> IterationTokens:
+        """tau_d's iteration: ``n_d`` sequences decoding, no prefill."""
+        return IterationTokens(decode_seqs=n_d, decode_context=self.decode_context)
 
-    def budget_iteration_s(self, n_d, prompt) -> Array:
+    def budget_step(self, n_d, prompt) -> IterationTokens:
         """Chunked: an iteration carrying a full budget of a ``prompt``-token prompt's chunks
         (at the mean context of its later chunks) and the decode batch."""
         budget = self.budget_tokens(n_d)
-        return self.iteration_s(
+        return IterationTokens(
             prefill_tokens=budget,
             prefill_seqs=1.0,
             prefill_context=jnp.maximum(prompt - budget, 0.0) / 2.0,
             decode_seqs=n_d,
             decode_context=self.decode_context,
         )
+
+    def budget_iteration_s(self, n_d, prompt) -> Array:
+        """The ``budget_step`` iteration's time."""
+        return self.iterations_s(self.budget_step(n_d, prompt))[0]
 
 
 class PrefillCosts(eqx.Module):
@@ -145,8 +163,11 @@ class PrefillCosts(eqx.Module):
     delta: Array
 
 
-def prefill_costs(x: Pricing, n_d, rho_p) -> PrefillCosts:
-    """``PrefillCosts`` at decode batch ``n_d`` and prefill busy share ``rho_p``.
+def prefill_costs(
+    x: Pricing, n_d, rho_p, *also: IterationTokens
+) -> tuple[PrefillCosts, tuple[Array, ...]]:
+    """``PrefillCosts`` at decode batch ``n_d`` and prefill busy share ``rho_p``, with the times
+    of the iterations ``also`` priced in the same forward pass.
 
     Chunked: a prompt within the budget rides one iteration with the decodes, a longer one P /
     B budget iterations; a backlogged iteration packs the prompts present, k = 1 / (1 - rho_p)
@@ -155,51 +176,66 @@ def prefill_costs(x: Pricing, n_d, rho_p) -> PrefillCosts:
     prefill-only iterations, the next prompt that does not fit wasting on average half a prompt
     of the budget (first-fit bin packing, no reordering).  Either way the server's time per
     prompt is the packed one while a backlog lasts (probability rho_p), its own otherwise."""
-    tau_d = x.decode_only_s(n_d)
     p, p_mean, ctx = x.prompt_nodes, x.prompt_mean, x.decode_context
     if x.config.chunked_prefill:
         budget = x.budget_tokens(n_d)
-        small = x.iteration_s(
-            prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx
+        held = smooth_min(prompts_present(rho_p) * p_mean, budget, x.temperature)
+        tau_d, small, chunk, full, *extra = x.iterations_s(
+            x.decode_only(n_d),
+            IterationTokens(
+                prefill_tokens=p, prefill_seqs=1.0, decode_seqs=n_d, decode_context=ctx
+            ),
+            x.budget_step(n_d, p),
+            IterationTokens(
+                prefill_tokens=held,
+                prefill_seqs=jnp.maximum(held / p_mean, 1.0),
+                decode_seqs=n_d,
+                decode_context=ctx,
+            ),
+            *also,
         )
-        chunk = x.budget_iteration_s(n_d, p)
         fits = p <= budget
         own = jnp.where(fits, small, p / budget * chunk)
         delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
-        held = smooth_min(prompts_present(rho_p) * p_mean, budget, x.temperature)
-        full = x.iteration_s(
-            prefill_tokens=held,
-            prefill_seqs=jnp.maximum(held / p_mean, 1.0),
-            decode_seqs=n_d,
-            decode_context=ctx,
-        )
         busy = rho_p * (p / held * full) + (1.0 - rho_p) * own
-        return PrefillCosts(tau_d, own, busy, delta)
+        return PrefillCosts(tau_d, own, busy, delta), tuple(extra)
     b = x.deployment.max_num_batched_tokens
-    own = x.iteration_s(prefill_tokens=p, prefill_seqs=1.0)
     fill = jnp.clip(b - p_mean / 2.0, jnp.minimum(p_mean, b), b)
-    packed = jnp.where(
-        p <= fill, p / fill * x.iteration_s(prefill_tokens=fill, prefill_seqs=fill / p), own
+    tau_d, own, fill_s, *extra = x.iterations_s(
+        x.decode_only(n_d),
+        IterationTokens(prefill_tokens=p, prefill_seqs=1.0),
+        IterationTokens(prefill_tokens=fill, prefill_seqs=fill / p),
+        *also,
     )
+    packed = jnp.where(p <= fill, p / fill * fill_s, own)
     busy = rho_p * packed + (1.0 - rho_p) * own
-    return PrefillCosts(tau_d, own, busy, busy)
+    return PrefillCosts(tau_d, own, busy, busy), tuple(extra)
 
 
-def _carrying_share(x: Pricing, n_d, tpot, tau_d) -> tuple[Array, Array]:
-    """Chunked: the share f of iterations that carry prefill and the prompt tokens each carries.
+class CarryingGroup(eqx.Module):
+    """Chunked: the prefill work an iteration carrying prompts holds (``_carrying_group``)."""
 
-    A prompt spans m = max(1, P / budget) iterations; prompts in prefill at an iteration are
-    Poisson(x = lambda tau E[m]) (M/G/inf occupancy), f = 1 - exp(-x), and prompt tokens are
-    conserved: at least lambda E[P] TPOT / B of a full budget's iterations carry prefill
-    (backlogged: all).  Arrivals cluster behind long iterations: a carrying group (the first
-    prompt P with the others at their mean, c = tokens - E[P]: P + c tokens over S = (P + c) / B
-    iterations) is followed by another with p_c = E[1 - exp(-lambda T_P)], a decode-only
-    iteration by a carrying one with p_d = 1 - exp(-lambda tau_d): a two-state renewal,
-    f = R / (R + 1 / p_d), R = E[S] / (1 - p_c), below the Poisson 1 - exp(-x).  A carrying run
-    goes on while prefill is left over: the tokens arriving during an iteration (compound
-    Poisson: gamma with mean ``need``, scale the token-weighted prompt E[P^2] / E[P], shape k)
-    exceed what the next iteration takes, q = P(A > B), by the Wilson-Hilferty cube-root normal
-    (smooth to every order, unlike igamma's a-derivative)."""
+    need: Array  # prompt tokens arriving per iteration, lambda E[P] TPOT (in carrying ones)
+    budget: Array  # prefill tokens an iteration has room for
+    group: Array  # (K,) a carrying group's tokens: the first prompt P and the others' c
+    k_tok: Array  # (K,) of them in its first iteration
+
+    def first_iteration(self, x: Pricing, n_d) -> IterationTokens:
+        """The group's first iteration: its share of the budget."""
+        c = self.group - x.prompt_nodes
+        return IterationTokens(
+            prefill_tokens=self.k_tok,
+            prefill_seqs=(1.0 + c / x.prompt_mean) * self.k_tok / self.group,
+            prefill_context=jnp.maximum(self.group - self.budget, 0.0) / 2.0,
+            decode_seqs=n_d,
+            decode_context=x.decode_context,
+        )
+
+
+def _carrying_group(x: Pricing, n_d, tpot) -> CarryingGroup:
+    """Chunked: the carrying group a prompt heads (the first prompt P with the others at their
+    mean, c = tokens - E[P]), from the M/G/inf occupancy of prompts in prefill at an iteration
+    (``_carrying_share``)."""
     rate, p_nodes, p_mean, temperature = x.rate, x.prompt_nodes, x.prompt_mean, x.temperature
     budget = x.budget_tokens(n_d)
     m_mean = jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
@@ -209,19 +245,31 @@ def _carrying_share(x: Pricing, n_d, tpot, tau_d) -> tuple[Array, Array]:
     need = p_mean / m_mean * occupancy
     f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
     tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
-    c = jnp.maximum(tokens - p_mean, 0.0)
-    group = p_nodes + c
-    k_tok = jnp.minimum(group, budget)
-    t_group = x.iteration_s(
-        prefill_tokens=k_tok,
-        prefill_seqs=(1.0 + c / p_mean) * k_tok / group,
-        prefill_context=jnp.maximum(group - budget, 0.0) / 2.0,
-        decode_seqs=n_d,
-        decode_context=x.decode_context,
-    )
+    group = p_nodes + jnp.maximum(tokens - p_mean, 0.0)
+    return CarryingGroup(need, budget, group, jnp.minimum(group, budget))
+
+
+def _carrying_share(x: Pricing, g: CarryingGroup, t_group, tau_d) -> tuple[Array, Array]:
+    """Chunked: the share f of iterations that carry prefill and the prompt tokens each carries.
+
+    A prompt spans m = max(1, P / budget) iterations; prompts in prefill at an iteration are
+    Poisson(x = lambda tau E[m]) (M/G/inf occupancy), f = 1 - exp(-x), and prompt tokens are
+    conserved: at least lambda E[P] TPOT / B of a full budget's iterations carry prefill
+    (backlogged: all).  Arrivals cluster behind long iterations: a carrying group (the first
+    prompt P with the others at their mean, c = tokens - E[P]: P + c tokens over S = (P + c) / B
+    iterations, the first taking ``t_group``) is followed by another with
+    p_c = E[1 - exp(-lambda T_P)], a decode-only iteration (``tau_d``) by a carrying one with
+    p_d = 1 - exp(-lambda tau_d): a two-state renewal, f = R / (R + 1 / p_d),
+    R = E[S] / (1 - p_c), below the Poisson 1 - exp(-x).  A carrying run goes on while prefill is
+    left over: the tokens arriving during an iteration (compound Poisson: gamma with mean
+    ``need``, scale the token-weighted prompt E[P^2] / E[P], shape k) exceed what the next
+    iteration takes, q = P(A > B), by the Wilson-Hilferty cube-root normal (smooth to every
+    order, unlike igamma's a-derivative)."""
+    rate, p_mean, temperature = x.rate, x.prompt_mean, x.temperature
+    need, budget = g.need, g.budget
     p_c = jnp.mean(-jnp.expm1(-rate * t_group))
     p_d = -jnp.expm1(-rate * tau_d)
-    run_c = jnp.mean(group / k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
+    run_c = jnp.mean(g.group / g.k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
     f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, 1e-30))
     p2 = p_mean + x.prompt_var / p_mean
     k = jnp.maximum(need / p2, 1e-6)
@@ -244,14 +292,17 @@ def mean_gap(x: Pricing, n_d, rho_p, tpot) -> MeanGap:
     (Jensen: the roofline max is convex): gap = f T(tokens, n_d) + (1 - f) tau_d.  Attention is
     quadratic in the prompt, so k prompts sharing an iteration, priced at their mean length
     (``forward_step``'s per-prompt = tokens / seqs), count E[P] + Var(P) / (k E[P]) each."""
-    pc = prefill_costs(x, n_d, rho_p)
-    tau_d = pc.tau_d
     if not x.config.chunked_prefill:
+        pc, _ = prefill_costs(x, n_d, rho_p)
+        tau_d = pc.tau_d
         extra = jnp.minimum(x.rate * jnp.mean(pc.delta), BUSY_SHARE_CAP)
         gap = tau_d / (1.0 - extra)
         f_u = jnp.maximum(-jnp.expm1(-x.rate * tpot), 1e-9)
         return MeanGap(tau_d, pc.own, pc.busy, pc.delta, gap, f_u, tau_d + (gap - tau_d) / f_u)
-    f, tokens = _carrying_share(x, n_d, tpot, tau_d)
+    group = _carrying_group(x, n_d, tpot)
+    pc, (t_group,) = prefill_costs(x, n_d, rho_p, group.first_iteration(x, n_d))
+    tau_d = pc.tau_d
+    f, tokens = _carrying_share(x, group, t_group, tau_d)
     shared = jnp.maximum(tokens / x.prompt_mean, 1.0)
     p_eff = x.prompt_mean + x.prompt_var / (shared * x.prompt_mean)
     carry = x.iteration_s(

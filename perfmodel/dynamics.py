@@ -7,7 +7,9 @@ holds the static budgets.
 from ._batching import (
     DecodeCost as DecodeCost,
     EngineConfig as EngineConfig,
+    IterationTokens as IterationTokens,
     decode_iteration_s as decode_iteration_s,
+    decode_iterations_s as decode_iterations_s,
     iteration_s as iteration_s,
     prefill_budget_tokens as prefill_budget_tokens,
     saturated_batch as saturated_batch,

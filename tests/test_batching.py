@@ -6,8 +6,12 @@ from hypothesis import given, settings, strategies as st
 
 from perfmodel import Deployment, Efficiency, forward_step, load_hardware, load_model
 from perfmodel.dynamics import (
+    DecodeCost,
     EngineConfig,
+    IterationTokens,
     Workload,
+    decode_iteration_s,
+    decode_iterations_s,
     iteration_s,
     prefill_budget_tokens,
     saturated_output_tokens_per_s,
@@ -33,6 +37,48 @@ def test_iteration_is_forward_step():
         forward_step(MODEL, GPU, d, EFF, **kw).total_s
     )
     assert np.isfinite(float(iteration_s(MODEL, GPU, d, EFF)))  # empty iteration: overhead, no NaN
+
+
+@settings(max_examples=5, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 8192.0),
+            st.floats(0.0, 16.0),
+            st.floats(0.0, 32768.0),
+            st.floats(0.0, 512.0),
+            st.floats(0.0, 32768.0),
+            st.sampled_from([(), (3,), (2, 2)]),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from(["meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1"]),
+)
+def test_iterations_in_one_pass_equal_one_call_each(steps, model_name):
+    """``decode_iterations_s`` lays several iterations end to end in one forward pass: each
+    time equals its own ``decode_iteration_s`` (the step model is elementwise in its tokens),
+    shape included, for scalar and array token counts, dense and MoE."""
+    model = load_model(model_name)
+    d = Deployment.create(tp=2)
+    cost = DecodeCost()
+    tokens = []
+    for p_tok, p_seq, p_ctx, d_seq, d_ctx, shape in steps:
+        grow = np.arange(1.0, 1.0 + np.prod(shape, dtype=int)).reshape(shape)
+        tokens.append(
+            IterationTokens(
+                prefill_tokens=p_tok * grow,
+                prefill_seqs=p_seq,
+                prefill_context=p_ctx,
+                decode_seqs=d_seq,
+                decode_context=d_ctx * grow,
+            )
+        )
+    laid = decode_iterations_s(model, GPU, d, EFF, cost, tuple(tokens))
+    for step, time_s in zip(tokens, laid, strict=True):
+        one = decode_iteration_s(model, GPU, d, EFF, cost, **vars(step))
+        assert time_s.shape == one.shape
+        np.testing.assert_allclose(np.asarray(time_s), np.asarray(one), rtol=1e-12)
 
 
 def test_prefill_budget_left_by_decodes():
