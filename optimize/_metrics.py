@@ -35,10 +35,10 @@ from perfmodel import (
     HardwareSpec,
     ModelSpec,
     decode_step,
-    forward_step,
     max_concurrent_requests,
     smooth_ceil,
     smooth_min,
+    step_total_s,
 )
 from perfmodel.dynamics import (
     QUANTILES,
@@ -130,7 +130,7 @@ def iteration_s(
     k = 0.0 if spec is None else spec.draft_tokens
     new = prefill_tokens + n_decode * k
     per_seq = jnp.maximum(tokens_per_prefill_seq, 1.0)
-    t = forward_step(
+    t = step_total_s(
         model,
         hardware,
         deployment,
@@ -141,7 +141,7 @@ def iteration_s(
         decode_seqs=n_decode,
         decode_context=context,
         temperature=temperature,
-    ).total_s
+    )
     if spec is None:
         return t
     draft = decode_step(

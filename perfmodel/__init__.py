@@ -93,6 +93,7 @@ from ._step import (
     expected_experts_touched as expected_experts_touched,
     forward_step as forward_step,
     prefill_step as prefill_step,
+    step_total_s as step_total_s,
 )
 from ._types import Array as Array, ArrayLike as ArrayLike
 from .dynamics import (

@@ -21,7 +21,7 @@ from ._memory import max_concurrent_requests
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._speculative import MTP_LAYERS_PER_DRAFT_TOKEN, expected_tokens_per_step
-from ._step import forward_step
+from ._step import forward_step, step_total_s
 from ._types import Array, ArrayLike
 
 SPEC_MAX_DRAFT = 16
@@ -221,7 +221,7 @@ def iteration_s(
     decode_seqs, decode_context, temperature); an empty iteration costs only the fixed overhead
     (``forward_step`` guards its 0/0).
     """
-    return forward_step(model, hardware, deployment, efficiency, **step).total_s
+    return step_total_s(model, hardware, deployment, efficiency, **step)
 
 
 def seat_capacity(

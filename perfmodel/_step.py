@@ -8,6 +8,7 @@ experts the batch routes to: E * (1 - (1 - k/E)^T) distinct experts for T tokens
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax.numpy as jnp
 
 from ._compute import (
@@ -237,13 +238,8 @@ def forward_step(
     ``compute_s`` and ``memory_s`` report the whole-model FLOP and byte rooflines (what binds);
     ``total_s`` is the kernels' sum.
     """
-    m = deployment.microbatches
-    p_tok = jnp.asarray(prefill_tokens) / m
-    p_seq = jnp.asarray(prefill_seqs) / m
-    d_seq = jnp.asarray(decode_seqs) / m
-    tokens = p_tok + d_seq
-    per_prompt = jnp.where(p_seq > 0, p_tok / jnp.where(p_seq > 0, p_seq, 1.0), 0.0)
-
+    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
+    p_seq, d_seq, tokens, per_prompt = work.p_seq, work.d_seq, work.tokens, work.per_prompt
     flops = (
         linear_flops(model, tokens, p_seq + d_seq)
         + p_seq * attention_flops(model, per_prompt, prefill_context, temperature)
@@ -270,27 +266,16 @@ def forward_step(
     memory_s = jnp.where(
         busy_tokens, chain_bytes / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction), 0.0
     )
-    comm_s = tp_comm_s(
-        model, hardware, deployment, efficiency, tokens, temperature
-    ) + pp_transfer_s(model, hardware, deployment, efficiency, tokens, temperature)
-    comm_s = jnp.where(busy_tokens, comm_s, 0.0)
-    kernels_s = _layer_kernels_s(
+    busy, comm_s, factor = _busy_s(
         model,
         hardware,
         deployment,
         efficiency,
-        tokens,
-        p_tok,
-        p_seq,
-        per_prompt,
+        work,
         prefill_context,
-        d_seq,
         decode_context,
         temperature,
     )
-    factor = m * pipeline_time_factor(deployment.pp, m)
-    # layers split over pp stages: the chain of stages runs every layer once
-    busy = (kernels_s + comm_s) * efficiency.time_scale
     overhead = jnp.broadcast_to(efficiency.step_overhead_s, jnp.shape(busy))
     return StepTime(
         compute_s=compute_s * factor,
@@ -299,6 +284,92 @@ def forward_step(
         overhead_s=overhead,
         total_s=busy * factor + overhead,
     )
+
+
+def step_total_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    *,
+    prefill_tokens: ArrayLike = 0.0,
+    prefill_seqs: ArrayLike = 0.0,
+    prefill_context: ArrayLike = 0.0,
+    decode_seqs: ArrayLike = 0.0,
+    decode_context: ArrayLike = 0.0,
+    temperature: float = 0.0,
+) -> Array:
+    """``forward_step(...).total_s`` alone: the iteration's wall time, without the whole-model
+    FLOP and byte rooflines ``forward_step`` reports beside it (what binds), which a load model
+    never reads (a fifth of the step's operations, traced and differentiated at every call)."""
+    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
+    busy, _, factor = _busy_s(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        work,
+        prefill_context,
+        decode_context,
+        temperature,
+    )
+    return busy * factor + efficiency.step_overhead_s
+
+
+class _Microbatch(eqx.Module):
+    """One microbatch's share of an iteration's work (``deployment.microbatches`` of them)."""
+
+    p_tok: Array
+    p_seq: Array
+    d_seq: Array
+    tokens: Array
+    per_prompt: Array  # prompt tokens per prefilling sequence (0 without any)
+
+    @staticmethod
+    def of(deployment: Deployment, prefill_tokens, prefill_seqs, decode_seqs) -> _Microbatch:
+        m = deployment.microbatches
+        p_tok = jnp.asarray(prefill_tokens) / m
+        p_seq = jnp.asarray(prefill_seqs) / m
+        d_seq = jnp.asarray(decode_seqs) / m
+        per_prompt = jnp.where(p_seq > 0, p_tok / jnp.where(p_seq > 0, p_seq, 1.0), 0.0)
+        return _Microbatch(p_tok, p_seq, d_seq, p_tok + d_seq, per_prompt)
+
+
+def _busy_s(
+    model,
+    hardware,
+    deployment,
+    efficiency,
+    work: _Microbatch,
+    prefill_context,
+    decode_context,
+    temperature,
+) -> tuple[Array, Array, Array]:
+    """(kernels + communication of one microbatch, x ``time_scale``; the communication alone;
+    the pipeline factor m (m + p - 1) / p that turns one microbatch into the iteration)."""
+    tokens = work.tokens
+    comm_s = tp_comm_s(
+        model, hardware, deployment, efficiency, tokens, temperature
+    ) + pp_transfer_s(model, hardware, deployment, efficiency, tokens, temperature)
+    comm_s = jnp.where(tokens > 0, comm_s, 0.0)
+    kernels_s = _layer_kernels_s(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        tokens,
+        work.p_tok,
+        work.p_seq,
+        work.per_prompt,
+        prefill_context,
+        work.d_seq,
+        decode_context,
+        temperature,
+    )
+    m = deployment.microbatches
+    factor = m * pipeline_time_factor(deployment.pp, m)
+    # layers split over pp stages: the chain of stages runs every layer once
+    return (kernels_s + comm_s) * efficiency.time_scale, comm_s, factor
 
 
 def prefill_step(

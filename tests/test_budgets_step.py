@@ -245,3 +245,24 @@ def test_empty_iteration_costs_only_overhead(h100, llama8b):
         )
     )(0.0)
     assert np.isfinite(float(grad))
+
+
+@pytest.mark.parametrize(
+    ("model_id", "tp", "pp"),
+    [("meta-llama/Llama-3.1-8B", 1, 1), ("mistralai/Mixtral-8x7B-v0.1", 4, 2)],
+)
+def test_step_total_is_the_forward_steps_total(h100, model_id, tp, pp):
+    """``step_total_s`` (the load model's iteration time, without the rooflines reported beside
+    it) is ``forward_step(...).total_s``, from an empty iteration to a mixed one, pipelined."""
+    model = pm.load_model(model_id)
+    d = pm.Deployment.create(tp=tp, pp=pp)
+    tokens = {
+        "prefill_tokens": jnp.array([0.0, 0.0, 512.0, 3000.0]),
+        "prefill_seqs": jnp.array([0.0, 0.0, 1.0, 3.0]),
+        "prefill_context": jnp.array([0.0, 0.0, 0.0, 4096.0]),
+        "decode_seqs": jnp.array([0.0, 64.0, 0.0, 17.0]),
+        "decode_context": jnp.array([0.0, 1500.0, 0.0, 2200.0]),
+    }
+    whole = pm.forward_step(model, h100, d, pm.Efficiency(), **tokens).total_s
+    total = pm.step_total_s(model, h100, d, pm.Efficiency(), **tokens)
+    np.testing.assert_array_equal(np.asarray(total), np.asarray(whole))
