@@ -49,6 +49,7 @@ def describe_config(
         "disaggregation": None,
         "max_model_len": served_context(problem),
         "scheduler_recv_interval": int(g.scheduler_polls),
+        "prefill_first": bool(float(problem.prefill_first) > 0.5),
         "moe_layout": layout,
         "ep": ep,
         "attention_dp": attention_dp,

@@ -20,8 +20,9 @@ What each recommendation knob becomes:
 * iteration token budget B, sequence cap, prefill chunk c <= B: vLLM ``--max-num-batched-tokens``,
   ``--max-num-seqs``, ``--enable-chunked-prefill`` and ``--long-prefill-token-threshold c`` when
   c < B; SGLang ``--max-prefill-tokens B``, ``--chunked-prefill-size c``,
-  ``--max-running-requests`` and ``--enable-mixed-chunk`` (a colocated engine mixes prefill
-  chunks with decodes, as vLLM does); TensorRT-LLM ``--max_num_tokens``, ``--max_batch_size`` and
+  ``--max-running-requests`` and ``--enable-mixed-chunk`` (a colocated engine whose prediction
+  mixes prefill chunks with decodes, as vLLM does; not when it was priced with SGLang's default
+  prefill-first scheduler, ``config["prefill_first"]``); TensorRT-LLM ``--max_num_tokens``, ``--max_batch_size`` and
   ``--enable_chunked_prefill`` (off by default there).
 * context length: vLLM ``--max-model-len``, SGLang ``--context-length``, TensorRT-LLM
   ``--max_seq_len`` (``config["max_model_len"]``, default 8192 as ``perfmodel.Deployment``).
@@ -404,7 +405,7 @@ def _sglang(model, config, role, checkpoint, memory, notes) -> str:
     kv = _kv("sglang", config, notes)
     if kv is not None:
         argv += ["--kv-cache-dtype", kv]
-    if role is None:
+    if role is None and not config.get("prefill_first", False):
         argv += ["--enable-mixed-chunk"]
     polls = _poll_interval(config)
     if polls > 1:

@@ -65,6 +65,7 @@ CASES = {
     ),
     "moe-tp8-attention-dp2": (MOE, _cfg(tp=8, attention_dp=2, weight_dtype="fp8"), {}),
     "dense-sglang-polls": (MODEL, _cfg(scheduler_recv_interval=30), {}),
+    "dense-prefill-first": (MODEL, _cfg(prefill_first=True), {}),
     "dense-draft-model": (
         MODEL,
         _cfg(
@@ -275,8 +276,10 @@ def test_every_emitted_flag_and_value_is_in_the_tables(name):
                 assert f["--max-running-requests"] == str(config["max_num_seqs"])
                 assert f["--context-length"] == str(config.get("max_model_len", 8192))
                 assert "--mem-fraction-static" in f
-                # mixing prefill chunks with decodes is what a colocated engine does
-                assert ("--enable-mixed-chunk" in f) == (not pools)
+                # a colocated engine mixes prefill chunks with decodes, unless the prediction
+                # priced SGLang's prefill-first scheduler
+                mixes = not pools and not config.get("prefill_first")
+                assert ("--enable-mixed-chunk" in f) == mixes
             else:
                 assert f["--tp_size"] == str(tp) and f["--pp_size"] == str(pp)
                 assert f["--max_num_tokens"] == str(config["max_num_batched_tokens"])
@@ -517,3 +520,32 @@ def test_a_recommendation_passes_its_memory_to_every_engine(split):
     out = engine_args("meta-llama/Llama-3.1-8B", described, memory=memory)
     assert "pass memory" not in " ".join(out.get("notes", []) if isinstance(out, dict) else [])
     assert "pass memory" not in json.dumps(out)
+
+
+@pytest.mark.parametrize("engine", [None, "sglang"])
+def test_sglang_mixes_chunks_only_where_the_prediction_does(engine):
+    """A problem priced for SGLang runs its default prefill-first scheduler (the one its fitted
+    runs used), so its SGLang launch line leaves ``--enable-mixed-chunk`` off; priced for the
+    pooled engines (chunks mixed with decodes, as vLLM does) it turns it on.  The flags launch
+    the scheduler that the prediction and its simulator check priced."""
+    import numpy as np
+    from optimize_problems import GRID, WORKLOAD
+
+    from optimize import describe_config, make_problem
+    from perfmodel import load_model
+
+    problem = make_problem(
+        load_model("meta-llama/Llama-3.1-8B"),
+        ("h100-sxm",),
+        WORKLOAD,
+        slo_ttft_p95_s=1.0,
+        slo_tpot_p95_s=0.05,
+        grid=GRID._replace(max_replicas=2),
+        num_draws=2,
+        engine=engine,
+    )
+    config = np.zeros(len(problem.grid.sizes()), dtype=np.int32)
+    described = describe_config(problem, ("h100-sxm",), config, 1)
+    assert described["prefill_first"] == (engine == "sglang")
+    flags = parse("sglang", engine_args("meta-llama/Llama-3.1-8B", described)["sglang"])["flags"]
+    assert ("--enable-mixed-chunk" in flags) == (engine is None)
