@@ -22,8 +22,8 @@ What each recommendation knob becomes:
   c < B; SGLang ``--max-prefill-tokens B``, ``--chunked-prefill-size c``,
   ``--max-running-requests`` and ``--enable-mixed-chunk`` (a colocated engine whose prediction
   mixes prefill chunks with decodes, as vLLM does; not when it was priced with SGLang's default
-  prefill-first scheduler, ``config["prefill_first"]``); TensorRT-LLM ``--max_num_tokens``, ``--max_batch_size`` and
-  ``--enable_chunked_prefill`` (off by default there).
+  prefill-first scheduler, ``config["prefill_first"]``); TensorRT-LLM ``--max_num_tokens``,
+  ``--max_batch_size`` and ``--enable_chunked_prefill`` (off by default there).
 * context length: vLLM ``--max-model-len``, SGLang ``--context-length``, TensorRT-LLM
   ``--max_seq_len`` (``config["max_model_len"]``, default 8192 as ``perfmodel.Deployment``).
 * memory: the deployment's share of total HBM ``util`` (``config["gpu_memory_utilization"]``,

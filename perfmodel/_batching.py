@@ -11,10 +11,10 @@ Every time here is ``perfmodel._step.forward_step``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 
 from ._memory import max_concurrent_requests
@@ -179,7 +179,8 @@ def decode_iterations_s(
     pass emits the step model's operations once instead of once per step (the steady state
     prices ~5 independent iterations per gap: tracing, differentiating and compiling the load
     model scale with its operation count)."""
-    columns = [jax.tree.leaves(step) for step in steps]  # the five fields, in field order
+    names = [f.name for f in dataclasses.fields(IterationTokens)]
+    columns = [[getattr(step, name) for name in names] for step in steps]
     shapes = [jnp.broadcast_shapes(*(jnp.shape(v) for v in col)) for col in columns]
     dtype = jnp.result_type(*(v for col in columns for v in col))
     laid = [
@@ -189,7 +190,7 @@ def decode_iterations_s(
                 for col, shape in zip(columns, shapes, strict=True)
             ]
         )
-        for j in range(len(columns[0]))
+        for j in range(len(names))
     ]
     total = decode_iteration_s(
         model,
@@ -198,7 +199,7 @@ def decode_iterations_s(
         efficiency,
         cost,
         temperature=temperature,
-        **vars(IterationTokens(*laid)),
+        **dict(zip(names, laid, strict=True)),
     )
     times, start = [], 0
     for shape in shapes:

@@ -150,7 +150,7 @@ class Pricing(eqx.Module):
 
     def budget_iteration_s(self, n_d, prompt) -> Array:
         """The ``budget_step`` iteration's time."""
-        return self.iterations_s(self.budget_step(n_d, prompt))[0]
+        return self.iteration_s(**vars(self.budget_step(n_d, prompt)))
 
 
 class PrefillCosts(eqx.Module):
@@ -217,15 +217,15 @@ class CarryingGroup(eqx.Module):
 
     need: Array  # prompt tokens arriving per iteration, lambda E[P] TPOT (in carrying ones)
     budget: Array  # prefill tokens an iteration has room for
-    group: Array  # (K,) a carrying group's tokens: the first prompt P and the others' c
+    others: Array  # c: the tokens of the prompts sharing the group beside its first
+    group: Array  # (K,) a carrying group's tokens, P + c
     k_tok: Array  # (K,) of them in its first iteration
 
     def first_iteration(self, x: Pricing, n_d) -> IterationTokens:
         """The group's first iteration: its share of the budget."""
-        c = self.group - x.prompt_nodes
         return IterationTokens(
             prefill_tokens=self.k_tok,
-            prefill_seqs=(1.0 + c / x.prompt_mean) * self.k_tok / self.group,
+            prefill_seqs=(1.0 + self.others / x.prompt_mean) * self.k_tok / self.group,
             prefill_context=jnp.maximum(self.group - self.budget, 0.0) / 2.0,
             decode_seqs=n_d,
             decode_context=x.decode_context,
@@ -245,8 +245,9 @@ def _carrying_group(x: Pricing, n_d, tpot) -> CarryingGroup:
     need = p_mean / m_mean * occupancy
     f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
     tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
-    group = p_nodes + jnp.maximum(tokens - p_mean, 0.0)
-    return CarryingGroup(need, budget, group, jnp.minimum(group, budget))
+    c = jnp.maximum(tokens - p_mean, 0.0)
+    group = p_nodes + c
+    return CarryingGroup(need, budget, c, group, jnp.minimum(group, budget))
 
 
 def _carrying_share(x: Pricing, g: CarryingGroup, t_group, tau_d) -> tuple[Array, Array]:
