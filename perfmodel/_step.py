@@ -194,7 +194,8 @@ def _layer_kernels_s(
     )
     # the activation reads the (mats - 1) up/gate outputs and writes one: mats widths per row
     elementwise = [  # (bytes moved, on-chip work share, kernels per iteration)
-        (own_tokens * 4.0 * d * ACTIVATION_BYTES, 0.5, 2.0 * model.num_layers),
+        (own_tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 2.0 * model.num_layers),
+        (own_tokens * 3.0 * d * ACTIVATION_BYTES, 0.0, 2.0 * model.num_layers),
         (
             own_tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES,
             1.0,
