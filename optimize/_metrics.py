@@ -34,7 +34,6 @@ from perfmodel import (
     Efficiency,
     HardwareSpec,
     ModelSpec,
-    decode_step,
     max_concurrent_requests,
     smooth_ceil,
     smooth_min,
@@ -144,15 +143,21 @@ def iteration_s(
     )
     if spec is None:
         return t
-    draft = decode_step(
-        spec.draft_model, hardware, deployment, efficiency, n_decode, context, temperature
+    draft_s = step_total_s(
+        spec.draft_model,
+        hardware,
+        deployment,
+        efficiency,
+        decode_seqs=n_decode,
+        decode_context=context,
+        temperature=temperature,
     )
     mtp = (
         MTP_LAYERS_PER_DRAFT_TOKEN
-        * (draft.total_s - draft.overhead_s)
+        * (draft_s - efficiency.step_overhead_s)
         / spec.draft_model.num_layers
     )
-    return t + k * jnp.where(spec.draft_is_mtp, mtp, draft.total_s)
+    return t + k * jnp.where(spec.draft_is_mtp, mtp, draft_s)
 
 
 def queue_waits(

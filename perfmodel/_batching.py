@@ -21,7 +21,7 @@ from ._memory import max_concurrent_requests
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._speculative import MTP_LAYERS_PER_DRAFT_TOKEN, expected_tokens_per_step
-from ._step import forward_step, step_total_s
+from ._step import step_total_s
 from ._types import Array, ArrayLike
 
 SPEC_MAX_DRAFT = 16
@@ -114,7 +114,7 @@ def decode_iteration_s(
             temperature=temperature,
         )
     k = cost.draft_tokens
-    target = forward_step(
+    target_s = step_total_s(
         model,
         hardware,
         deployment,
@@ -124,7 +124,7 @@ def decode_iteration_s(
         temperature=temperature,
     )
     if cost.draft_model is None:
-        busy = target.total_s - target.overhead_s
+        busy = target_s - efficiency.step_overhead_s
         draft = k * MTP_LAYERS_PER_DRAFT_TOKEN * busy / model.num_layers
     else:
         draft = k * iteration_s(

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from ._memory import kv_bytes_per_token_per_gpu, max_concurrent_requests
 from ._smooth import smooth_ceil
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import decode_step, forward_step, prefill_step
+from ._step import decode_step, prefill_step, step_total_s
 from ._types import Array, ArrayLike
 
 DEFAULT_TRANSFER_LATENCY_S = 1.0e-4
@@ -147,7 +147,7 @@ def disaggregation(
 
     def chunk_c(n):
         """One iteration carrying a prompt chunk and the decode batch."""
-        return forward_step(
+        return step_total_s(
             model,
             hw_c,
             dep_c,
@@ -158,7 +158,7 @@ def disaggregation(
             decode_seqs=n,
             decode_context=ctx,
             temperature=temperature,
-        ).total_s
+        )
 
     def share_c(n):
         """lambda_r * Delta: busy time the arriving prefills add to decode iterations, per second."""

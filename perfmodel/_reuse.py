@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from ._memory import kv_capacity_tokens
 from ._smooth import smooth_floor, smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import forward_step
+from ._step import step_total_s
 from ._types import Array, ArrayLike
 
 BISECTION_STEPS = 200
@@ -192,7 +192,7 @@ def prefix_reuse(
     hit = jnp.where(reusable > 0, hit, 0.0)
     reused_fraction = f * hit
 
-    cold = forward_step(
+    cold = step_total_s(
         model,
         hardware,
         deployment,
@@ -200,8 +200,8 @@ def prefix_reuse(
         prefill_tokens=prompt,
         prefill_seqs=1.0,
         temperature=temperature,
-    ).total_s
-    warm = forward_step(
+    )
+    warm = step_total_s(
         model,
         hardware,
         deployment,
@@ -210,7 +210,7 @@ def prefix_reuse(
         prefill_seqs=1.0,
         prefill_context=reusable,
         temperature=temperature,
-    ).total_s
+    )
     mean_prefill = reused_fraction * warm + (1.0 - reused_fraction) * cold
     return PrefixReuse(
         reusable_tokens=reusable,

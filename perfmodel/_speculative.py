@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from ._catalog import CatalogError, data_dir
 from ._reuse import monotone_root
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
-from ._step import decode_step, forward_step
+from ._step import decode_step, step_total_s
 from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 SERIES_SWITCH = 1e-4
@@ -117,7 +117,7 @@ def speculative_decode(
             draft_model, hardware, deployment, efficiency, batch_size, context_tokens, temperature
         )
         draft_s = k * draft.total_s
-    verify_s = forward_step(
+    verify_s = step_total_s(
         model,
         hardware,
         deployment,
@@ -126,7 +126,7 @@ def speculative_decode(
         prefill_seqs=batch_size,
         prefill_context=context_tokens,
         temperature=temperature,
-    ).total_s
+    )
     step_s = draft_s + verify_s
     e = expected_tokens_per_step(acceptance, k)
 

@@ -238,7 +238,14 @@ def forward_step(
     ``compute_s`` and ``memory_s`` report the whole-model FLOP and byte rooflines (what binds);
     ``total_s`` is the kernels' sum.
     """
-    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
+    work, busy, comm_s, factor = _timed(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        (prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context),
+        temperature,
+    )
     p_seq, d_seq, tokens, per_prompt = work.p_seq, work.d_seq, work.tokens, work.per_prompt
     flops = (
         linear_flops(model, tokens, p_seq + d_seq)
@@ -266,16 +273,6 @@ def forward_step(
     memory_s = jnp.where(
         busy_tokens, chain_bytes / (hardware.hbm_bytes_per_s * efficiency.bandwidth_fraction), 0.0
     )
-    busy, comm_s, factor = _busy_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
-        work,
-        prefill_context,
-        decode_context,
-        temperature,
-    )
     overhead = jnp.broadcast_to(efficiency.step_overhead_s, jnp.shape(busy))
     return StepTime(
         compute_s=compute_s * factor,
@@ -302,15 +299,12 @@ def step_total_s(
     """``forward_step(...).total_s`` alone: the iteration's wall time, without the whole-model
     FLOP and byte rooflines ``forward_step`` reports beside it (what binds), which a load model
     never reads (a fifth of the step's operations, traced and differentiated at every call)."""
-    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
-    busy, _, factor = _busy_s(
+    _, busy, _, factor = _timed(
         model,
         hardware,
         deployment,
         efficiency,
-        work,
-        prefill_context,
-        decode_context,
+        (prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context),
         temperature,
     )
     return busy * factor + efficiency.step_overhead_s
@@ -335,18 +329,15 @@ class _Microbatch(eqx.Module):
         return _Microbatch(p_tok, p_seq, d_seq, p_tok + d_seq, per_prompt)
 
 
-def _busy_s(
-    model,
-    hardware,
-    deployment,
-    efficiency,
-    work: _Microbatch,
-    prefill_context,
-    decode_context,
-    temperature,
-) -> tuple[Array, Array, Array]:
-    """(kernels + communication of one microbatch, x ``time_scale``; the communication alone;
-    the pipeline factor m (m + p - 1) / p that turns one microbatch into the iteration)."""
+def _timed(
+    model, hardware, deployment, efficiency, step: tuple, temperature: float
+) -> tuple[_Microbatch, Array, Array, Array]:
+    """The iteration of ``step`` (prefill tokens, prefill sequences, prefill context, decode
+    sequences, decode context): (its microbatch; kernels + communication of one microbatch,
+    x ``time_scale``; the communication alone; the pipeline factor m (m + p - 1) / p that turns
+    one microbatch into the iteration)."""
+    prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context = step
+    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
     tokens = work.tokens
     comm_s = tp_comm_s(
         model, hardware, deployment, efficiency, tokens, temperature
@@ -369,7 +360,7 @@ def _busy_s(
     m = deployment.microbatches
     factor = m * pipeline_time_factor(deployment.pp, m)
     # layers split over pp stages: the chain of stages runs every layer once
-    return (kernels_s + comm_s) * efficiency.time_scale, comm_s, factor
+    return work, (kernels_s + comm_s) * efficiency.time_scale, comm_s, factor
 
 
 def prefill_step(

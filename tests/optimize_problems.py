@@ -25,9 +25,15 @@ WORKLOAD = Workload(
 
 
 def small_problem(
-    *, max_replicas: int, num_draws: int, gpus=("h100-sxm",), slo_tpot_p95_s: float = 0.05
+    *,
+    max_replicas: int,
+    num_draws: int,
+    gpus=("h100-sxm",),
+    slo_tpot_p95_s: float = 0.05,
+    engine: str | None = None,
 ):
-    """The shared problem with ``max_replicas`` replicas at most and ``num_draws`` draws."""
+    """The shared problem with ``max_replicas`` replicas at most and ``num_draws`` draws, priced
+    for ``engine`` (None: pooled engines)."""
     return make_problem(
         load_model("meta-llama/Llama-3.1-8B"),
         gpus,
@@ -36,4 +42,5 @@ def small_problem(
         slo_tpot_p95_s=slo_tpot_p95_s,
         grid=GRID._replace(max_replicas=max_replicas),
         num_draws=num_draws,
+        engine=engine,
     )

@@ -529,21 +529,11 @@ def test_sglang_mixes_chunks_only_where_the_prediction_does(engine):
     pooled engines (chunks mixed with decodes, as vLLM does) it turns it on.  The flags launch
     the scheduler that the prediction and its simulator check priced."""
     import numpy as np
-    from optimize_problems import GRID, WORKLOAD
+    from optimize_problems import small_problem
 
-    from optimize import describe_config, make_problem
-    from perfmodel import load_model
+    from optimize import describe_config
 
-    problem = make_problem(
-        load_model("meta-llama/Llama-3.1-8B"),
-        ("h100-sxm",),
-        WORKLOAD,
-        slo_ttft_p95_s=1.0,
-        slo_tpot_p95_s=0.05,
-        grid=GRID._replace(max_replicas=2),
-        num_draws=2,
-        engine=engine,
-    )
+    problem = small_problem(max_replicas=2, num_draws=2, engine=engine)
     config = np.zeros(len(problem.grid.sizes()), dtype=np.int32)
     described = describe_config(problem, ("h100-sxm",), config, 1)
     assert described["prefill_first"] == (engine == "sglang")

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from .._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
-from .._step import decode_step, forward_step
+from .._step import decode_step, step_total_s
 from .._traces import Trace
 from ._records import SimResult
 
@@ -65,7 +65,7 @@ def speculative_step_function(
             )
         seqs = p_seq + d_seq
         ctx = (p_seq * p_ctx + d_seq * d_ctx) / jax.numpy.maximum(seqs, 1.0)
-        verify = forward_step(
+        verify = step_total_s(
             model,
             hardware,
             deployment,
@@ -73,7 +73,7 @@ def speculative_step_function(
             prefill_tokens=p_tok + d_seq * (k + 1.0),
             prefill_seqs=seqs,
             prefill_context=ctx,
-        ).total_s
+        )
         return verify + jax.numpy.where(d_seq > 0, draft, 0.0)
 
     def step_s(p_tok, p_seq, p_ctx, d_seq, d_ctx):
