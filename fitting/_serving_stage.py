@@ -10,7 +10,26 @@ the posterior-median parameters (population medians for a GPU the NUTS stage nev
     sigma_k^2 | r ~ s_k^2 (n_k - 1) / chi2(n_k - 1)       per serving metric k (scaled inverse chi2)
 
 s = 1.4826 * MAD (robust to the odd outlier run).  The offset carries what the load model misses
-about an engine's scheduler and the benchmark; sigma is the spread around it.  Pooled
+about an engine's scheduler and the benchmark; sigma is the spread around it.
+
+One physical parameter is identified here rather than by NUTS: the per-iteration host overhead
+``step_overhead_s`` (scheduling, sampling, launch).  It belongs to the engine and its host, not
+to the GPU, and the NUTS stage sees it only through a few static-batch and decode-step rows of
+2023-era engines, where a multiplicative cell offset can mimic it; serving engines that overlap
+their scheduler with the GPU (SGLang's overlap scheduler, vLLM's async scheduling, TensorRT-LLM's
+overlap scheduler) pay much less of it.  Its additive shape (a fixed cost per iteration, a
+larger share of a short decode step than of a long one) is what the end-to-end rows pin across
+models, TP degrees and concurrencies, so the stage profiles it (Murphy & van der Vaart 2000):
+one value g for every GPU, the one that maximises the profile log likelihood of the offsets and
+spreads above,
+
+    l(g) = - sum_k n_k log s_k(g) + log p(g)       s_k: the robust sd of group k's residuals
+                                                   about their cells' centres at overhead g;
+                                                   p: the fit's spec prior of the overhead
+
+on a geometric grid (``OVERHEAD_GRID_S``), refined by a parabola through the best point and its
+neighbours in log g (rows that say nothing leave g at the prior's median); the offsets and sigma
+are then those at g.  Pooled
 ``engine:<engine>|<group>`` cells (and ``engine:*|<group>`` for an engine never seen) are the
 random-effects predictive of the seen sources' offsets, the physics counting as one source
 (``population_offset``): a lab never seen draws from them (``cell_offset_draws``), so it inherits
@@ -24,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ._model import PARAM_NAMES
+from ._model import PARAM_NAMES, PRIORS, prior_center_unconstrained
 from ._names import E2E_SCENARIOS
 from ._posterior import ANY_ENGINE, ENGINE_PREFIX, Posterior, draw_indices, parameter_draws
 from ._predict import predict_log, prepare
@@ -39,6 +58,10 @@ a few microseconds per draw, so this is a bound on memory, not on time)."""
 MIN_ROWS = 3
 """Fewest rows that fit a cell's offset (fewer: the cell stays unseen, offset ~ N(0, tau_src))."""
 
+OVERHEAD_GRID_S = tuple(0.05e-3 * 2.0 ** (k / 2.0) for k in range(11))
+"""Per-iteration host overheads (seconds) the profile tries: 0.05 to 1.6 ms, ratio sqrt(2) (a
+CUDA-graph decode step with an overlapped scheduler up to an eager Python loop's)."""
+
 
 def serving_subsample(table: pd.DataFrame, per_cell: int, seed: int) -> pd.DataFrame:
     """At most ``per_cell`` serving rows per (source, engine, gpu, metric), seeded."""
@@ -50,6 +73,46 @@ def serving_subsample(table: pd.DataFrame, per_cell: int, seed: int) -> pd.DataF
 
 def _robust_sd(r: np.ndarray) -> float:
     return float(max(1.4826 * np.median(np.abs(r - np.median(r))), 1e-3))
+
+
+def _centred(resid: np.ndarray, sel: np.ndarray, cell_idx: np.ndarray) -> np.ndarray:
+    """Residuals of the rows ``sel`` about their own cell's median (the cell offset's centre)."""
+    if not sel.any():
+        return np.zeros(0)
+    return np.concatenate(
+        [
+            resid[sel & (cell_idx == c)] - np.median(resid[sel & (cell_idx == c)])
+            for c in np.unique(cell_idx[sel])
+        ]
+    )
+
+
+def profile_loglik(resid: np.ndarray, ok: np.ndarray, prep, overhead_s: float) -> float:
+    """l = - sum_k n_k log s_k + log p(g) over the noise groups k with ``MIN_ROWS`` or more rows,
+    s_k the robust sd of the group's residuals about their cells' centres, p the fit's prior of
+    ``step_overhead_s`` (lognormal; see the module doc)."""
+    prior = PRIORS["step_overhead_s"]
+    z = (np.log(overhead_s) - prior_center_unconstrained("step_overhead_s")) / prior.scale
+    total = -0.5 * float(z) ** 2
+    for j in np.unique(prep.noise_idx[ok]):
+        centred = _centred(resid, ok & (prep.noise_idx == j), prep.cell_idx)
+        if len(centred) >= MIN_ROWS:
+            total -= len(centred) * np.log(_robust_sd(centred))
+    return total
+
+
+def profile_step_overhead(loglik, grid=OVERHEAD_GRID_S) -> tuple[float, list[float]]:
+    """The overhead g (seconds) that maximises ``loglik(g)`` over ``grid``, refined by the vertex
+    of a parabola through the best point and its neighbours in log g (kept at the grid point when
+    the best is at an end).  Returns (g, the log likelihood at each grid point)."""
+    values = [float(loglik(g)) for g in grid]
+    i = int(np.argmax(values))
+    if 0 < i < len(grid) - 1:
+        x = np.log(np.asarray(grid[i - 1 : i + 2]))
+        a, b, _ = np.polyfit(x, np.asarray(values[i - 1 : i + 2]), 2)
+        if a < 0:
+            return float(np.exp(np.clip(-b / (2.0 * a), x[0], x[2]))), values
+    return float(grid[i]), values
 
 
 def population_offset(centres: list[float]) -> tuple[float, float]:
@@ -130,13 +193,24 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     # runs' own cells are new here and start at zero
     fitted = np.median(np.asarray(post["cell_offset"].values).reshape(-1, len(cells)), axis=0)
     offsets = np.concatenate([fitted, np.zeros(len(prep.cells) - len(cells))])
-    # one call, compile-bound: XLA's backend optimisation off halves the compile (as optimize does)
+    # compile-bound: XLA's backend optimisation off halves the compile (as optimize does); the
+    # parameters are arguments, so every overhead the profile tries reuses one executable
     run_once = jax.jit(
         lambda p, o: predict_log(prep, p, o),
         compiler_options={"xla_backend_optimization_level": 0},
     )
-    loc = np.asarray(run_once(params, jnp.asarray(offsets)))
-    resid = prep.log_value - loc
+    off = jnp.asarray(offsets)
+
+    def residuals(overhead_s: float) -> np.ndarray:
+        p = dict(params, step_overhead_s=jnp.full_like(params["step_overhead_s"], overhead_s))
+        return prep.log_value - np.asarray(run_once(p, off))
+
+    at_grid = {g: residuals(g) for g in OVERHEAD_GRID_S}
+    common = np.logical_and.reduce([np.isfinite(r) for r in at_grid.values()])
+    overhead_s, profile = profile_step_overhead(
+        lambda g: profile_loglik(at_grid[g], common, prep, g)
+    )
+    resid = residuals(overhead_s)
     ok = np.isfinite(resid)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
     rng = np.random.default_rng(seed)
@@ -158,16 +232,7 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
             continue
         sel = ok & (prep.noise_idx == j)
         # residuals about each row's own cell offset (its cell centre)
-        centred = (
-            np.concatenate(
-                [
-                    resid[sel & (prep.cell_idx == c)] - np.median(resid[sel & (prep.cell_idx == c)])
-                    for c in np.unique(prep.cell_idx[sel])
-                ]
-            )
-            if sel.any()
-            else np.zeros(0)
-        )
+        centred = _centred(resid, sel, prep.cell_idx)
         if len(centred) >= MIN_ROWS:
             s, dof = _robust_sd(centred), len(centred) - 1
             sig[k] = s * np.sqrt(dof / rng.chisquare(dof, n_draw))
@@ -178,6 +243,10 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         return a.reshape((chains, draws) + a.shape[1:])
 
     out = {v: np.asarray(post[v].values) for v in post.data_vars}
+    # the profiled host overhead, one value for every GPU (a GPU never fitted draws it too)
+    out["step_overhead_s"] = np.full_like(out["step_overhead_s"], overhead_s)
+    out["mu_step_overhead_s"] = np.full_like(out["mu_step_overhead_s"], np.log(overhead_s))
+    out["tau_step_overhead_s"] = np.zeros_like(out["tau_step_overhead_s"])
     off = np.asarray(post["cell_offset"].values).reshape(n_draw, -1)
     out["cell_offset"] = shaped(np.concatenate([off] + [o[:, None] for o in new_off], axis=1))
     sg = np.asarray(post["sigma"].values).reshape(n_draw, -1)
@@ -200,7 +269,12 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     new.attrs.update(idata.attrs)
     new.attrs["serving_rows"] = int(ok.sum())
     new.attrs["serving_stage"] = (
-        "cut: offsets and sigma of serving cells at the posterior-median parameters"
+        "cut: offsets and sigma of serving cells at the posterior-median parameters, "
+        "step_overhead_s profiled"
+    )
+    new.attrs["serving_step_overhead_s"] = overhead_s
+    new.attrs["serving_overhead_profile"] = " ".join(
+        f"{g * 1e3:.3g}ms:{v:.1f}" for g, v in zip(OVERHEAD_GRID_S, profile)
     )
     return new, int(ok.sum())
 
@@ -212,7 +286,9 @@ def _e2e_label(label: str) -> bool:
 
 def without_serving_stage(idata):
     """``idata`` with every end-to-end cell offset and noise key removed: the NUTS stage alone,
-    to which ``add_serving_stage`` can add the cut stage of another set of runs."""
+    to which ``add_serving_stage`` can add the cut stage of another set of runs.  The host
+    overhead keeps the value its last cut stage profiled; the next one profiles it afresh from
+    its own runs (``profile_step_overhead`` does not read it), so no held-out run leaks in."""
     import arviz as az
 
     post = idata.posterior

@@ -78,7 +78,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  skipped {n} subsample rows: {reason}")
     if result.diagnostics is not None:
         print(result.diagnostics.report())
+    _print_overhead(attrs)
     return 0
+
+
+def _print_overhead(attrs) -> None:
+    """The cut stage's profiled host overhead and its profile log likelihood over the grid."""
+    if "serving_step_overhead_s" in attrs:
+        print(
+            f"host overhead per iteration (profiled on the end-to-end rows): "
+            f"{attrs['serving_step_overhead_s'] * 1e3:.3g} ms; profile {attrs['serving_overhead_profile']}"
+        )
 
 
 def _refit_serving_stage(table, args, t0: float) -> int:
@@ -97,6 +107,7 @@ def _refit_serving_stage(table, args, t0: float) -> int:
     base.idata.close()
     out = written.replace(target)
     print(f"cut stage refitted on {n} end-to-end rows, {time.perf_counter() - t0:.0f} s -> {out}")
+    _print_overhead(idata.attrs)
     return 0
 
 

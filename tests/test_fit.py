@@ -225,14 +225,15 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     """Serving rows simulated as f(theta_median) * e^(0.7 +/- 0.05): the cut stage's cell offset is
     0.7 and its sigma about the MAD scale 1.4826 * 0.05.  f is a stand-in that depends on the
     parameters and the row (the queueing solve itself is tested in test_queueing; compiling it
-    here would cost ~30 s of CPU)."""
+    here would cost ~30 s of CPU); it does not read the host overhead, which the stage profiles
+    (``test_serving_stage_profiles_the_host_overhead``)."""
     from fitting import _serving_stage
     from fitting._serving_stage import add_serving_stage
 
     def predict_log(prep, params, cell_offset=None):
         b = prep.blocks.closed
         conc = jnp.asarray(b.concurrency)[b.config]
-        return jnp.log(params["step_overhead_s"][prep.gpu_idx] * (1.0 + conc))
+        return jnp.log(1e-3 * (1.0 + conc) / params["bandwidth_fraction"][prep.gpu_idx])
 
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
 
@@ -275,6 +276,65 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
         assert abs(np.median(pooled) - centre) < 3.0 * 1.2533 * sd / np.sqrt(len(pooled)) + 0.01
         assert np.std(pooled) == pytest.approx(sd, rel=0.1)
     assert 0.03 < np.median(new.flat("sigma")[:, -1]) < 0.2
+
+
+def test_serving_stage_profiles_the_host_overhead(monkeypatch):
+    """Runs simulated as (g* + 1 ms x c) e^(0.4 +/- 0.02), g* = 0.3 ms, c the concurrency: a fixed
+    cost per iteration beside work that grows with the batch.  A multiplicative offset cannot
+    mimic g*, so the profile recovers it (within the grid's parabola, 5 %), for every GPU and for
+    a GPU never fitted (tau 0), and the offset is then the 0.4 the rows carry.  Without any
+    overhead in the rows the profile rests at the fit's prior median (1 ms)."""
+    from fitting import _serving_stage
+    from fitting._serving_stage import add_serving_stage
+
+    def predict_log(prep, params, cell_offset=None):
+        b = prep.blocks.closed
+        conc = jnp.asarray(b.concurrency)[b.config]
+        return jnp.log(params["step_overhead_s"][prep.gpu_idx] + 1e-3 * conc)
+
+    monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
+    post = _toy_posterior()
+    rows = [
+        _row(
+            source="lab",
+            engine="vllm",
+            gpu=gpu,
+            model="meta-llama/Llama-3.1-8B",
+            scenario="serving",
+            metric="tpot",
+            stat="mean",
+            concurrency=c,
+            input_len=1024,
+            output_len=128,
+            tp=1,
+        )
+        for gpu in GPUS
+        for c in (1, 2, 4, 8, 16, 32, 64)
+    ]
+    table = pd.DataFrame(rows)
+    conc = table["concurrency"].to_numpy(float)
+    noise = 0.02 * np.tile([1.0, -1.0], len(table) // 2 + 1)[: len(table)]
+    table["value"] = (0.3e-3 + 1e-3 * conc) * np.exp(0.4 + noise)
+    idata, n = add_serving_stage(post.idata, table, seed=0)
+    new = fitting.Posterior(idata)
+    g = idata.attrs["serving_step_overhead_s"]
+    assert n == len(table) and g == pytest.approx(0.3e-3, rel=0.05)
+    assert np.all(new.flat("step_overhead_s") == g) and np.all(new.flat("tau_step_overhead_s") == 0)
+    unseen = fitting.efficiency_draws(new, "b200", 8, seed=0)
+    np.testing.assert_allclose(np.asarray(unseen.step_overhead_s), g)
+    off = new.flat("cell_offset")[:, new.cells.index("lab:vllm|serving:tpot")]
+    assert abs(np.median(off) - 0.4) < 0.03
+
+    def flat(prep, params, cell_offset=None):
+        b = prep.blocks.closed
+        return jnp.log(
+            1e-3 * jnp.asarray(b.concurrency)[b.config]
+            + 0.0 * params["step_overhead_s"][prep.gpu_idx]
+        )
+
+    monkeypatch.setattr(_serving_stage, "predict_log", flat)
+    idata, _ = add_serving_stage(post.idata, table, seed=0)
+    assert idata.attrs["serving_step_overhead_s"] == pytest.approx(1e-3, rel=1e-6)
 
 
 def test_population_offset_by_hand_and_its_limits():
