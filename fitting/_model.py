@@ -68,6 +68,9 @@ PRIORS: dict[str, Prior] = {
     "compute_half_tokens": Prior("log", 64.0, 1.5),
     # Streaming kernels read HBM at 80-92 % of peak (aiconfigurator decode attention ~90 %).
     "bandwidth_fraction": Prior("logit", 0.85, 1.0),
+    # Host cost per iteration (scheduling, sampling, launch): here a nuisance of the static-batch
+    # and decode-step rows; the value predictions read is the one the cut stage profiles on the
+    # end-to-end rows (``_serving_stage``), with this prior.
     "step_overhead_s": Prior("log", 1.0e-3, 2.0),
     # NCCL: ~5 us per call plus ~1-2 us per ring hop (nccl-tests small messages: ~5 us at 2 GPUs,
     # ~15 us at 8), 60-90 % of link bandwidth (vidur DGX bus bandwidth tables).

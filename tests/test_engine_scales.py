@@ -153,6 +153,28 @@ def test_efficiency_draws_carry_the_pooled_engine_offsets(posterior):
     assert np.all(np.asarray(prior.ttft_scale) == 1.0) and prior.ttft_scale.shape == (2, 8)
 
 
+def test_bundled_host_overhead_is_the_profiled_one_for_every_gpu(posterior):
+    """The bundled file's per-iteration host overhead is the value its cut stage profiled (its
+    attributes), the same for every GPU fitted and for one never fitted (B200), inside the
+    profile's grid, and its profile peaks there."""
+    import fitting
+    from fitting._serving_stage import OVERHEAD_GRID_S
+
+    g = float(posterior.idata.attrs["serving_step_overhead_s"])
+    assert OVERHEAD_GRID_S[0] <= g <= OVERHEAD_GRID_S[-1]
+    assert np.all(posterior.flat("step_overhead_s") == g)
+    unseen = fitting.efficiency_draws(posterior, "b200", 16, seed=0)
+    np.testing.assert_allclose(np.asarray(unseen.step_overhead_s), g)
+    profile = {
+        float(k.removesuffix("ms")) * 1e-3: float(v)
+        for k, v in (
+            item.split(":") for item in posterior.idata.attrs["serving_overhead_profile"].split()
+        )
+    }
+    best = max(profile, key=profile.get)
+    assert abs(np.log(best / g)) <= 0.5 * np.log(2.0) + 1e-9
+
+
 def test_explain_reports_the_engine_offsets_and_p95_intervals(capsys):
     """explain under load: the median scales of the engine asked for, TTFT/TPOT at those scales
     (SGLang's measured TTFT is further above the physics than vLLM's: its TTFT is as much
