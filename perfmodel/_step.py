@@ -76,7 +76,8 @@ def _layer_kernels_s(
     Per layer (vidur's decomposition, ``vidur/entities/execution_time.py``; aiconfigurator's
     operator database): the column-parallel QKV and row-parallel output projections, the MLP (or
     the routed experts as one grouped GEMM plus the shared experts), fused prefill and decode
-    attention, two norms, two residual adds, rope and the activation; then the LM head over the
+    attention, two RMSNorms each fused with the residual add before it (vLLM's and SGLang's
+    ``fused_add_rms_norm``), rope and the activation; then the LM head over the
     sampled rows and the embedding gather.  Each kernel is its own roofline plus launch
     (``_ops``), all reading the same ``Efficiency``.
 
@@ -182,8 +183,9 @@ def _layer_kernels_s(
     )
     attn_s = _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
 
-    # elementwise kernels, one vectorised stream each: per layer 2 norms, 2 residual adds (pure
-    # streams), rope and the MLP activation; once per iteration the embedding gather
+    # elementwise kernels, one vectorised stream each: per layer 2 fused residual-add + RMSNorm
+    # (each reads x and the residual and writes both, 4 widths per row, the norm's per-row work
+    # on half of them), rope and the MLP activation; once per iteration the embedding gather
     mlp_width = (
         jnp.where(
             moe,
@@ -194,8 +196,7 @@ def _layer_kernels_s(
     )
     # the activation reads the (mats - 1) up/gate outputs and writes one: mats widths per row
     elementwise = [  # (bytes moved, on-chip work share, kernels per iteration)
-        (own_tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 2.0 * model.num_layers),
-        (own_tokens * 3.0 * d * ACTIVATION_BYTES, 0.0, 2.0 * model.num_layers),
+        (own_tokens * 4.0 * d * ACTIVATION_BYTES, 0.5, 2.0 * model.num_layers),
         (
             own_tokens * 2.0 * (heads + kv_heads) * model.head_dim * ACTIVATION_BYTES,
             1.0,

@@ -30,13 +30,14 @@ EXACT = pm.Efficiency(
 
 
 def _elementwise_bytes(model, tokens):
-    """Bytes one layer's norms (2 x 2d), residual adds (2 x 3d), rope (2 (H + H_kv) D) and gated
-    activation (3 x FFN width) read and write per token, bf16 (the per-operator step's kernels)."""
+    """Bytes one layer's two fused residual-add + RMSNorm kernels (2 x 4d: x and the residual in,
+    both out), rope (2 (H + H_kv) D) and gated activation (3 x FFN width) read and write per token,
+    bf16 (the per-operator step's kernels)."""
     d, h, kv, hd = (
         float(getattr(model, f)) for f in ("hidden_size", "num_heads", "num_kv_heads", "head_dim")
     )
     ffn = float(model.dense_mlp_params) / d
-    per_token = (2 * 2 * d + 2 * 3 * d + 2 * (h + kv) * hd + ffn) * 2.0
+    per_token = (2 * 4 * d + 2 * (h + kv) * hd + ffn) * 2.0
     return float(model.num_layers) * tokens * per_token + tokens * 2 * d * 2.0
 
 
@@ -74,7 +75,7 @@ def test_prefill_flops_match_kaplan(h100, llama8b):
     step = pm.prefill_step(llama8b, h100, dep, EXACT, s)
     assert float(step.compute_s) == pytest.approx(flops / 989e12, rel=1e-9)
     # the GEMMs and attention are compute-bound; the elementwise kernels stream their bytes
-    # (2 norms, 2 adds, rope, activation per layer; the embedding gather) at the HBM peak;
+    # (2 fused add + norms, rope, activation per layer; the embedding gather) at the HBM peak;
     # norms (2 x hidden per layer, one final) are the only body parameters outside the GEMMs
     norms = float(llama8b.num_layers) * 2 * 4096 + 4096
     # the LM head runs on the one sampled row: it streams its weights instead of computing
