@@ -221,6 +221,30 @@ def test_bundled_posterior_loads_with_diagnostics_ok_and_api():
     assert bool(jnp.all((e.bandwidth_fraction > 0) & (e.bandwidth_fraction < 1.5)))
 
 
+def _closed_loop_rows(metric: str, gpus, concurrencies) -> pd.DataFrame:
+    """One lab's vLLM closed-loop rows of ``metric`` (mean), Llama-3.1-8B at 1024/128, TP 1, per
+    GPU and concurrency; values to be filled by the test."""
+    return pd.DataFrame(
+        [
+            _row(
+                source="lab",
+                engine="vllm",
+                gpu=gpu,
+                model="meta-llama/Llama-3.1-8B",
+                scenario="serving",
+                metric=metric,
+                stat="mean",
+                concurrency=c,
+                input_len=1024,
+                output_len=128,
+                tp=1,
+            )
+            for gpu in gpus
+            for c in concurrencies
+        ]
+    )
+
+
 def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     """Serving rows simulated as f(theta_median) * e^(0.7 +/- 0.05): the cut stage's cell offset is
     0.7 and its sigma about the MAD scale 1.4826 * 0.05.  f is a stand-in that depends on the
@@ -238,23 +262,7 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
 
     post = _toy_posterior()
-    rows = [
-        _row(
-            source="lab",
-            engine="vllm",
-            gpu="h100-sxm",
-            model="meta-llama/Llama-3.1-8B",
-            scenario="serving",
-            metric="ttft",
-            stat="mean",
-            concurrency=c,
-            input_len=1024,
-            output_len=128,
-            tp=1,
-        )
-        for c in (1, 2, 4, 8, 16, 32)
-    ]
-    table = pd.DataFrame(rows)
+    table = _closed_loop_rows("ttft", ("h100-sxm",), (1, 2, 4, 8, 16, 32))
     prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
     params = {n: jnp.asarray(np.median(post.flat(n), axis=0)) for n in PARAM_NAMES}
     noise = np.array([0.05, -0.05] * 3)
@@ -294,24 +302,7 @@ def test_serving_stage_profiles_the_host_overhead(monkeypatch):
 
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
     post = _toy_posterior()
-    rows = [
-        _row(
-            source="lab",
-            engine="vllm",
-            gpu=gpu,
-            model="meta-llama/Llama-3.1-8B",
-            scenario="serving",
-            metric="tpot",
-            stat="mean",
-            concurrency=c,
-            input_len=1024,
-            output_len=128,
-            tp=1,
-        )
-        for gpu in GPUS
-        for c in (1, 2, 4, 8, 16, 32, 64)
-    ]
-    table = pd.DataFrame(rows)
+    table = _closed_loop_rows("tpot", GPUS, (1, 2, 4, 8, 16, 32, 64))
     conc = table["concurrency"].to_numpy(float)
     noise = 0.02 * np.tile([1.0, -1.0], len(table) // 2 + 1)[: len(table)]
     table["value"] = (0.3e-3 + 1e-3 * conc) * np.exp(0.4 + noise)
