@@ -273,7 +273,9 @@ def test_a_tie_the_verdict_raises_does_not_hide_a_cheaper_configuration(capsys, 
     third l40s for the one the first round re-checks (its 8192-token chunk stalls decode in
     the tail draws), so with no further round the answer is 1 x h100-sxm, ~7 % dearer than
     2 x l40s with a smaller chunk, which the verdict accepts (``bench_referee`` found the same
-    over the whole grid)."""
+    over the whole grid).  The tie sits at a knife's edge of the step model: the TPOT bound is
+    where it appears under the step's current pricing (45 ms; at 50 ms the fused add + norm
+    kernels already let the first round's 2 x l40s through)."""
     from optimize import _recommend
 
     argv = [
@@ -281,7 +283,7 @@ def test_a_tie_the_verdict_raises_does_not_hide_a_cheaper_configuration(capsys, 
         *BASE,
         *("--gpus", "h100-sxm,l40s", "--rate", "10", "--input-len", "1024"),
         *("--output-len", "256", "--json", "--max-replicas", "16", "--pool-ratios", "none"),
-        *("--ttft-p95", "1.0", "--tpot-p95", "0.05"),
+        *("--ttft-p95", "1.0", "--tpot-p95", "0.045"),
     ]
     monkeypatch.setattr(_recommend, "RECHECK_ROUNDS", 0)
     assert main(argv) == 0
