@@ -210,7 +210,8 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     overhead_s, profile = profile_step_overhead(
         lambda g: profile_loglik(at_grid[g], common, prep, g)
     )
-    resid = residuals(overhead_s)
+    # at a grid point (the floor, where the bundled rows put it) its residuals are already known
+    resid = at_grid[overhead_s] if overhead_s in at_grid else residuals(overhead_s)
     ok = np.isfinite(resid)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
     rng = np.random.default_rng(seed)
