@@ -106,9 +106,12 @@ def split_slo_metrics(
     n_op, slope, intercept = little_batch(lam_d, o_len / e, t_one, t_full, n_max, rho_d < 1.0)
     n_hi = jnp.minimum(n_op + P95_Z * jnp.sqrt(n_op), n_max)
     t_mean, t_hi = intercept + slope * n_op, intercept + slope * n_hi
-    tpot = jnp.where(stable, jnp.stack([t_mean, t_hi, t_hi]) / e, jnp.inf)
+    # as the engines deliver them (``perfmodel.features.split_serving``, the verdict model's):
+    # the prefill pool's first token times its engine's TTFT scale, the decode pool's gaps
+    # times its TPOT scale
+    tpot = jnp.where(stable, jnp.stack([t_mean, t_hi, t_hi]) / e * eff_d.tpot_scale, jnp.inf)
     fixed = d_pre + t_kv + orchestration_s + DECODE_POOL_ENTRY_STEPS * t_mean
-    ttft = jnp.where(stable, fixed + waits_p, jnp.inf)
+    ttft = jnp.where(stable, (fixed + waits_p) * eff_p.ttft_scale, jnp.inf)
     seats_p = max_concurrent_requests(model, hw_p, dep_p, i_len, temperature)
     return SloMetrics(
         ttft_p95_s=ttft[1],

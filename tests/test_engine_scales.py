@@ -84,6 +84,25 @@ def test_split_pools_take_the_prefill_ttft_and_the_decode_tpot_scale():
     np.testing.assert_allclose(_pct(got.tpot_s), 0.5 * _pct(base.tpot_s), rtol=1e-12)
 
 
+def test_split_search_model_takes_the_same_pool_scales():
+    """The search's split model (``optimize._split``) prices the pools as the verdict model
+    does: the prefill pool's TTFT scale on the first token, the decode pool's TPOT scale on the
+    gaps; the capacity verdicts stay the physics'."""
+    from optimize._split import split_slo_metrics
+
+    w = Workload(arrival_rate_per_s=2.0, prompt_tokens_mean=4096.0, output_tokens_mean=256.0)
+    pre = dataclasses.replace(pm.Efficiency(), ttft_scale=3.0, tpot_scale=7.0)
+    dec = dataclasses.replace(pm.Efficiency(), ttft_scale=5.0, tpot_scale=0.5)
+
+    def split(p, d):
+        return split_slo_metrics(MODEL, (H100, DEP, p), (H100, DEP, d), w)
+
+    base, got = split(pm.Efficiency(), pm.Efficiency()), split(pre, dec)
+    np.testing.assert_allclose(got.ttft_quantiles_s, 3.0 * np.asarray(base.ttft_quantiles_s))
+    np.testing.assert_allclose(got.tpot_quantiles_s, 0.5 * np.asarray(base.tpot_quantiles_s))
+    assert float(got.utilization) == float(base.utilization)
+
+
 def test_simulator_summary_scales_each_request():
     from perfmodel.simulator import SimResult, summarize
 
