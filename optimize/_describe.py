@@ -15,6 +15,7 @@ from ._grid import (
     grid_tables,
     layout_degrees,
     one_hot_weights,
+    prefill_pool_weights,
 )
 from ._metrics import served_max_model_len
 from ._problem import Problem
@@ -25,7 +26,8 @@ def describe_config(
 ) -> dict:
     """Knob values of an index vector, plus GPU counts.  A p:d pool split reports ``replicas`` as
     engines in both pools and ``disaggregation`` as {"prefill": {"gpu", "num_gpus", "tp",
-    "replicas"}, "decode": {...}, "kv_transfer_s"}; ``gpu`` is then the decode pool's."""
+    "replicas"}, "decode": {...}, "kv_transfer_s"}; ``gpu`` and ``tp`` are then the decode
+    pool's (the prefill pool's TP is its own, ``prefill_tp``)."""
     g = problem.grid
     idx = dict(zip(KNOBS, (int(v) for v in config)))
     tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
@@ -66,13 +68,14 @@ def describe_config(
     if idx["pool_split"] > 0:
         p, d = g.pool_ratios[idx["pool_split"] - 1]
         r = int(replicas)
+        prefill_tp = g.tp[idx["prefill_tp"]]  # each pool at its own TP
         out["replicas"] = r * (p + d)
-        out["num_gpus"] = r * (p + d) * tp * pp
+        out["num_gpus"] = r * (p * prefill_tp + d * tp) * pp
         out["disaggregation"] = {
             "prefill": {
                 "gpu": gpus[idx["prefill_gpu"]],
-                "num_gpus": r * p * tp * pp,
-                "tp": tp,
+                "num_gpus": r * p * prefill_tp * pp,
+                "tp": prefill_tp,
                 "pp": pp,
                 "replicas": r * p,
             },
@@ -98,8 +101,8 @@ def served_context(problem: Problem) -> int:
 
 def _kv_transfer(problem: Problem, config: np.ndarray) -> float:
     """KV hand-off of a mean prompt from the prefill pool (``perfmodel.features.kv_transfer_s``)."""
-    weights = one_hot_weights(jnp.asarray(config), problem.grid)
-    dep = deployment_from_weights(weights, grid_tables(problem.grid), 1.0)
+    weights = prefill_pool_weights(one_hot_weights(jnp.asarray(config), problem.grid))
+    dep = deployment_from_weights(weights, grid_tables(problem.grid), 1.0)  # the prefill engine's
     hw = _select(problem.hardware, int(config[PREFILL_GPU]))
     bw = float(problem.transfer_bytes_per_s)
     bw = bw if bw > 0 else float(hw.internode_bytes_per_s)

@@ -32,6 +32,7 @@ from ._grid import (
     POOL,
     PP,
     PREFILL_GPU,
+    PREFILL_TP,
     SPEC,
     TP,
     WEIGHT,
@@ -39,6 +40,7 @@ from ._grid import (
     deployment_from_weights,
     grid_tables,
     one_hot_weights,
+    prefill_pool_weights,
 )
 from ._metrics import SloMetrics, SpecStep, slo_metrics
 from ._split import split_slo_metrics
@@ -166,11 +168,11 @@ def split_metrics(
     """Metrics of the p:d split (``split_slo_metrics``) in every posterior draw; ``replicas``
     counts replica units (p prefill + d decode engines each)."""
     tables = grid_tables(problem.grid)
-    deployment = deployment_from_weights(weights, tables, replicas)
     spec = spec_step(problem, weights)
     p_units, d_units = pool_units(problem, weights)
-    dep_p = eqx.tree_at(lambda d: d.replicas, deployment, replicas * p_units)
-    dep_d = eqx.tree_at(lambda d: d.replicas, deployment, replicas * d_units)
+    # each pool at its own TP (``prefill_tp`` / ``tp``), the other knobs shared
+    dep_p = deployment_from_weights(prefill_pool_weights(weights), tables, replicas * p_units)
+    dep_d = deployment_from_weights(weights, tables, replicas * d_units)
     hw_p = mix_gpu(problem.hardware, weights[PREFILL_GPU])
     hw_d = mix_gpu(problem.hardware, weights[GPU])
 
@@ -303,28 +305,30 @@ def slo_probability(
 
 
 def gpus_per_replica(problem: Problem, config: Array) -> Array:
-    """tp * pp * engines per replica unit (1 colocated; p + d for a p:d pool split)."""
+    """pp * GPUs of the engines of one replica unit: tp colocated; p prefill_tp + d tp for a
+    p:d pool split."""
     t = grid_tables(problem.grid)
-    units = t["prefill_units"][config[POOL]] + t["decode_units"][config[POOL]]
-    return t["tp"][config[TP]] * t["pp"][config[PP]] * units
+    engines = (
+        t["prefill_units"][config[POOL]] * t["tp"][config[PREFILL_TP]]
+        + t["decode_units"][config[POOL]] * t["tp"][config[TP]]
+    )
+    return t["pp"][config[PP]] * engines
 
 
 def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
-    """$/hour: replicas * tp * pp * (price, or p * prefill price + d * decode price for a p:d
-    split), times (1 + KV and weight dtype quality surcharges)."""
+    """$/hour: replicas * pp * (tp * price, or p * prefill_tp * prefill price + d * tp * decode
+    price for a p:d split), times (1 + KV and weight dtype quality surcharges)."""
     t = grid_tables(problem.grid)
     prices = problem.hardware.price_per_gpu_hour
-    price = (
-        t["decode_units"][config[POOL]] * prices[config[GPU]]
-        + t["prefill_units"][config[POOL]] * prices[config[PREFILL_GPU]]
-    )
+    decode_gpus = t["decode_units"][config[POOL]] * t["tp"][config[TP]]
+    prefill_gpus = t["prefill_units"][config[POOL]] * t["tp"][config[PREFILL_TP]]
+    price = decode_gpus * prices[config[GPU]] + prefill_gpus * prices[config[PREFILL_GPU]]
     surcharge = (
         1.0
         + problem.kv_penalty_fraction[config[KV]]
         + problem.weight_penalty_fraction[config[WEIGHT]]
     )
-    group = t["tp"][config[TP]] * t["pp"][config[PP]]
-    return jnp.asarray(replicas, dtype=float) * group * price * surcharge
+    return jnp.asarray(replicas, dtype=float) * t["pp"][config[PP]] * price * surcharge
 
 
 def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics) -> Array:

@@ -6,8 +6,11 @@ and the exhaustive referee compile once.
 
 Pool split (disaggregation): index 0 of ``pool_split`` is the colocated engine; index i >= 1 is a
 prefill:decode split with ``pool_ratios[i - 1] = (p, d)`` engine instances per replica unit, the
-prefill pool on GPU ``prefill_gpu`` and the decode pool on GPU ``gpu`` (both pools share TP, PP and
-dtypes).  A colocated configuration carries ``prefill_gpu = 0`` (its canonical form).
+prefill pool on GPU ``prefill_gpu`` at TP ``prefill_tp`` and the decode pool on GPU ``gpu`` at TP
+``tp`` (both pools share PP and dtypes): a prefill engine is compute-bound and a decode engine
+bandwidth- and KV-bound, so each pool takes the TP that serves it cheapest (aiconfigurator's
+disaggregated search sizes each pool's parallelism apart).  A colocated configuration carries
+``prefill_gpu = 0`` and ``prefill_tp = tp`` (its canonical form).
 
 MoE layout (``moe_layout``): how a MoE model's TP ranks split its layers (``MOE_LAYOUTS``): "tp"
 splits every expert over all ranks; "ep" gives each rank whole experts (expert parallelism over
@@ -38,10 +41,13 @@ KNOBS: tuple[str, ...] = (
     "pool_split",
     "prefill_gpu",
     "moe_layout",
+    "prefill_tp",
 )
 """Index columns of a configuration array, in order; the replica count is kept beside them."""
 
-GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, SPEC, POOL, PREFILL_GPU, MOE = range(len(KNOBS))
+GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, SPEC, POOL, PREFILL_GPU, MOE, PREFILL_TP = range(
+    len(KNOBS)
+)
 
 MOE_LAYOUTS: dict[str, tuple[float, float]] = {
     "tp": (0.0, 0.0),
@@ -107,6 +113,7 @@ class Grid(NamedTuple):
             1 + len(self.pool_ratios),
             self.num_gpus,
             len(self.moe_layouts),
+            len(self.tp),
         )
 
     @property
@@ -133,20 +140,23 @@ class Grid(NamedTuple):
         return np.asarray([[c <= b for c in self.chunk_sizes] for b in self.max_num_batched_tokens])
 
     def canonical(self, configs: np.ndarray, model: ModelSpec) -> np.ndarray:
-        """Nearest legal form of index rows: an illegal TP moves to the nearest legal one, a chunk
-        above the budget to the largest legal chunk, a colocated row gets ``prefill_gpu = 0``, and
-        a dense model or TP 1 takes the "tp" layout (the others equal it there)."""
+        """Nearest legal form of index rows: an illegal TP (either pool's) moves to the nearest
+        legal one, a chunk above the budget to the largest legal chunk, a colocated row gets
+        ``prefill_gpu = 0`` and ``prefill_tp = tp``, and a dense model or TP 1 takes the "tp"
+        layout (the others equal it there)."""
         out = np.array(configs, dtype=np.int32, copy=True)
         legal = np.flatnonzero(self.legal_tp(model))
-        bad = ~self.legal_tp(model)[out[..., TP]]
-        if bad.any():
-            near = legal[np.abs(legal[None, :] - out[..., TP][bad][:, None]).argmin(axis=1)]
-            out[..., TP][bad] = near
+        for col in (TP, PREFILL_TP):
+            bad = ~self.legal_tp(model)[out[..., col]]
+            if bad.any():
+                near = legal[np.abs(legal[None, :] - out[..., col][bad][:, None]).argmin(axis=1)]
+                out[..., col][bad] = near
         ok = self.legal_chunk()
         largest = np.asarray([np.flatnonzero(r)[-1] if r.any() else 0 for r in ok])
         over = ~ok[out[..., MNBT], out[..., CHUNK]]
         out[..., CHUNK] = np.where(over, largest[out[..., MNBT]], out[..., CHUNK])
         out[..., PREFILL_GPU] = np.where(out[..., POOL] == 0, 0, out[..., PREFILL_GPU])
+        out[..., PREFILL_TP] = np.where(out[..., POOL] == 0, out[..., TP], out[..., PREFILL_TP])
         if "tp" in self.moe_layouts:
             plain = self.moe_layouts.index("tp")
             single = np.asarray(self.tp)[out[..., TP]] == 1
@@ -162,8 +172,9 @@ class Grid(NamedTuple):
                 c
                 for c in itertools.product(*(range(n) for n in self.sizes()))
                 if legal[c[TP]]
+                and legal[c[PREFILL_TP]]
                 and chunk_ok[c[MNBT], c[CHUNK]]
-                and (c[POOL] > 0 or c[PREFILL_GPU] == 0)
+                and (c[POOL] > 0 or (c[PREFILL_GPU] == 0 and c[PREFILL_TP] == c[TP]))
             ],
             dtype=np.int32,
         ).reshape(-1, len(KNOBS))
@@ -216,6 +227,19 @@ def chunk_from_weights(
     budget = _log_mix(weights[MNBT], tables["mnbt"])
     per_choice = jnp.where(tables["chunk"] > 0, tables["chunk"], budget)
     return jnp.minimum(_log_mix(weights[CHUNK], per_choice), budget)
+
+
+def prefill_pool_weights(weights: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
+    """The (relaxed) knob weights of a split's prefill pool: its own TP choice (``prefill_tp``)
+    in the TP column, every other knob shared with the decode pool."""
+    return tuple(weights[PREFILL_TP] if k == TP else w for k, w in enumerate(weights))
+
+
+def prefill_pool_config(config):
+    """A configuration row (or rows) as its prefill pool runs: ``prefill_tp`` in the TP column
+    (a colocated row is unchanged: its canonical ``prefill_tp`` is its TP)."""
+    c = jnp.asarray(config)
+    return c.at[..., TP].set(c[..., PREFILL_TP])
 
 
 def on_gpu_type(configs: np.ndarray, gpu: int) -> np.ndarray:

@@ -36,10 +36,12 @@ from ._grid import (
     POOL,
     PP,
     PREFILL_GPU,
+    PREFILL_TP,
     TP,
     deployment_from_weights,
     grid_tables,
     one_hot_weights,
+    prefill_pool_weights,
 )
 from ._problem import Problem
 from ._program_cache import cached_jit
@@ -126,9 +128,9 @@ def _per_million(problem: Problem, cost: float) -> float:
 
 
 def _group(config: np.ndarray) -> tuple[int, ...]:
-    """(GPU, TP, PP, pool split, prefill GPU, MoE layout): the runner-ups name one configuration
-    of each."""
-    return tuple(int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU, MOE))
+    """(GPU, TP, PP, pool split, prefill GPU, MoE layout, prefill TP): the runner-ups name one
+    configuration of each."""
+    return tuple(int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU, MOE, PREFILL_TP))
 
 
 def _candidates(found, count: int) -> np.ndarray:
@@ -332,7 +334,7 @@ def _explain(
         shadow_prices=shadow,
         cost_elasticities=elastic,
         engine_args=engine_args(
-            model_name, described, memory=_engine_memory(problem, gpus, described, dep)
+            model_name, described, memory=_engine_memory(problem, gpus, described, weights)
         ),
         alternatives=[],
         closest_achievable=None,
@@ -340,20 +342,27 @@ def _explain(
     )
 
 
-def _engine_memory(problem: Problem, gpus: tuple[str, ...], described: dict, dep) -> dict:
-    """Per-GPU HBM, weight and workspace bytes of the recommendation (per pool when split), which
-    turn its memory share into SGLang's and TensorRT-LLM's own fractions (``engine_args``)."""
-    weights_b = float(weight_bytes_per_gpu(problem.model, dep))
-    workspace_b = float(workspace_bytes_per_gpu(problem.model, dep))
+def _engine_memory(problem: Problem, gpus: tuple[str, ...], described: dict, weights) -> dict:
+    """Per-GPU HBM, weight and workspace bytes of the recommendation (per pool when split, each
+    at its own TP), which turn its memory share into SGLang's and TensorRT-LLM's own fractions
+    (``engine_args``); ``weights`` are the configuration's one-hot knob weights."""
+    tables = grid_tables(problem.grid)
 
-    def one(gpu: str) -> dict:
-        hbm = float(_select(problem.hardware, gpus.index(gpu)).hbm_bytes)
-        return {"hbm_bytes": hbm, "weight_bytes": weights_b, "workspace_bytes": workspace_b}
+    def one(gpu: str, knobs) -> dict:
+        dep = deployment_from_weights(knobs, tables, 1.0)
+        return {
+            "hbm_bytes": float(_select(problem.hardware, gpus.index(gpu)).hbm_bytes),
+            "weight_bytes": float(weight_bytes_per_gpu(problem.model, dep)),
+            "workspace_bytes": float(workspace_bytes_per_gpu(problem.model, dep)),
+        }
 
     split = described.get("disaggregation")
     if split:
-        return {role: one(split[role]["gpu"]) for role in ("prefill", "decode")}
-    return one(described["gpu"])
+        return {
+            "prefill": one(split["prefill"]["gpu"], prefill_pool_weights(weights)),
+            "decode": one(split["decode"]["gpu"], weights),
+        }
+    return one(described["gpu"], weights)
 
 
 @cached_jit

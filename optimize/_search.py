@@ -32,7 +32,19 @@ from ._evaluate import (
     pool_units,
     probe_trials,
 )
-from ._grid import GPU, KV, MOE, POOL, PP, PREFILL_GPU, TP, WEIGHT, on_gpu_type
+from ._grid import (
+    GPU,
+    KV,
+    MOE,
+    POOL,
+    PP,
+    PREFILL_GPU,
+    PREFILL_TP,
+    TP,
+    WEIGHT,
+    on_gpu_type,
+    prefill_pool_weights,
+)
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, pad_rows, replicate
@@ -81,7 +93,7 @@ def _masks(problem: Problem) -> tuple[Array, ...]:
     sizes = problem.grid.sizes()
     masks = [jnp.zeros(n) for n in sizes]
     legal = jnp.mod(problem.model.num_heads, jnp.asarray(problem.grid.tp, dtype=float)) == 0
-    masks[TP] = jnp.where(legal, 0.0, _NEG)
+    masks[TP] = masks[PREFILL_TP] = jnp.where(legal, 0.0, _NEG)
     plain = jnp.asarray([name == "tp" for name in problem.grid.moe_layouts])
     masks[MOE] = jnp.where(plain | problem.model.has_routed_experts, 0.0, _NEG)
     return tuple(masks)
@@ -125,11 +137,15 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     p_smooth, far = _smooth_feasibility(small, col, memory_slack(small, weights), w)
     if split is not None:
         p_units, d_units = pool_units(small, weights)
-        cost_split = group * (
-            p_units * (weights[PREFILL_GPU] @ prices) + d_units * (weights[GPU] @ prices)
+        # each pool's engines at its own TP: p prefill_tp + d tp GPUs per unit and stage
+        prefill_tp = jnp.exp2(weights[PREFILL_TP] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
+        cost_split = (group / tp) * (
+            p_units * prefill_tp * (weights[PREFILL_GPU] @ prices)
+            + d_units * tp * (weights[GPU] @ prices)
         )
         mem = jnp.minimum(
-            memory_slack(small, weights), memory_slack(small, weights, weights[PREFILL_GPU])
+            memory_slack(small, weights),
+            memory_slack(small, prefill_pool_weights(weights), weights[PREFILL_GPU]),
         )
         p_split, far_split = _smooth_feasibility(small, split, mem, w)
         w0 = weights[POOL][0]
@@ -199,8 +215,11 @@ def _live_knobs(problem: Problem) -> tuple[int, ...]:
     """Knob columns a move can change: more than one choice, and the prefill-pool GPU only when
     pool splits are offered (static per grid, so the neighbour batches keep one shape)."""
     sizes = problem.grid.sizes()
+    pool_only = (PREFILL_GPU, PREFILL_TP)
     return tuple(
-        k for k, n in enumerate(sizes) if n > 1 and (k != PREFILL_GPU or problem.grid.disaggregated)
+        k
+        for k, n in enumerate(sizes)
+        if n > 1 and (k not in pool_only or problem.grid.disaggregated)
     )
 
 

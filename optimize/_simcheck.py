@@ -26,6 +26,7 @@ from ._grid import (
     deployment_from_weights,
     grid_tables,
     one_hot_weights,
+    prefill_pool_weights,
 )
 from ._problem import Problem
 
@@ -74,8 +75,8 @@ def simulate_check(
     # nothing for it)
     longest = float(np.max(trace.prompt_tokens + trace.output_tokens))
 
-    def deployment(r: float):
-        dep = deployment_from_weights(weights, tables, r)
+    def deployment(r: float, w=weights):
+        dep = deployment_from_weights(w, tables, r)
         return eqx.tree_at(lambda d: d.max_model_len, dep, jnp.maximum(dep.max_model_len, longest))
 
     eff = _median_efficiency(problem, gpu)  # the colocated engines', or the decode pool's
@@ -105,7 +106,9 @@ def simulate_check(
         s = engine_summary(res, eff)
     else:
         p, d = g.pool_ratios[pool - 1]
-        dep_p, dep_d = deployment(float(replicas * p)), deployment(float(replicas * d))
+        # the prefill pool at its own TP (``prefill_tp``)
+        dep_p = deployment(float(replicas * p), prefill_pool_weights(weights))
+        dep_d = deployment(float(replicas * d))
         hw_p = _select(problem.hardware, pre_gpu)
         eff_p = _median_efficiency(problem, pre_gpu)
         bw = float(problem.transfer_bytes_per_s)

@@ -44,6 +44,7 @@ from ._grid import (
     deployment_from_weights,
     grid_tables,
     one_hot_weights,
+    prefill_pool_config,
 )
 from ._metrics import SloMetrics, served_max_model_len, serving_slo_metrics
 from ._problem import Problem
@@ -196,10 +197,11 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
 
     def one(c, r):
         hw_d, dep, eff_d, _ = verdict_engine(problem, c, r)
+        _, dep_pre, _, _ = verdict_engine(problem, prefill_pool_config(c), r)  # its own TP
         w = one_hot_weights(c, problem.grid)
         hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
         eff_p = mix_gpu(problem.efficiency, w[PREFILL_GPU])
-        dep_p = eqx.tree_at(lambda d: d.replicas, dep, r * tables["prefill_units"][c[POOL]])
+        dep_p = eqx.tree_at(lambda d: d.replicas, dep_pre, r * tables["prefill_units"][c[POOL]])
         dep_d = eqx.tree_at(lambda d: d.replicas, dep, r * tables["decode_units"][c[POOL]])
         bw = jnp.where(
             problem.transfer_bytes_per_s > 0,

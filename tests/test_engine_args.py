@@ -498,7 +498,7 @@ def test_a_recommendation_passes_its_memory_to_every_engine(split):
     from optimize_problems import small_problem
 
     from optimize import describe_config
-    from optimize._grid import deployment_from_weights, grid_tables, one_hot_weights
+    from optimize._grid import one_hot_weights
     from optimize._recommend import _engine_memory
 
     problem = small_problem(max_replicas=4, num_draws=2)
@@ -510,9 +510,8 @@ def test_a_recommendation_passes_its_memory_to_every_engine(split):
             "prefill": {**POOLS["prefill"], "gpu": "h100-sxm"},
             "decode": {**POOLS["decode"], "gpu": "h100-sxm"},
         }
-    weights = one_hot_weights(jnp.asarray(config), problem.grid)
-    dep = deployment_from_weights(weights, grid_tables(problem.grid), 2.0)
-    memory = _engine_memory(problem, ("h100-sxm",), described, dep)
+    weights = one_hot_weights(jnp.asarray(config), problem.grid)  # each pool's from its TP
+    memory = _engine_memory(problem, ("h100-sxm",), described, weights)
     per_gpu = [memory["prefill"], memory["decode"]] if split else [memory]
     for m in per_gpu:
         assert m["hbm_bytes"] == 80 * GIB

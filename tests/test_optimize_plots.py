@@ -175,7 +175,7 @@ def test_plot_helpers_agree_with_the_model():
     problem = small_problem(max_replicas=8, num_draws=16, gpus=gpus)
     grid = problem.grid
     config = np.zeros(len(KNOBS), dtype=np.int32)
-    config[KNOBS.index("tp")] = 1
+    config[KNOBS.index("tp")] = config[KNOBS.index("prefill_tp")] = 1  # colocated: one TP
     assert np.array_equal(
         config_index(problem, gpus, describe_config(problem, gpus, config, 3)), config
     )
@@ -184,7 +184,7 @@ def test_plot_helpers_agree_with_the_model():
     split = make_problem(
         load_model("meta-llama/Llama-3.1-8B"), two, WORKLOAD, grid=split_grid, num_draws=4
     )
-    c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0], dtype=np.int32)  # 2:1, prefill on l40s
+    c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 1], dtype=np.int32)  # 2:1, prefill on l40s
     d = describe_config(split, two, c, 3)
     assert d["disaggregation"]["prefill"] == {
         "gpu": "l40s",
@@ -199,6 +199,13 @@ def test_plot_helpers_agree_with_the_model():
         and d["chunk_size"] == 512
     )
     assert np.array_equal(config_index(split, two, d), c)
+    # the prefill pool at its own TP 1 beside the decode pool's TP 2: 6 + 6 GPUs
+    own = c.copy()
+    own[KNOBS.index("prefill_tp")] = 0
+    d = describe_config(split, two, own, 3)
+    assert d["disaggregation"]["prefill"]["tp"] == 1 and d["disaggregation"]["decode"]["tp"] == 2
+    assert d["disaggregation"]["prefill"]["num_gpus"] == 6 and d["num_gpus"] == 12
+    assert np.array_equal(config_index(split, two, d), own)
     cost, prob = replica_tradeoff(problem, config)
     price = float(problem.hardware.price_per_gpu_hour[0])
     np.testing.assert_allclose(cost, np.arange(1, 9) * 2 * price)  # TP 2: two GPUs per replica

@@ -227,5 +227,6 @@ def test_smaller_chunk_lowers_p95_tpot_and_chunks_stay_within_the_budget():
     budget = np.asarray(problem.grid.max_num_batched_tokens)[
         every[:, KNOBS.index("max_num_batched_tokens")]
     ]
-    # tp 1|2 x (2048: 512, 2048; 8192: all 3) x k 0|1|3 x (colocated + 3 splits)
-    assert np.all(chunk <= budget) and len(every) == 2 * 5 * 3 * 4
+    # tp 1|2 x (2048: 512, 2048; 8192: all 3) x k 0|1|3 x (colocated + 3 splits, each with
+    # its prefill pool at tp 1|2)
+    assert np.all(chunk <= budget) and len(every) == 2 * 5 * 3 * (1 + 3 * 2)

@@ -126,8 +126,9 @@ def render(out: dict, args: argparse.Namespace) -> str:
         rows[0] = (
             "configuration",
             (
-                f"prefill pool {p['replicas']} x {p['gpu']} + decode pool {q['replicas']} x "
-                f"{q['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs"
+                f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}) + decode pool "
+                f"{q['replicas']} x {q['gpu']} (TP {q['tp']}), PP {out['pp']} = "
+                f"{out['num_gpus']} GPUs"
             ),
         )
         rows.insert(1, ("KV hand-off", f"{human_seconds(d['kv_transfer_s'])} per mean prompt"))
@@ -143,7 +144,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
                 (
                     f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}{layout_text(a)}"
                     + (
-                        f" (split, prefill on {a['disaggregation']['prefill']['gpu']})"
+                        f" (split, prefill on {a['disaggregation']['prefill']['gpu']}"
+                        f" TP{a['disaggregation']['prefill']['tp']})"
                         if a.get("disaggregation")
                         else ""
                     ),
@@ -173,7 +175,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
 
 
 def describe_short(problem, gpus, config) -> str:
-    """One line: TP/PP (and the prefill:decode engines of one replica unit of a pool split),
+    """One line: TP/PP (and the prefill:decode engines of one replica unit of a pool split, with
+    the prefill pool's TP where it differs),
     dtypes, token budget (and a prefill chunk below it) and speculation of a configuration."""
     from optimize import describe_config
 
@@ -183,6 +186,7 @@ def describe_short(problem, gpus, config) -> str:
     pools = d.get("disaggregation")
     split = (
         f", {pools['prefill']['replicas']}:{pools['decode']['replicas']} prefill:decode engines"
+        + (f" (prefill TP {pools['prefill']['tp']})" if pools["prefill"]["tp"] != d["tp"] else "")
         if pools
         else ""
     )
