@@ -26,8 +26,8 @@ def describe_config(
 ) -> dict:
     """Knob values of an index vector, plus GPU counts.  A p:d pool split reports ``replicas`` as
     engines in both pools and ``disaggregation`` as {"prefill": {"gpu", "num_gpus", "tp",
-    "replicas"}, "decode": {...}, "kv_transfer_s"}; ``gpu`` and ``tp`` are then the decode
-    pool's (the prefill pool's TP is its own, ``prefill_tp``)."""
+    "replicas"}, "decode": {...}, "kv_transfer_s"}; ``gpu``, ``tp`` and ``pp`` are then the
+    decode pool's (the prefill pool's are its own, ``prefill_tp`` and ``prefill_pp``)."""
     g = problem.grid
     idx = dict(zip(KNOBS, (int(v) for v in config)))
     tp, pp = g.tp[idx["tp"]], g.pp[idx["pp"]]
@@ -68,15 +68,16 @@ def describe_config(
     if idx["pool_split"] > 0:
         p, d = g.pool_ratios[idx["pool_split"] - 1]
         r = int(replicas)
-        prefill_tp = g.tp[idx["prefill_tp"]]  # each pool at its own TP
+        # each pool at its own TP and PP
+        prefill_tp, prefill_pp = g.tp[idx["prefill_tp"]], g.pp[idx["prefill_pp"]]
         out["replicas"] = r * (p + d)
-        out["num_gpus"] = r * (p * prefill_tp + d * tp) * pp
+        out["num_gpus"] = r * (p * prefill_tp * prefill_pp + d * tp * pp)
         out["disaggregation"] = {
             "prefill": {
                 "gpu": gpus[idx["prefill_gpu"]],
-                "num_gpus": r * p * prefill_tp * pp,
+                "num_gpus": r * p * prefill_tp * prefill_pp,
                 "tp": prefill_tp,
-                "pp": pp,
+                "pp": prefill_pp,
                 "replicas": r * p,
             },
             "decode": {

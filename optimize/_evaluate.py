@@ -32,6 +32,7 @@ from ._grid import (
     POOL,
     PP,
     PREFILL_GPU,
+    PREFILL_PP,
     PREFILL_TP,
     SPEC,
     TP,
@@ -170,7 +171,8 @@ def split_metrics(
     tables = grid_tables(problem.grid)
     spec = spec_step(problem, weights)
     p_units, d_units = pool_units(problem, weights)
-    # each pool at its own TP (``prefill_tp`` / ``tp``), the other knobs shared
+    # each pool at its own TP and PP (``prefill_tp``, ``prefill_pp`` / ``tp``, ``pp``), the
+    # other knobs shared
     dep_p = deployment_from_weights(prefill_pool_weights(weights), tables, replicas * p_units)
     dep_d = deployment_from_weights(weights, tables, replicas * d_units)
     hw_p = mix_gpu(problem.hardware, weights[PREFILL_GPU])
@@ -305,30 +307,34 @@ def slo_probability(
 
 
 def gpus_per_replica(problem: Problem, config: Array) -> Array:
-    """pp * GPUs of the engines of one replica unit: tp colocated; p prefill_tp + d tp for a
-    p:d pool split."""
+    """GPUs of the engines of one replica unit: tp pp colocated; p prefill_tp prefill_pp +
+    d tp pp for a p:d pool split."""
+    prefill_gpus, decode_gpus = _pool_gpus(problem, config)
+    return prefill_gpus + decode_gpus
+
+
+def _pool_gpus(problem: Problem, config: Array) -> tuple[Array, Array]:
+    """(prefill, decode) GPUs of one replica unit: engines x TP x PP of each pool (0 prefill
+    GPUs colocated)."""
     t = grid_tables(problem.grid)
-    engines = (
-        t["prefill_units"][config[POOL]] * t["tp"][config[PREFILL_TP]]
-        + t["decode_units"][config[POOL]] * t["tp"][config[TP]]
-    )
-    return t["pp"][config[PP]] * engines
+    prefill = t["tp"][config[PREFILL_TP]] * t["pp"][config[PREFILL_PP]]
+    decode = t["tp"][config[TP]] * t["pp"][config[PP]]
+    units = t["prefill_units"][config[POOL]], t["decode_units"][config[POOL]]
+    return units[0] * prefill, units[1] * decode
 
 
 def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
-    """$/hour: replicas * pp * (tp * price, or p * prefill_tp * prefill price + d * tp * decode
-    price for a p:d split), times (1 + KV and weight dtype quality surcharges)."""
-    t = grid_tables(problem.grid)
+    """$/hour: replicas * (tp pp price, or p prefill_tp prefill_pp prefill price + d tp pp
+    decode price for a p:d split), times (1 + KV and weight dtype quality surcharges)."""
     prices = problem.hardware.price_per_gpu_hour
-    decode_gpus = t["decode_units"][config[POOL]] * t["tp"][config[TP]]
-    prefill_gpus = t["prefill_units"][config[POOL]] * t["tp"][config[PREFILL_TP]]
+    prefill_gpus, decode_gpus = _pool_gpus(problem, config)
     price = decode_gpus * prices[config[GPU]] + prefill_gpus * prices[config[PREFILL_GPU]]
     surcharge = (
         1.0
         + problem.kv_penalty_fraction[config[KV]]
         + problem.weight_penalty_fraction[config[WEIGHT]]
     )
-    return jnp.asarray(replicas, dtype=float) * t["pp"][config[PP]] * price * surcharge
+    return jnp.asarray(replicas, dtype=float) * price * surcharge
 
 
 def min_replicas(problem: Problem, configs: Array, metrics_fn: MetricsFn = slo_metrics) -> Array:

@@ -6,11 +6,12 @@ and the exhaustive referee compile once.
 
 Pool split (disaggregation): index 0 of ``pool_split`` is the colocated engine; index i >= 1 is a
 prefill:decode split with ``pool_ratios[i - 1] = (p, d)`` engine instances per replica unit, the
-prefill pool on GPU ``prefill_gpu`` at TP ``prefill_tp`` and the decode pool on GPU ``gpu`` at TP
-``tp`` (both pools share PP and dtypes): a prefill engine is compute-bound and a decode engine
-bandwidth- and KV-bound, so each pool takes the TP that serves it cheapest (aiconfigurator's
-disaggregated search sizes each pool's parallelism apart).  A colocated configuration carries
-``prefill_gpu = 0`` and ``prefill_tp = tp`` (its canonical form).
+prefill pool on GPU ``prefill_gpu`` at TP ``prefill_tp`` and PP ``prefill_pp``, the decode pool on
+GPU ``gpu`` at TP ``tp`` and PP ``pp`` (both pools share the dtypes and batch limits): a prefill
+engine is compute-bound and a decode engine bandwidth- and KV-bound, so each pool takes the
+parallelism that serves it cheapest (aiconfigurator's disaggregated search sizes each pool's
+apart).  A colocated configuration carries ``prefill_gpu = 0``, ``prefill_tp = tp`` and
+``prefill_pp = pp`` (its canonical form).
 
 MoE layout (``moe_layout``): how a MoE model's TP ranks split its layers (``MOE_LAYOUTS``): "tp"
 splits every expert over all ranks; "ep" gives each rank whole experts (expert parallelism over
@@ -42,12 +43,26 @@ KNOBS: tuple[str, ...] = (
     "prefill_gpu",
     "moe_layout",
     "prefill_tp",
+    "prefill_pp",
 )
 """Index columns of a configuration array, in order; the replica count is kept beside them."""
 
-GPU, TP, PP, KV, WEIGHT, MNBT, SEQS, CHUNK, SPEC, POOL, PREFILL_GPU, MOE, PREFILL_TP = range(
-    len(KNOBS)
-)
+(
+    GPU,
+    TP,
+    PP,
+    KV,
+    WEIGHT,
+    MNBT,
+    SEQS,
+    CHUNK,
+    SPEC,
+    POOL,
+    PREFILL_GPU,
+    MOE,
+    PREFILL_TP,
+    PREFILL_PP,
+) = range(len(KNOBS))
 
 MOE_LAYOUTS: dict[str, tuple[float, float]] = {
     "tp": (0.0, 0.0),
@@ -114,6 +129,7 @@ class Grid(NamedTuple):
             self.num_gpus,
             len(self.moe_layouts),
             len(self.tp),
+            len(self.pp),
         )
 
     @property
@@ -142,8 +158,8 @@ class Grid(NamedTuple):
     def canonical(self, configs: np.ndarray, model: ModelSpec) -> np.ndarray:
         """Nearest legal form of index rows: an illegal TP (either pool's) moves to the nearest
         legal one, a chunk above the budget to the largest legal chunk, a colocated row gets
-        ``prefill_gpu = 0`` and ``prefill_tp = tp``, and a dense model or TP 1 takes the "tp"
-        layout (the others equal it there)."""
+        ``prefill_gpu = 0``, ``prefill_tp = tp`` and ``prefill_pp = pp``, and a dense model or
+        TP 1 takes the "tp" layout (the others equal it there)."""
         out = np.array(configs, dtype=np.int32, copy=True)
         legal = np.flatnonzero(self.legal_tp(model))
         for col in (TP, PREFILL_TP):
@@ -157,6 +173,7 @@ class Grid(NamedTuple):
         out[..., CHUNK] = np.where(over, largest[out[..., MNBT]], out[..., CHUNK])
         out[..., PREFILL_GPU] = np.where(out[..., POOL] == 0, 0, out[..., PREFILL_GPU])
         out[..., PREFILL_TP] = np.where(out[..., POOL] == 0, out[..., TP], out[..., PREFILL_TP])
+        out[..., PREFILL_PP] = np.where(out[..., POOL] == 0, out[..., PP], out[..., PREFILL_PP])
         if "tp" in self.moe_layouts:
             plain = self.moe_layouts.index("tp")
             single = np.asarray(self.tp)[out[..., TP]] == 1
@@ -174,7 +191,10 @@ class Grid(NamedTuple):
                 if legal[c[TP]]
                 and legal[c[PREFILL_TP]]
                 and chunk_ok[c[MNBT], c[CHUNK]]
-                and (c[POOL] > 0 or (c[PREFILL_GPU] == 0 and c[PREFILL_TP] == c[TP]))
+                and (
+                    c[POOL] > 0
+                    or (c[PREFILL_GPU] == 0 and c[PREFILL_TP] == c[TP] and c[PREFILL_PP] == c[PP])
+                )
             ],
             dtype=np.int32,
         ).reshape(-1, len(KNOBS))
@@ -230,16 +250,18 @@ def chunk_from_weights(
 
 
 def prefill_pool_weights(weights: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
-    """The (relaxed) knob weights of a split's prefill pool: its own TP choice (``prefill_tp``)
-    in the TP column, every other knob shared with the decode pool."""
-    return tuple(weights[PREFILL_TP] if k == TP else w for k, w in enumerate(weights))
+    """The (relaxed) knob weights of a split's prefill pool: its own TP and PP choices
+    (``prefill_tp``, ``prefill_pp``) in the TP and PP columns, every other knob shared with the
+    decode pool."""
+    own = {TP: weights[PREFILL_TP], PP: weights[PREFILL_PP]}
+    return tuple(own.get(k, w) for k, w in enumerate(weights))
 
 
 def prefill_pool_config(config):
-    """A configuration row (or rows) as its prefill pool runs: ``prefill_tp`` in the TP column
-    (a colocated row is unchanged: its canonical ``prefill_tp`` is its TP)."""
+    """A configuration row (or rows) as its prefill pool runs: ``prefill_tp`` and ``prefill_pp``
+    in the TP and PP columns (a colocated row is unchanged: its canonical ones are its own)."""
     c = jnp.asarray(config)
-    return c.at[..., TP].set(c[..., PREFILL_TP])
+    return c.at[..., TP].set(c[..., PREFILL_TP]).at[..., PP].set(c[..., PREFILL_PP])
 
 
 def on_gpu_type(configs: np.ndarray, gpu: int) -> np.ndarray:

@@ -63,13 +63,15 @@ def config_index(problem: Problem, gpus: tuple[str, ...], d: dict) -> np.ndarray
     idx["chunk_size"] = sizes.index(chunk) if chunk in sizes else sizes.index(0)
     idx["spec_k"] = list(g.spec_k).index((d.get("speculative") or {}).get("k", 0))
     pools = d.get("disaggregation")
-    idx["pool_split"], idx["prefill_gpu"], idx["prefill_tp"] = 0, 0, idx["tp"]
+    idx["pool_split"], idx["prefill_gpu"] = 0, 0
+    idx["prefill_tp"], idx["prefill_pp"] = idx["tp"], idx["pp"]
     if pools:
         p, q = pools["prefill"]["replicas"], pools["decode"]["replicas"]
         ratios = [r for r in g.pool_ratios if p * r[1] == q * r[0]]
         idx["pool_split"] = 1 + list(g.pool_ratios).index(ratios[0])
         idx["prefill_gpu"] = list(gpus).index(pools["prefill"]["gpu"])
         idx["prefill_tp"] = list(g.tp).index(pools["prefill"]["tp"])
+        idx["prefill_pp"] = list(g.pp).index(pools["prefill"]["pp"])
     return np.asarray([idx[k] for k in KNOBS], dtype=np.int32)
 
 

@@ -36,6 +36,7 @@ from ._grid import (
     POOL,
     PP,
     PREFILL_GPU,
+    PREFILL_PP,
     PREFILL_TP,
     TP,
     deployment_from_weights,
@@ -128,9 +129,11 @@ def _per_million(problem: Problem, cost: float) -> float:
 
 
 def _group(config: np.ndarray) -> tuple[int, ...]:
-    """(GPU, TP, PP, pool split, prefill GPU, MoE layout, prefill TP): the runner-ups name one
-    configuration of each."""
-    return tuple(int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU, MOE, PREFILL_TP))
+    """(GPU, TP, PP, pool split, prefill GPU, MoE layout, prefill TP and PP): the runner-ups
+    name one configuration of each."""
+    return tuple(
+        int(config[k]) for k in (GPU, TP, PP, POOL, PREFILL_GPU, MOE, PREFILL_TP, PREFILL_PP)
+    )
 
 
 def _candidates(found, count: int) -> np.ndarray:

@@ -39,6 +39,7 @@ from ._grid import (
     POOL,
     PP,
     PREFILL_GPU,
+    PREFILL_PP,
     PREFILL_TP,
     TP,
     WEIGHT,
@@ -137,11 +138,12 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     p_smooth, far = _smooth_feasibility(small, col, memory_slack(small, weights), w)
     if split is not None:
         p_units, d_units = pool_units(small, weights)
-        # each pool's engines at its own TP: p prefill_tp + d tp GPUs per unit and stage
+        # each pool's engines at its own TP and PP: p prefill_tp prefill_pp + d tp pp GPUs
         prefill_tp = jnp.exp2(weights[PREFILL_TP] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
-        cost_split = (group / tp) * (
-            p_units * prefill_tp * (weights[PREFILL_GPU] @ prices)
-            + d_units * tp * (weights[GPU] @ prices)
+        prefill_pp = jnp.exp2(weights[PREFILL_PP] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
+        cost_split = (group / (tp * pp)) * (
+            p_units * prefill_tp * prefill_pp * (weights[PREFILL_GPU] @ prices)
+            + d_units * tp * pp * (weights[GPU] @ prices)
         )
         mem = jnp.minimum(
             memory_slack(small, weights),
@@ -215,7 +217,7 @@ def _live_knobs(problem: Problem) -> tuple[int, ...]:
     """Knob columns a move can change: more than one choice, and the prefill-pool GPU only when
     pool splits are offered (static per grid, so the neighbour batches keep one shape)."""
     sizes = problem.grid.sizes()
-    pool_only = (PREFILL_GPU, PREFILL_TP)
+    pool_only = (PREFILL_GPU, PREFILL_TP, PREFILL_PP)
     return tuple(
         k
         for k, n in enumerate(sizes)

@@ -86,17 +86,17 @@ def test_fleet_and_forecast_offer_pool_splits_when_asked(command, problem_of, ca
         assert len(err.splitlines()) == 1 and flag in err
 
 
-def test_each_pool_of_a_split_runs_and_pays_for_its_own_tp():
-    """A 2:1 split with prefill engines at TP 2 on l40s and decode engines at TP 4 on h100-sxm:
-    per replica unit 2 x 2 + 1 x 4 = 8 GPUs; $/hour = replicas x PP x (4 l40s + 4 h100-sxm
-    prices); each pool's launch command carries its own TP; a colocated row's canonical prefill
-    TP is its own TP."""
+def test_each_pool_of_a_split_runs_and_pays_for_its_own_tp_and_pp():
+    """A 2:1 split with prefill engines at TP 2 x PP 2 on l40s and decode engines at TP 4 x PP 1
+    on h100-sxm: per replica unit 2 x 4 + 1 x 4 = 12 GPUs; $/hour = replicas x (8 l40s + 4
+    h100-sxm prices) x the dtype surcharge; each pool's launch command carries its own TP and
+    PP; a colocated row's canonical prefill TP and PP are its own."""
     import jax.numpy as jnp
 
     from optimize import cost_per_hour, describe_config
     from optimize._engine_args import engine_args
     from optimize._evaluate import gpus_per_replica
-    from optimize._grid import PP, PREFILL_TP, TP
+    from optimize._grid import PP, PREFILL_PP, PREFILL_TP, TP
 
     gpus = ("h100-sxm", "l40s")
     problem = make_problem(
@@ -107,25 +107,26 @@ def test_each_pool_of_a_split_runs_and_pays_for_its_own_tp():
         num_draws=2,
     )
     c = _config(0, 1, 1)
-    c[TP], c[PREFILL_TP], c[PP] = 2, 1, 0  # decode TP 4, prefill TP 2, PP 1
+    c[TP], c[PP], c[PREFILL_TP], c[PREFILL_PP] = 2, 0, 1, 1  # decode TP 4 PP 1, prefill TP 2 PP 2
     prices = np.asarray(problem.hardware.price_per_gpu_hour)
     surcharge = 1.0 + float(problem.kv_penalty_fraction[0] + problem.weight_penalty_fraction[0])
-    assert float(gpus_per_replica(problem, jnp.asarray(c))) == 8.0
+    assert float(gpus_per_replica(problem, jnp.asarray(c))) == 12.0
     np.testing.assert_allclose(
         float(cost_per_hour(problem, jnp.asarray(c), 3.0)),
-        3.0 * (2 * 2 * prices[1] + 1 * 4 * prices[0]) * surcharge,
+        3.0 * (2 * 2 * 2 * prices[1] + 1 * 4 * 1 * prices[0]) * surcharge,
         rtol=1e-12,
     )
     d = describe_config(problem, gpus, c, 3)
     pools = d["disaggregation"]
-    assert (pools["prefill"]["tp"], pools["decode"]["tp"]) == (2, 4)
+    assert (pools["prefill"]["tp"], pools["prefill"]["pp"]) == (2, 2)
+    assert (pools["decode"]["tp"], pools["decode"]["pp"]) == (4, 1)
     assert (pools["prefill"]["num_gpus"], pools["decode"]["num_gpus"], d["num_gpus"]) == (
-        12,
-        12,
         24,
+        12,
+        36,
     )
     args = engine_args("meta-llama/Llama-3.1-8B", d)
-    assert "--tensor-parallel-size 2" in args["vllm_prefill"]
-    assert "--tensor-parallel-size 4" in args["vllm_decode"]
+    assert "--tensor-parallel-size 2 --pipeline-parallel-size 2" in args["vllm_prefill"]
+    assert "--tensor-parallel-size 4 --pipeline-parallel-size 1" in args["vllm_decode"]
     colocated = problem.grid.canonical(_config(0)[None], problem.model)[0]
-    assert colocated[PREFILL_TP] == colocated[TP]
+    assert (colocated[PREFILL_TP], colocated[PREFILL_PP]) == (colocated[TP], colocated[PP])

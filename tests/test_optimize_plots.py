@@ -175,7 +175,7 @@ def test_plot_helpers_agree_with_the_model():
     problem = small_problem(max_replicas=8, num_draws=16, gpus=gpus)
     grid = problem.grid
     config = np.zeros(len(KNOBS), dtype=np.int32)
-    config[KNOBS.index("tp")] = config[KNOBS.index("prefill_tp")] = 1  # colocated: one TP
+    config[KNOBS.index("tp")] = config[KNOBS.index("prefill_tp")] = 1  # colocated: one TP, PP
     assert np.array_equal(
         config_index(problem, gpus, describe_config(problem, gpus, config, 3)), config
     )
@@ -184,7 +184,9 @@ def test_plot_helpers_agree_with_the_model():
     split = make_problem(
         load_model("meta-llama/Llama-3.1-8B"), two, WORKLOAD, grid=split_grid, num_draws=4
     )
-    c = np.asarray([0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 1], dtype=np.int32)  # 2:1, prefill on l40s
+    c = np.asarray(
+        [0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 1, 0], dtype=np.int32
+    )  # 2:1, prefill on l40s
     d = describe_config(split, two, c, 3)
     assert d["disaggregation"]["prefill"] == {
         "gpu": "l40s",

@@ -187,8 +187,8 @@ def _summary(out: dict) -> str:
     if d:
         p, q = d["prefill"], d["decode"]
         text = (
-            f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}) + decode pool "
-            f"{q['replicas']} x {q['gpu']} (TP {q['tp']}), PP {out['pp']} = {out['num_gpus']} GPUs"
+            f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}, PP {p['pp']}) + decode "
+            f"pool {q['replicas']} x {q['gpu']} (TP {q['tp']}, PP {q['pp']}) = {out['num_gpus']} GPUs"
         )
     return f"{text}, weights {out['weight_dtype']}, KV {out['kv_dtype']}"
 

@@ -126,8 +126,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
         rows[0] = (
             "configuration",
             (
-                f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}) + decode pool "
-                f"{q['replicas']} x {q['gpu']} (TP {q['tp']}), PP {out['pp']} = "
+                f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}, PP {p['pp']}) + "
+                f"decode pool {q['replicas']} x {q['gpu']} (TP {q['tp']}, PP {q['pp']}) = "
                 f"{out['num_gpus']} GPUs"
             ),
         )
@@ -145,7 +145,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
                     f"{a['replicas']} x {a['gpu']} TP{a['tp']} PP{a['pp']}{layout_text(a)}"
                     + (
                         f" (split, prefill on {a['disaggregation']['prefill']['gpu']}"
-                        f" TP{a['disaggregation']['prefill']['tp']})"
+                        f" TP{a['disaggregation']['prefill']['tp']}"
+                        f" PP{a['disaggregation']['prefill']['pp']})"
                         if a.get("disaggregation")
                         else ""
                     ),
@@ -176,7 +177,7 @@ def render(out: dict, args: argparse.Namespace) -> str:
 
 def describe_short(problem, gpus, config) -> str:
     """One line: TP/PP (and the prefill:decode engines of one replica unit of a pool split, with
-    the prefill pool's TP where it differs),
+    the prefill pool's TP and PP where they differ),
     dtypes, token budget (and a prefill chunk below it) and speculation of a configuration."""
     from optimize import describe_config
 
@@ -186,7 +187,11 @@ def describe_short(problem, gpus, config) -> str:
     pools = d.get("disaggregation")
     split = (
         f", {pools['prefill']['replicas']}:{pools['decode']['replicas']} prefill:decode engines"
-        + (f" (prefill TP {pools['prefill']['tp']})" if pools["prefill"]["tp"] != d["tp"] else "")
+        + (
+            f" (prefill TP {pools['prefill']['tp']} PP {pools['prefill']['pp']})"
+            if (pools["prefill"]["tp"], pools["prefill"]["pp"]) != (d["tp"], d["pp"])
+            else ""
+        )
         if pools
         else ""
     )
