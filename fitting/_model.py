@@ -175,6 +175,16 @@ def to_natural(name: str, u: jnp.ndarray) -> jnp.ndarray:
     return jnp.exp(u) if PRIORS[name].link == "log" else 1.0 / (1.0 + jnp.exp(-u))
 
 
+def to_unconstrained(name: str, theta) -> np.ndarray:
+    """Natural units -> unconstrained scale through the parameter's link (inverse of
+    ``to_natural``; a fraction is clipped into (0, 1) first)."""
+    theta = np.asarray(theta, dtype=float)
+    if PRIORS[name].link == "log":
+        return np.log(theta)
+    t = np.clip(theta, 1e-9, 1 - 1e-9)
+    return np.log(t / (1.0 - t))
+
+
 def prior_center_unconstrained(name: str) -> float:
     """The prior median on the unconstrained scale."""
     p = PRIORS[name]

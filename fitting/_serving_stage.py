@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ._model import PARAM_NAMES, PRIORS, prior_center_unconstrained
+from ._model import PARAM_NAMES, PRIORS, prior_center_unconstrained, to_unconstrained
 from ._names import E2E_SCENARIOS
 from ._posterior import ANY_ENGINE, ENGINE_PREFIX, Posterior, draw_indices, parameter_draws
 from ._predict import predict_log, prepare
@@ -79,20 +79,16 @@ def _centred(resid: np.ndarray, sel: np.ndarray, cell_idx: np.ndarray) -> np.nda
     """Residuals of the rows ``sel`` about their own cell's median (the cell offset's centre)."""
     if not sel.any():
         return np.zeros(0)
-    return np.concatenate(
-        [
-            resid[sel & (cell_idx == c)] - np.median(resid[sel & (cell_idx == c)])
-            for c in np.unique(cell_idx[sel])
-        ]
-    )
+    cells = (resid[sel & (cell_idx == c)] for c in np.unique(cell_idx[sel]))
+    return np.concatenate([r - np.median(r) for r in cells])
 
 
 def profile_loglik(resid: np.ndarray, ok: np.ndarray, prep, overhead_s: float) -> float:
     """l = - sum_k n_k log s_k + log p(g) over the noise groups k with ``MIN_ROWS`` or more rows,
     s_k the robust sd of the group's residuals about their cells' centres, p the fit's prior of
     ``step_overhead_s`` (lognormal; see the module doc)."""
-    prior = PRIORS["step_overhead_s"]
-    z = (np.log(overhead_s) - prior_center_unconstrained("step_overhead_s")) / prior.scale
+    u = to_unconstrained("step_overhead_s", overhead_s)
+    z = (u - prior_center_unconstrained("step_overhead_s")) / PRIORS["step_overhead_s"].scale
     total = -0.5 * float(z) ** 2
     for j in np.unique(prep.noise_idx[ok]):
         centred = _centred(resid, ok & (prep.noise_idx == j), prep.cell_idx)
@@ -246,7 +242,9 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     out = {v: np.asarray(post[v].values) for v in post.data_vars}
     # the profiled host overhead, one value for every GPU (a GPU never fitted draws it too)
     out["step_overhead_s"] = np.full_like(out["step_overhead_s"], overhead_s)
-    out["mu_step_overhead_s"] = np.full_like(out["mu_step_overhead_s"], np.log(overhead_s))
+    out["mu_step_overhead_s"] = np.full_like(
+        out["mu_step_overhead_s"], to_unconstrained("step_overhead_s", overhead_s)
+    )
     out["tau_step_overhead_s"] = np.zeros_like(out["tau_step_overhead_s"])
     off = np.asarray(post["cell_offset"].values).reshape(n_draw, -1)
     out["cell_offset"] = shaped(np.concatenate([off] + [o[:, None] for o in new_off], axis=1))

@@ -64,6 +64,7 @@ from ._model import (
     kernel_cells,
     prior_center_unconstrained,
     to_natural,
+    to_unconstrained,
 )
 from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
@@ -109,15 +110,6 @@ took 127-255 leapfrog steps per draw, each a closed-loop solve and its gradient 
 bounds the cost without cutting the trajectories they need."""
 
 
-def _link(name: str, theta: np.ndarray) -> np.ndarray:
-    """Natural units -> unconstrained scale (inverse of ``_model.to_natural``)."""
-    theta = np.asarray(theta, dtype=float)
-    if PRIORS[name].link == "log":
-        return np.log(theta)
-    t = np.clip(theta, 1e-9, 1 - 1e-9)
-    return np.log(t / (1.0 - t))
-
-
 def gpu_prior(
     posterior: Posterior, gpu: str, *, from_population: bool
 ) -> dict[str, tuple[float, float]]:
@@ -135,7 +127,7 @@ def gpu_prior(
             mu, tau = posterior.flat(f"mu_{name}"), posterior.flat(f"tau_{name}")
             m, s = float(mu.mean()), float(np.sqrt(np.mean(tau**2) + mu.var()))
         else:
-            u = _link(name, posterior.flat(name)[:, posterior.gpus.index(gpu)])
+            u = to_unconstrained(name, posterior.flat(name)[:, posterior.gpus.index(gpu)])
             m, s = float(u.mean()), float(u.std())
         out[name] = (m, max(s, MIN_SCALE))
     return out

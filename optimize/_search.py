@@ -120,16 +120,19 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     weights = tuple(jax.nn.softmax(l + m) for l, m in zip(x.logits, _masks(problem)))
     replicas = jnp.exp(x.log_replicas)
     g = problem.grid
-    tp = jnp.exp2(weights[TP] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
-    pp = jnp.exp2(weights[PP] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
+
+    def gpus_per_engine(tp_weights, pp_weights):  # TP x PP, each mixed in log2
+        tp = jnp.exp2(tp_weights @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
+        return tp * jnp.exp2(pp_weights @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
+
     prices = problem.hardware.price_per_gpu_hour
     surcharge = (
         1.0
         + weights[KV] @ problem.kv_penalty_fraction
         + weights[WEIGHT] @ problem.weight_penalty_fraction
     )
-    group = replicas * tp * pp * surcharge
-    cost = group * (weights[GPU] @ prices)
+    engine_gpus = gpus_per_engine(weights[TP], weights[PP])
+    cost = replicas * surcharge * engine_gpus * (weights[GPU] @ prices)
 
     sub = jax.tree_util.tree_map(lambda e: e[:, : options.relaxed_draws], problem.efficiency)
     small = eqx.tree_at(lambda p: p.efficiency, problem, sub)
@@ -138,12 +141,15 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     p_smooth, far = _smooth_feasibility(small, col, memory_slack(small, weights), w)
     if split is not None:
         p_units, d_units = pool_units(small, weights)
-        # each pool's engines at its own TP and PP: p prefill_tp prefill_pp + d tp pp GPUs
-        prefill_tp = jnp.exp2(weights[PREFILL_TP] @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
-        prefill_pp = jnp.exp2(weights[PREFILL_PP] @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
-        cost_split = (group / (tp * pp)) * (
-            p_units * prefill_tp * prefill_pp * (weights[PREFILL_GPU] @ prices)
-            + d_units * tp * pp * (weights[GPU] @ prices)
+        # each pool's engines at its own TP and PP
+        prefill_gpus = gpus_per_engine(weights[PREFILL_TP], weights[PREFILL_PP])
+        cost_split = (
+            replicas
+            * surcharge
+            * (
+                p_units * prefill_gpus * (weights[PREFILL_GPU] @ prices)
+                + d_units * engine_gpus * (weights[GPU] @ prices)
+            )
         )
         mem = jnp.minimum(
             memory_slack(small, weights),

@@ -78,19 +78,24 @@ def kind_of(problem: Problem, config) -> str:
     return "speculative" if spec else "colocated"
 
 
-def verdict_engine(problem: Problem, config, replicas):
-    """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``; its
-    context admits every request of the workload (``served_max_model_len``) and is at least the
-    problem's ``max_model_len_tokens``; it runs the problem's engine's scheduler
-    (``prefill_first``)."""
-    tables = grid_tables(problem.grid)
+def verdict_deployment(problem: Problem, config, replicas):
+    """The ``Deployment`` of ``config``'s engines: its context admits every request of the
+    workload (``served_max_model_len``) and is at least the problem's ``max_model_len_tokens``;
+    it runs the problem's engine's scheduler (``prefill_first``)."""
     w = one_hot_weights(config, problem.grid)
-    dep = deployment_from_weights(w, tables, replicas)
+    dep = deployment_from_weights(w, grid_tables(problem.grid), replicas)
     context = jnp.maximum(served_max_model_len(problem.workload), problem.max_model_len_tokens)
-    dep = eqx.tree_at(
+    return eqx.tree_at(
         lambda d: (d.max_model_len, d.prefill_first), dep, (context, problem.prefill_first)
     )
-    chunk = chunk_from_weights(w, tables)
+
+
+def verdict_engine(problem: Problem, config, replicas):
+    """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``
+    (``verdict_deployment``)."""
+    w = one_hot_weights(config, problem.grid)
+    dep = verdict_deployment(problem, config, replicas)
+    chunk = chunk_from_weights(w, grid_tables(problem.grid))
     return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU]), chunk
 
 
@@ -197,7 +202,7 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
 
     def one(c, r):
         hw_d, dep, eff_d, _ = verdict_engine(problem, c, r)
-        _, dep_pre, _, _ = verdict_engine(problem, prefill_pool_config(c), r)  # its own TP
+        dep_pre = verdict_deployment(problem, prefill_pool_config(c), r)  # its own TP and PP
         w = one_hot_weights(c, problem.grid)
         hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
         eff_p = mix_gpu(problem.efficiency, w[PREFILL_GPU])

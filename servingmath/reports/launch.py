@@ -26,6 +26,7 @@ import shlex
 from optimize import ENGINES, flag_table
 
 from . import yaml_text
+from .render import pools_text
 
 SCRIPT_NAMES = {engine: f"{engine}.sh" for engine in ENGINES}
 """Launch script file per engine."""
@@ -183,13 +184,8 @@ def _dns_label(text: str) -> str:
 
 def _summary(out: dict) -> str:
     text = f"{out['replicas']} x {out['gpu']} (TP {out['tp']}, PP {out['pp']}) = {out['num_gpus']} GPUs"
-    d = out.get("disaggregation")
-    if d:
-        p, q = d["prefill"], d["decode"]
-        text = (
-            f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}, PP {p['pp']}) + decode "
-            f"pool {q['replicas']} x {q['gpu']} (TP {q['tp']}, PP {q['pp']}) = {out['num_gpus']} GPUs"
-        )
+    if out.get("disaggregation"):
+        text = pools_text(out)
     return f"{text}, weights {out['weight_dtype']}, KV {out['kv_dtype']}"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .render import human_seconds, layout_text, table
+from .render import human_seconds, layout_text, pools_text, table
 
 
 def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
@@ -122,15 +122,7 @@ def render(out: dict, args: argparse.Namespace) -> str:
         )
     if out.get("disaggregation"):
         d = out["disaggregation"]
-        p, q = d["prefill"], d["decode"]
-        rows[0] = (
-            "configuration",
-            (
-                f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}, PP {p['pp']}) + "
-                f"decode pool {q['replicas']} x {q['gpu']} (TP {q['tp']}, PP {q['pp']}) = "
-                f"{out['num_gpus']} GPUs"
-            ),
-        )
+        rows[0] = ("configuration", pools_text(out))
         rows.insert(1, ("KV hand-off", f"{human_seconds(d['kv_transfer_s'])} per mean prompt"))
     for k, v in out["shadow_prices"].items():
         if v:

@@ -48,6 +48,16 @@ def layout_text(d: dict) -> str:
     )
 
 
+def pools_text(out: dict) -> str:
+    """A pool split's engines: "prefill pool 4 x h100-sxm (TP 8, PP 1) + decode pool 2 x
+    h100-sxm (TP 2, PP 1) = 36 GPUs" (``optimize``'s JSON, ``disaggregation`` set)."""
+    p, q = out["disaggregation"]["prefill"], out["disaggregation"]["decode"]
+    return (
+        f"prefill pool {p['replicas']} x {p['gpu']} (TP {p['tp']}, PP {p['pp']}) + decode pool "
+        f"{q['replicas']} x {q['gpu']} (TP {q['tp']}, PP {q['pp']}) = {out['num_gpus']} GPUs"
+    )
+
+
 def table(rows: list[tuple[str, str]]) -> str:
     """Two left-aligned columns."""
     width = max((len(k) for k, _ in rows), default=0)
