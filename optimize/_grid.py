@@ -15,8 +15,12 @@ apart).  A colocated configuration carries ``prefill_gpu = 0``, ``prefill_tp = t
 
 MoE layout (``moe_layout``): how a MoE model's TP ranks split its layers (``MOE_LAYOUTS``): "tp"
 splits every expert over all ranks; "ep" gives each rank whole experts (expert parallelism over
-all TP ranks); "ep+dp" also runs attention data-parallel on every rank (each rank its own
-sequences, attention weights and KV).  A dense model, or TP 1, has only "tp" (canonical form).
+all TP ranks); "ep/2" splits the experts over EP = TP / 2 groups of two ranks, each expert
+tensor-parallel inside its group (SGLang's ``--ep-size`` below ``--tp-size``, TensorRT-LLM's
+``--ep_size`` with a MoE TP of 2: fewer experts per rank than "tp", half the all-to-all fan-out of
+"ep"); "ep+dp" also runs attention data-parallel on every rank (each rank its own sequences,
+attention weights and KV).  A layout whose degrees equal "tp"'s at a TP (every layout at TP 1,
+"ep/2" at TP 2), or a dense model, has only "tp" (canonical form).
 """
 
 from __future__ import annotations
@@ -64,13 +68,24 @@ KNOBS: tuple[str, ...] = (
     PREFILL_PP,
 ) = range(len(KNOBS))
 
-MOE_LAYOUTS: dict[str, tuple[float, float]] = {
-    "tp": (0.0, 0.0),
-    "ep": (1.0, 0.0),
-    "ep+dp": (1.0, 1.0),
+
+class MoeLayout(NamedTuple):
+    """How one MoE layout sets the expert-parallel and attention data-parallel degrees from TP:
+    EP = max(tp^expert_share / expert_divisor, 1) and DP_attention = tp^attention_share (a share
+    of 1 makes the degree TP, 0 makes it 1)."""
+
+    expert_share: float
+    attention_share: float
+    expert_divisor: int = 1
+
+
+MOE_LAYOUTS: dict[str, MoeLayout] = {
+    "tp": MoeLayout(0.0, 0.0),
+    "ep": MoeLayout(1.0, 0.0),
+    "ep/2": MoeLayout(1.0, 0.0, expert_divisor=2),
+    "ep+dp": MoeLayout(1.0, 1.0),
 }
-"""Layout name -> (expert-parallel share, attention data-parallel share): a share of 1 makes the
-degree equal TP (``perfmodel.Deployment.expert_parallel`` / ``attention_dp`` = tp), 0 makes it 1."""
+"""Layout name -> its ``MoeLayout`` (``perfmodel.Deployment.expert_parallel`` / ``attention_dp``)."""
 
 
 class Grid(NamedTuple):
@@ -176,9 +191,19 @@ class Grid(NamedTuple):
         out[..., PREFILL_PP] = np.where(out[..., POOL] == 0, out[..., PP], out[..., PREFILL_PP])
         if "tp" in self.moe_layouts:
             plain = self.moe_layouts.index("tp")
-            single = np.asarray(self.tp)[out[..., TP]] == 1
+            as_tp = ~self.distinct_layout()[out[..., TP], out[..., MOE]]
             illegal = ~self.legal_layout(model)[out[..., MOE]]
-            out[..., MOE] = np.where(single | illegal, plain, out[..., MOE])
+            out[..., MOE] = np.where(as_tp | illegal, plain, out[..., MOE])
+        return out
+
+    def distinct_layout(self) -> np.ndarray:
+        """Boolean (len(tp), len(moe_layouts)): the layout is itself at that TP, its degrees
+        whole divisors of TP and not both 1 (else it is "tp" there); "tp" always is."""
+        out = np.ones((len(self.tp), len(self.moe_layouts)), dtype=bool)
+        for i, tp in enumerate(self.tp):
+            for j, name in enumerate(self.moe_layouts):
+                ep, dp = layout_degrees(name, tp)
+                out[i, j] = name == "tp" or ((ep, dp) != (1, 1) and tp % ep == 0 and tp % dp == 0)
         return out
 
     def all_configs(self, model: ModelSpec) -> np.ndarray:
@@ -222,8 +247,11 @@ def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:
         "prefill_units": jnp.asarray([r[0] for r in ratios], dtype=float),
         "decode_units": jnp.asarray([r[1] for r in ratios], dtype=float),
         "scheduler_polls": jnp.asarray(float(grid.scheduler_polls)),
-        "expert_share": jnp.asarray([MOE_LAYOUTS[n][0] for n in grid.moe_layouts]),
-        "attention_share": jnp.asarray([MOE_LAYOUTS[n][1] for n in grid.moe_layouts]),
+        "expert_share": jnp.asarray([MOE_LAYOUTS[n].expert_share for n in grid.moe_layouts]),
+        "attention_share": jnp.asarray([MOE_LAYOUTS[n].attention_share for n in grid.moe_layouts]),
+        "expert_divisor": jnp.asarray(
+            [MOE_LAYOUTS[n].expert_divisor for n in grid.moe_layouts], dtype=float
+        ),
     }
 
 
@@ -275,9 +303,10 @@ def on_gpu_type(configs: np.ndarray, gpu: int) -> np.ndarray:
 
 def layout_degrees(layout: str, tp: int) -> tuple[int, int]:
     """(expert-parallel degree, attention data-parallel degree) of a ``MOE_LAYOUTS`` name at TP
-    ``tp``: a share of 1 makes the degree tp, 0 makes it 1 (``_share_of_tp`` at one-hot)."""
-    expert_share, attention_share = MOE_LAYOUTS[layout]
-    return (tp if expert_share else 1), (tp if attention_share else 1)
+    ``tp`` (``MoeLayout``; ``deployment_from_weights`` at one-hot weights)."""
+    spec = MOE_LAYOUTS[layout]
+    ep = max(tp // spec.expert_divisor, 1) if spec.expert_share else 1
+    return ep, (tp if spec.attention_share else 1)
 
 
 def _share_of_tp(tp: jnp.ndarray, share: jnp.ndarray) -> jnp.ndarray:
@@ -310,6 +339,10 @@ def deployment_from_weights(
         max_num_seqs=_log_mix(weights[SEQS], tables["mnseq"]),
         microbatches=pp,
         scheduler_polls=tables["scheduler_polls"],
-        expert_parallel=_share_of_tp(tp, layout @ tables["expert_share"]),
+        expert_parallel=jnp.maximum(
+            _share_of_tp(tp, layout @ tables["expert_share"])
+            / _log_mix(layout, tables["expert_divisor"]),
+            1.0,
+        ),
         attention_dp=_share_of_tp(tp, layout @ tables["attention_share"]),
     )

@@ -40,10 +40,12 @@ def _layouts(rows):
     return {(GRID.tp[r[TP]], GRID.moe_layouts[r[MOE]]) for r in rows}
 
 
-def test_a_moe_model_takes_every_layout_above_tp_1():
+def test_a_moe_model_takes_every_layout_where_it_differs_from_tp():
     rows = GRID.all_configs(MOE_MODEL)
-    assert _layouts(rows) == {(1, "tp")} | {(t, n) for t in (2, 4) for n in MOE_LAYOUTS}
-    assert len(rows) == 1 + 2 * 3
+    # at TP 2, ep/2 is EP 1 with attention split by TP: the tp layout itself
+    expected = {(1, "tp"), (2, "tp"), (2, "ep"), (2, "ep+dp")}
+    assert _layouts(rows) == expected | {(4, n) for n in ("tp", "ep", "ep/2", "ep+dp")}
+    assert len(rows) == 1 + 3 + 4
 
 
 def test_a_dense_model_and_tp_1_are_tp_only():
@@ -54,9 +56,15 @@ def test_a_dense_model_and_tp_1_are_tp_only():
     row[TP] = GRID.tp.index(4)
     assert GRID.canonical(row[None], DENSE)[0, MOE] == GRID.moe_layouts.index("tp")
     assert GRID.canonical(row[None], MOE_MODEL)[0, MOE] == GRID.moe_layouts.index("ep+dp")
+    row[TP], row[MOE] = GRID.tp.index(2), GRID.moe_layouts.index("ep/2")
+    assert GRID.canonical(row[None], MOE_MODEL)[0, MOE] == GRID.moe_layouts.index("tp")
+    row[TP] = GRID.tp.index(4)
+    assert GRID.canonical(row[None], MOE_MODEL)[0, MOE] == GRID.moe_layouts.index("ep/2")
 
 
-@pytest.mark.parametrize(("layout", "ep", "dp"), [("tp", 1, 1), ("ep", 4, 1), ("ep+dp", 4, 4)])
+@pytest.mark.parametrize(
+    ("layout", "ep", "dp"), [("tp", 1, 1), ("ep", 4, 1), ("ep/2", 2, 1), ("ep+dp", 4, 4)]
+)
 def test_each_layout_is_exactly_its_deployment(layout, ep, dp):
     row = np.zeros(len(KNOBS), dtype=np.int32)
     row[TP], row[MOE] = GRID.tp.index(4), GRID.moe_layouts.index(layout)
@@ -68,10 +76,13 @@ def test_each_layout_is_exactly_its_deployment(layout, ep, dp):
 def test_relaxed_layout_weights_mix_the_degrees_in_log():
     weights = list(one_hot_weights(jnp.zeros(len(KNOBS), dtype=jnp.int32), GRID))
     weights[TP] = jnp.asarray([0.0, 0.0, 1.0])
-    weights[MOE] = jnp.asarray([0.5, 0.5, 0.0])  # half tp, half ep: EP share 1/2 of TP 4
+    weights[MOE] = jnp.asarray([0.5, 0.5, 0.0, 0.0])  # half tp, half ep: EP share 1/2 of TP 4
     dep = deployment_from_weights(tuple(weights), grid_tables(GRID), 1.0)
     assert float(dep.expert_parallel) == pytest.approx(2.0)
     assert float(dep.attention_dp) == 1.0
+    weights[MOE] = jnp.asarray([0.0, 0.5, 0.5, 0.0])  # half ep (4), half ep/2 (2): 4 / 2^(1/2)
+    dep = deployment_from_weights(tuple(weights), grid_tables(GRID), 1.0)
+    assert float(dep.expert_parallel) == pytest.approx(4.0 / 2.0**0.5)
 
 
 def _problem(layouts, rate=40.0):
@@ -101,6 +112,19 @@ def test_the_recommendation_reports_and_launches_its_layout():
     out = engine_args(MOE_MODEL.name, described)
     assert "--enable-dp-attention" in out["sglang"] and "--ep-size 4" in out["sglang"]
     assert "--data-parallel-size 4" in out["vllm"] and "--tensor-parallel-size 1" in out["vllm"]
+
+
+def test_ep_over_two_launches_half_the_tp_ranks_as_expert_groups():
+    problem = _problem(tuple(MOE_LAYOUTS))
+    row = np.zeros(len(KNOBS), dtype=np.int32)
+    row[TP], row[MOE] = GRID.tp.index(4), GRID.moe_layouts.index("ep/2")
+    described = describe_config(problem, ("h100-sxm",), row, 1)
+    assert described["moe_layout"] == "ep/2"
+    assert described["ep"] == 2 and described["attention_dp"] == 1
+    out = engine_args(MOE_MODEL.name, described)
+    assert "--tp-size 4" in out["sglang"] and "--ep-size 2" in out["sglang"]
+    assert "--enable-dp-attention" not in out["sglang"]
+    assert "--tp_size 4" in out["trtllm"] and "--ep_size 2" in out["trtllm"]
 
 
 def test_cli_refuses_an_unknown_layout_and_a_layout_a_dense_model_cannot_take():

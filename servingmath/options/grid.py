@@ -63,8 +63,9 @@ def add_moe_layout_argument(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME,...",
         help="MoE models: layouts to consider among tp (experts split by TP), ep (whole experts "
-        "per rank, EP = TP) and ep+dp (also attention data-parallel on every rank); default all "
-        "three for a MoE model, tp for a dense one",
+        "per rank, EP = TP), ep/2 (EP = TP / 2, each expert split over 2 ranks) and ep+dp (also "
+        "attention data-parallel on every rank); default all four for a MoE model, tp for a "
+        "dense one",
     )
 
 
