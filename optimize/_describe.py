@@ -8,6 +8,7 @@ import numpy as np
 
 from perfmodel.features import expected_tokens_per_step, kv_transfer_s
 
+from ._evaluate import pool_gpus
 from ._grid import (
     KNOBS,
     PREFILL_GPU,
@@ -36,12 +37,14 @@ def describe_config(
     chunk = (
         g.chunk_sizes[idx["chunk_size"]] or g.max_num_batched_tokens[idx["max_num_batched_tokens"]]
     )
+    r = int(replicas)
+    prefill_gpus, decode_gpus = (int(n) for n in pool_gpus(problem, jnp.asarray(config)))
     out = {
         "gpu": gpus[idx["gpu"]],
         "tp": tp,
         "pp": pp,
-        "replicas": int(replicas),
-        "num_gpus": int(replicas) * tp * pp,
+        "replicas": r,
+        "num_gpus": r * (prefill_gpus + decode_gpus),
         "kv_dtype": g.kv_dtypes[idx["kv_dtype"]],
         "weight_dtype": g.weight_dtypes[idx["weight_dtype"]],
         "max_num_batched_tokens": g.max_num_batched_tokens[idx["max_num_batched_tokens"]],
@@ -67,22 +70,18 @@ def describe_config(
         }
     if idx["pool_split"] > 0:
         p, d = g.pool_ratios[idx["pool_split"] - 1]
-        r = int(replicas)
-        # each pool at its own TP and PP
-        prefill_tp, prefill_pp = g.tp[idx["prefill_tp"]], g.pp[idx["prefill_pp"]]
         out["replicas"] = r * (p + d)
-        out["num_gpus"] = r * (p * prefill_tp * prefill_pp + d * tp * pp)
         out["disaggregation"] = {
             "prefill": {
                 "gpu": gpus[idx["prefill_gpu"]],
-                "num_gpus": r * p * prefill_tp * prefill_pp,
-                "tp": prefill_tp,
-                "pp": prefill_pp,
+                "num_gpus": r * prefill_gpus,
+                "tp": g.tp[idx["prefill_tp"]],
+                "pp": g.pp[idx["prefill_pp"]],
                 "replicas": r * p,
             },
             "decode": {
                 "gpu": gpus[idx["gpu"]],
-                "num_gpus": r * d * tp * pp,
+                "num_gpus": r * decode_gpus,
                 "tp": tp,
                 "pp": pp,
                 "replicas": r * d,

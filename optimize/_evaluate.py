@@ -309,11 +309,11 @@ def slo_probability(
 def gpus_per_replica(problem: Problem, config: Array) -> Array:
     """GPUs of the engines of one replica unit: tp pp colocated; p prefill_tp prefill_pp +
     d tp pp for a p:d pool split."""
-    prefill_gpus, decode_gpus = _pool_gpus(problem, config)
+    prefill_gpus, decode_gpus = pool_gpus(problem, config)
     return prefill_gpus + decode_gpus
 
 
-def _pool_gpus(problem: Problem, config: Array) -> tuple[Array, Array]:
+def pool_gpus(problem: Problem, config: Array) -> tuple[Array, Array]:
     """(prefill, decode) GPUs of one replica unit: engines x TP x PP of each pool (0 prefill
     GPUs colocated)."""
     t = grid_tables(problem.grid)
@@ -327,7 +327,7 @@ def cost_per_hour(problem: Problem, config: Array, replicas: Array) -> Array:
     """$/hour: replicas * (tp pp price, or p prefill_tp prefill_pp prefill price + d tp pp
     decode price for a p:d split), times (1 + KV and weight dtype quality surcharges)."""
     prices = problem.hardware.price_per_gpu_hour
-    prefill_gpus, decode_gpus = _pool_gpus(problem, config)
+    prefill_gpus, decode_gpus = pool_gpus(problem, config)
     price = decode_gpus * prices[config[GPU]] + prefill_gpus * prices[config[PREFILL_GPU]]
     surcharge = (
         1.0

@@ -25,7 +25,6 @@ from ._batching import (
     DecodeCost,
     EngineConfig,
     IterationTokens,
-    decode_iteration_s,
     decode_iterations_s,
     prefill_budget_tokens,
     seat_capacity,
@@ -105,16 +104,9 @@ class Pricing(eqx.Module):
     temperature: float = eqx.field(static=True, default=0.0)
 
     def iteration_s(self, **tokens) -> Array:
-        """One iteration (``decode_iteration_s``) with ``tokens``' prefill and decode work."""
-        return decode_iteration_s(
-            self.model,
-            self.hardware,
-            self.deployment,
-            self.efficiency,
-            self.cost,
-            temperature=self.temperature,
-            **tokens,
-        )
+        """One iteration with ``tokens``' prefill and decode work (``iterations_s`` of one)."""
+        (seconds,) = self.iterations_s(IterationTokens(**tokens))
+        return seconds
 
     def iterations_s(self, *steps: IterationTokens) -> tuple[Array, ...]:
         """Several iterations' times from one forward pass (``decode_iterations_s``)."""
@@ -155,17 +147,17 @@ class Pricing(eqx.Module):
 
 class PrefillCosts(eqx.Module):
     """Per prompt node, seconds: its own prefill, the prefill server's time while backlogged,
-    and what it adds to the decode gaps; with the decode-only iteration tau_d."""
+    and what it adds to the decode gaps; with the decode-only iteration tau_d and the times of
+    the caller's ``also`` iterations priced in the same forward pass (``also_s``)."""
 
     tau_d: Array
     own: Array
     busy: Array
     delta: Array
+    also_s: tuple[Array, ...] = ()
 
 
-def prefill_costs(
-    x: Pricing, n_d, rho_p, *also: IterationTokens
-) -> tuple[PrefillCosts, tuple[Array, ...]]:
+def prefill_costs(x: Pricing, n_d, rho_p, *also: IterationTokens) -> PrefillCosts:
     """``PrefillCosts`` at decode batch ``n_d`` and prefill busy share ``rho_p``, with the times
     of the iterations ``also`` priced in the same forward pass.
 
@@ -198,7 +190,7 @@ def prefill_costs(
         own = jnp.where(fits, small, p / budget * chunk)
         delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
         busy = rho_p * (p / held * full) + (1.0 - rho_p) * own
-        return PrefillCosts(tau_d, own, busy, delta), tuple(extra)
+        return PrefillCosts(tau_d, own, busy, delta, tuple(extra))
     b = x.deployment.max_num_batched_tokens
     fill = jnp.clip(b - p_mean / 2.0, jnp.minimum(p_mean, b), b)
     tau_d, own, fill_s, *extra = x.iterations_s(
@@ -209,7 +201,7 @@ def prefill_costs(
     )
     packed = jnp.where(p <= fill, p / fill * fill_s, own)
     busy = rho_p * packed + (1.0 - rho_p) * own
-    return PrefillCosts(tau_d, own, busy, busy), tuple(extra)
+    return PrefillCosts(tau_d, own, busy, busy, tuple(extra))
 
 
 class CarryingGroup(eqx.Module):
@@ -294,14 +286,15 @@ def mean_gap(x: Pricing, n_d, rho_p, tpot) -> MeanGap:
     quadratic in the prompt, so k prompts sharing an iteration, priced at their mean length
     (``forward_step``'s per-prompt = tokens / seqs), count E[P] + Var(P) / (k E[P]) each."""
     if not x.config.chunked_prefill:
-        pc, _ = prefill_costs(x, n_d, rho_p)
+        pc = prefill_costs(x, n_d, rho_p)
         tau_d = pc.tau_d
         extra = jnp.minimum(x.rate * jnp.mean(pc.delta), BUSY_SHARE_CAP)
         gap = tau_d / (1.0 - extra)
         f_u = jnp.maximum(-jnp.expm1(-x.rate * tpot), 1e-9)
         return MeanGap(tau_d, pc.own, pc.busy, pc.delta, gap, f_u, tau_d + (gap - tau_d) / f_u)
     group = _carrying_group(x, n_d, tpot)
-    pc, (t_group,) = prefill_costs(x, n_d, rho_p, group.first_iteration(x, n_d))
+    pc = prefill_costs(x, n_d, rho_p, group.first_iteration(x, n_d))
+    (t_group,) = pc.also_s
     tau_d = pc.tau_d
     f, tokens = _carrying_share(x, group, t_group, tau_d)
     shared = jnp.maximum(tokens / x.prompt_mean, 1.0)
