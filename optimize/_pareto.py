@@ -35,7 +35,7 @@ from ._metrics import Workload
 from ._pareto_points import ParetoResult, ParetoSweep, frontier_points
 from ._problem import Problem, make_problem
 from ._program_cache import cached_jit
-from ._verify import _per_draw, verdict_engine
+from ._verify import _per_draw, verdict_deployment, verdict_hardware
 
 DEFAULT_CONCURRENCIES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 """Clients in flight swept by default (a doubling sweep, as InferenceMAX's 4..256)."""
@@ -88,7 +88,7 @@ def sweep(problem: Problem, configs: Array) -> ParetoSweep:
     wl = problem.workload
 
     def static(config):
-        hw, dep, _, _ = verdict_engine(problem, config, 1.0)
+        hw, dep = verdict_hardware(problem, config), verdict_deployment(problem, config, 1.0)
         seats = max_concurrent_requests(
             problem.model, hw, dep, wl.prompt_tokens_mean + wl.output_tokens_mean
         )

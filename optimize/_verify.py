@@ -90,13 +90,19 @@ def verdict_deployment(problem: Problem, config, replicas):
     )
 
 
+def verdict_hardware(problem: Problem, config):
+    """The ``HardwareSpec`` of ``config``'s (decode-pool) GPU type."""
+    return mix_gpu(problem.hardware, one_hot_weights(config, problem.grid)[GPU])
+
+
 def verdict_engine(problem: Problem, config, replicas):
     """(hardware, deployment, efficiency draws, prefill chunk) of one engine of ``config``
-    (``verdict_deployment``)."""
+    (``verdict_hardware``, ``verdict_deployment``)."""
     w = one_hot_weights(config, problem.grid)
     dep = verdict_deployment(problem, config, replicas)
     chunk = chunk_from_weights(w, grid_tables(problem.grid))
-    return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU]), chunk
+    hw = verdict_hardware(problem, config)
+    return hw, dep, mix_gpu(problem.efficiency, w[GPU]), chunk
 
 
 def _open_loop(problem: Problem) -> Problem:
