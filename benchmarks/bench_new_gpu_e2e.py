@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"end-to-end rows an update conditions on at most (default {MAX_SERVING_ROWS})",
     )
     ap.add_argument("--quick", action="store_true", help="h100-sxm, k in {0, 3}, 1 seed, tiny")
+    ap.add_argument(
+        "--save", metavar="CSV", help="also write every scored row (GPU, k, seed, APE) to CSV"
+    )
     args = ap.parse_args(argv)
     per_cell, e2e_files = SERVING_ROWS_PER_CELL, E2E_FILES
     if args.quick:  # a smoke run: every step once, on the fewest rows and draws that run it
@@ -147,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             order = np.random.default_rng(seed).permutation(runs)
             held = rows[labels.isin(order[max(usable, default=0) :])]
             held = held.sample(min(len(held), args.max_rows), random_state=seed)
-            per_gpu.append(_scores(prior, held, args.score_draws, seed).assign(gpu=gpu, k=0))
+            k0 = _scores(prior, held, args.score_draws, seed).assign(gpu=gpu, k=0, seed=seed)
+            per_gpu.append(k0)
             for k in usable:
                 t0 = time.perf_counter()
                 updated, _ = update_posterior(
@@ -162,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                     max_serving_rows=args.max_serving_rows,
                 )
                 dt = time.perf_counter() - t0
-                part = _scores(updated, held, args.score_draws, seed).assign(gpu=gpu, k=k, s=dt)
+                part = _scores(updated, held, args.score_draws, seed)
+                part = part.assign(gpu=gpu, k=k, seed=seed, s=dt)
                 per_gpu.append(part)
                 # each update compiles its own NUTS and predictive programs (their shapes); kept,
                 # their code pages exhaust the kernel's memory-map limit (vm.max_map_count) within
@@ -181,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(_line(f"{gpu} ({len(runs)} runs)", int(k), part, secs), flush=True)
         scored.append(per_gpu)
     scored = pd.concat(scored)
+    if args.save:
+        scored.to_csv(args.save, index=False)
     for k, part in scored.groupby("k"):
         print(_line("**pooled**", int(k), part), flush=True)
     at = scored[scored["k"] == TARGET_K]

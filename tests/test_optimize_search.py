@@ -33,7 +33,7 @@ GRID = Grid(
     max_num_batched_tokens=(1024, 4096),
     max_num_seqs=(128, 256),
     max_replicas=16,
-    moe_layouts=("tp", "ep", "ep+dp"),  # Mixtral chooses among them; the dense models take tp
+    moe_layouts=("tp", "ep", "ep/2", "ep+dp"),  # Mixtral chooses among them; dense models take tp
 )
 OPTIONS = SearchOptions(num_starts=16, num_steps=80, relaxed_draws=16)
 
