@@ -102,11 +102,14 @@ def _problem(layouts, rate=40.0):
     )
 
 
-def test_the_recommendation_reports_and_launches_its_layout():
-    problem = _problem(tuple(MOE_LAYOUTS))
+def _described_at_tp_4(layout: str, replicas: int) -> dict:
     row = np.zeros(len(KNOBS), dtype=np.int32)
-    row[TP], row[MOE] = GRID.tp.index(4), GRID.moe_layouts.index("ep+dp")
-    described = describe_config(problem, ("h100-sxm",), row, 2)
+    row[TP], row[MOE] = GRID.tp.index(4), GRID.moe_layouts.index(layout)
+    return describe_config(_problem(tuple(MOE_LAYOUTS)), ("h100-sxm",), row, replicas)
+
+
+def test_the_recommendation_reports_and_launches_its_layout():
+    described = _described_at_tp_4("ep+dp", 2)
     assert described["moe_layout"] == "ep+dp"
     assert described["ep"] == 4 and described["attention_dp"] == 4
     out = engine_args(MOE_MODEL.name, described)
@@ -115,10 +118,7 @@ def test_the_recommendation_reports_and_launches_its_layout():
 
 
 def test_ep_over_two_launches_half_the_tp_ranks_as_expert_groups():
-    problem = _problem(tuple(MOE_LAYOUTS))
-    row = np.zeros(len(KNOBS), dtype=np.int32)
-    row[TP], row[MOE] = GRID.tp.index(4), GRID.moe_layouts.index("ep/2")
-    described = describe_config(problem, ("h100-sxm",), row, 1)
+    described = _described_at_tp_4("ep/2", 1)
     assert described["moe_layout"] == "ep/2"
     assert described["ep"] == 2 and described["attention_dp"] == 1
     out = engine_args(MOE_MODEL.name, described)
