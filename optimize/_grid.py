@@ -17,8 +17,8 @@ MoE layout (``moe_layout``): how a MoE model's TP ranks split its layers (``MOE_
 splits every expert over all ranks; "ep" gives each rank whole experts (expert parallelism over
 all TP ranks); "ep/2" splits the experts over EP = TP / 2 groups of two ranks, each expert
 tensor-parallel inside its group (SGLang's ``--ep-size`` below ``--tp-size``, TensorRT-LLM's
-``--ep_size`` with a MoE TP of 2: fewer experts per rank than "tp", half the all-to-all fan-out of
-"ep"); "ep+dp" also runs attention data-parallel on every rank (each rank its own sequences,
+``--ep_size`` with a MoE TP of 2; the step prices the same expert FLOPs and bytes per rank in
+GEMMs between "tp"'s and "ep"'s widths, ``perfmodel._step``); "ep+dp" also runs attention data-parallel on every rank (each rank its own sequences,
 attention weights and KV).  A layout whose degrees equal "tp"'s at a TP (every layout at TP 1,
 "ep/2" at TP 2), or a dense model, has only "tp" (canonical form).
 """
