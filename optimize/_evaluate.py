@@ -171,11 +171,11 @@ def split_metrics(
     tables = grid_tables(problem.grid)
     spec = spec_step(problem, weights)
     p_units, d_units = pool_units(problem, weights)
-    # each pool at its own TP and PP (``prefill_tp``, ``prefill_pp`` / ``tp``, ``pp``), the
-    # other knobs shared
-    dep_p = deployment_from_weights(prefill_pool_weights(weights), tables, replicas * p_units)
+    # each pool on its own GPU type at its own TP and PP, the other knobs shared
+    prefill = prefill_pool_weights(weights)
+    dep_p = deployment_from_weights(prefill, tables, replicas * p_units)
     dep_d = deployment_from_weights(weights, tables, replicas * d_units)
-    hw_p = mix_gpu(problem.hardware, weights[PREFILL_GPU])
+    hw_p = mix_gpu(problem.hardware, prefill[GPU])
     hw_d = mix_gpu(problem.hardware, weights[GPU])
 
     def one(ep, ed):
@@ -194,7 +194,7 @@ def split_metrics(
         return split_itl(context_fit(problem, m, hw_d, dep_d, temperature))
 
     return jax.vmap(one)(
-        mix_gpu(problem.efficiency, weights[PREFILL_GPU]), mix_gpu(problem.efficiency, weights[GPU])
+        mix_gpu(problem.efficiency, prefill[GPU]), mix_gpu(problem.efficiency, weights[GPU])
     )
 
 
@@ -258,16 +258,14 @@ def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
     )
 
 
-def memory_slack(
-    problem: Problem, weights: tuple[Array, ...], gpu_weights: Array | None = None
-) -> Array:
+def memory_slack(problem: Problem, weights: tuple[Array, ...]) -> Array:
     """log(HBM the engine may use / (weights + workspace + one sequence's KV)) on one device;
     >= 0 exactly when one sequence fits (up to block rounding) -- of the mean prompt + output,
     or of the problem's ``max_model_len_tokens`` when longer.  Smooth in the relaxed knobs, so
     the search feels the memory wall even where the KV capacity is clipped at zero."""
     tables = grid_tables(problem.grid)
     dep = deployment_from_weights(weights, tables, 1.0)
-    hw = mix_gpu(problem.hardware, weights[GPU] if gpu_weights is None else gpu_weights)
+    hw = mix_gpu(problem.hardware, weights[GPU])
     wl = problem.workload
     longest = jnp.maximum(
         wl.prompt_tokens_mean + wl.output_tokens_mean, problem.max_model_len_tokens

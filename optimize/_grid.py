@@ -278,18 +278,27 @@ def chunk_from_weights(
 
 
 def prefill_pool_weights(weights: tuple[jnp.ndarray, ...]) -> tuple[jnp.ndarray, ...]:
-    """The (relaxed) knob weights of a split's prefill pool: its own TP and PP choices
-    (``prefill_tp``, ``prefill_pp``) in the TP and PP columns, every other knob shared with the
-    decode pool."""
-    own = {TP: weights[PREFILL_TP], PP: weights[PREFILL_PP]}
+    """The (relaxed) knob weights of a split's prefill pool: its own GPU type, TP and PP choices
+    (``prefill_gpu``, ``prefill_tp``, ``prefill_pp``) in the GPU, TP and PP columns, every other
+    knob shared with the decode pool; whatever reads a configuration's engine (its hardware,
+    deployment, efficiency draws, memory) reads the prefill pool's from these."""
+    own = {GPU: weights[PREFILL_GPU], TP: weights[PREFILL_TP], PP: weights[PREFILL_PP]}
     return tuple(own.get(k, w) for k, w in enumerate(weights))
 
 
 def prefill_pool_config(config):
-    """A configuration row (or rows) as its prefill pool runs: ``prefill_tp`` and ``prefill_pp``
-    in the TP and PP columns (a colocated row is unchanged: its canonical ones are its own)."""
+    """A configuration row (or rows) as its prefill pool runs (``prefill_pool_weights`` at
+    one-hot): ``prefill_gpu``, ``prefill_tp`` and ``prefill_pp`` in the GPU, TP and PP columns."""
     c = jnp.asarray(config)
-    return c.at[..., TP].set(c[..., PREFILL_TP]).at[..., PP].set(c[..., PREFILL_PP])
+    for col, own in ((GPU, PREFILL_GPU), (TP, PREFILL_TP), (PP, PREFILL_PP)):
+        c = c.at[..., col].set(c[..., own])
+    return c
+
+
+def engine_gpus(weights: tuple[jnp.ndarray, ...], tables: dict[str, jnp.ndarray]) -> jnp.ndarray:
+    """GPUs of one engine, TP x PP, each degree log-mixed as ``deployment_from_weights`` mixes
+    it (a split's prefill pool: ``prefill_pool_weights``)."""
+    return _log_mix(weights[TP], tables["tp"]) * _log_mix(weights[PP], tables["pp"])
 
 
 def on_gpu_type(configs: np.ndarray, gpu: int) -> np.ndarray:

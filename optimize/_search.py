@@ -37,12 +37,13 @@ from ._grid import (
     KV,
     MOE,
     POOL,
-    PP,
     PREFILL_GPU,
     PREFILL_PP,
     PREFILL_TP,
     TP,
     WEIGHT,
+    engine_gpus,
+    grid_tables,
     on_gpu_type,
     prefill_pool_weights,
 )
@@ -119,43 +120,33 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
     and both pools' GPU prices weight-averaged over their softmaxes)."""
     weights = tuple(jax.nn.softmax(l + m) for l, m in zip(x.logits, _masks(problem)))
     replicas = jnp.exp(x.log_replicas)
-    g = problem.grid
-
-    def gpus_per_engine(tp_weights, pp_weights):  # TP x PP, each mixed in log2
-        tp = jnp.exp2(tp_weights @ jnp.log2(jnp.asarray(g.tp, dtype=float)))
-        return tp * jnp.exp2(pp_weights @ jnp.log2(jnp.asarray(g.pp, dtype=float)))
-
+    tables = grid_tables(problem.grid)
     prices = problem.hardware.price_per_gpu_hour
     surcharge = (
         1.0
         + weights[KV] @ problem.kv_penalty_fraction
         + weights[WEIGHT] @ problem.weight_penalty_fraction
     )
-    engine_gpus = gpus_per_engine(weights[TP], weights[PP])
-    cost = replicas * surcharge * engine_gpus * (weights[GPU] @ prices)
+
+    def pool_price(knobs):  # $/hour of one engine: its GPUs at its GPU type's price
+        return engine_gpus(knobs, tables) * (knobs[GPU] @ prices)
+
+    cost = replicas * surcharge * pool_price(weights)
 
     sub = jax.tree_util.tree_map(lambda e: e[:, : options.relaxed_draws], problem.efficiency)
     small = eqx.tree_at(lambda p: p.efficiency, problem, sub)
     col, split = pool_metrics(small, weights, replicas, temperature=0.05)
     w = options.sigmoid_width
-    p_smooth, far = _smooth_feasibility(small, col, memory_slack(small, weights), w)
+    mem = memory_slack(small, weights)
+    p_smooth, far = _smooth_feasibility(small, col, mem, w)
     if split is not None:
         p_units, d_units = pool_units(small, weights)
-        # each pool's engines at its own TP and PP
-        prefill_gpus = gpus_per_engine(weights[PREFILL_TP], weights[PREFILL_PP])
+        prefill = prefill_pool_weights(weights)  # its own GPU type, TP and PP
         cost_split = (
-            replicas
-            * surcharge
-            * (
-                p_units * prefill_gpus * (weights[PREFILL_GPU] @ prices)
-                + d_units * engine_gpus * (weights[GPU] @ prices)
-            )
+            replicas * surcharge * (p_units * pool_price(prefill) + d_units * pool_price(weights))
         )
-        mem = jnp.minimum(
-            memory_slack(small, weights),
-            memory_slack(small, prefill_pool_weights(weights), weights[PREFILL_GPU]),
-        )
-        p_split, far_split = _smooth_feasibility(small, split, mem, w)
+        mem_split = jnp.minimum(mem, memory_slack(small, prefill))  # both pools must fit
+        p_split, far_split = _smooth_feasibility(small, split, mem_split, w)
         w0 = weights[POOL][0]
         p_smooth = w0 * p_smooth + (1.0 - w0) * p_split
         far = w0 * far + (1.0 - w0) * far_split

@@ -38,7 +38,6 @@ from ._evaluate import (
 from ._grid import (
     GPU,
     POOL,
-    PREFILL_GPU,
     SPEC,
     chunk_from_weights,
     deployment_from_weights,
@@ -101,8 +100,7 @@ def verdict_engine(problem: Problem, config, replicas):
     w = one_hot_weights(config, problem.grid)
     dep = verdict_deployment(problem, config, replicas)
     chunk = chunk_from_weights(w, grid_tables(problem.grid))
-    hw = verdict_hardware(problem, config)
-    return hw, dep, mix_gpu(problem.efficiency, w[GPU]), chunk
+    return mix_gpu(problem.hardware, w[GPU]), dep, mix_gpu(problem.efficiency, w[GPU]), chunk
 
 
 def _open_loop(problem: Problem) -> Problem:
@@ -208,10 +206,8 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
 
     def one(c, r):
         hw_d, dep, eff_d, _ = verdict_engine(problem, c, r)
-        dep_pre = verdict_deployment(problem, prefill_pool_config(c), r)  # its own TP and PP
-        w = one_hot_weights(c, problem.grid)
-        hw_p = mix_gpu(problem.hardware, w[PREFILL_GPU])
-        eff_p = mix_gpu(problem.efficiency, w[PREFILL_GPU])
+        # the prefill pool: its own GPU type, TP and PP
+        hw_p, dep_pre, eff_p, _ = verdict_engine(problem, prefill_pool_config(c), r)
         dep_p = eqx.tree_at(lambda d: d.replicas, dep_pre, r * tables["prefill_units"][c[POOL]])
         dep_d = eqx.tree_at(lambda d: d.replicas, dep, r * tables["decode_units"][c[POOL]])
         bw = jnp.where(
