@@ -2,7 +2,7 @@
 
     python benchmarks/bench_e2e_holdout.py                 # both splits, 100 draws
     python benchmarks/bench_e2e_holdout.py --split source  # leave one source out
-    python benchmarks/bench_e2e_holdout.py --quick         # a few hundred rows, 20 draws (smoke)
+    python benchmarks/bench_e2e_holdout.py --quick         # 100 rows per file, 10 draws (smoke)
 
 The bundled NUTS stage (kernels, steps, static batches) is kept; the end-to-end cut stage
 (``fitting._serving_stage``) is refitted without the held-out rows, which are then predicted
@@ -153,7 +153,7 @@ def main() -> None:
     ap.add_argument("--split", choices=("source", "gpu", "both"), default="both")
     ap.add_argument("--draws", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="300 rows per file, 20 draws")
+    ap.add_argument("--quick", action="store_true", help="100 rows per file, 10 draws")
     ap.add_argument(
         "--save",
         metavar="PREFIX",
@@ -166,8 +166,8 @@ def main() -> None:
     table = fitting.load_measurements(list(E2E_FILES)).table
     draws = args.draws
     if args.quick:
-        table = table.sample(frac=1.0, random_state=args.seed).groupby("source").head(300)
-        draws = 20
+        table = table.sample(frac=1.0, random_state=args.seed).groupby("source").head(100)
+        draws = 10
     splits = ("source", "gpu") if args.split == "both" else (args.split,)
     for by in splits:
         t0 = time.time()
