@@ -34,6 +34,7 @@ from perfmodel import (
     features as ft,
     load_hardware,
     load_model,
+    model_context_tokens,
     prefill_step,
 )
 from perfmodel.dynamics import Trace
@@ -51,6 +52,7 @@ from perfmodel.simulator import (
 H100 = load_hardware("h100-sxm")
 EFF = Efficiency()
 L8 = load_model("meta-llama/Llama-3.1-8B")
+L8_CONTEXT_TOKENS = model_context_tokens("meta-llama/Llama-3.1-8B")
 
 
 _table = markdown_table
@@ -104,11 +106,14 @@ def prefix(quick):
     engine_trace = load_mooncake_trace()[:800]
     total = sum(r.prompt_tokens for r in engine_trace)
     keep = slice(80, 760)
+    # the trace's prompts reach ~100k tokens: at the default max_model_len (8,192) the engine
+    # would reject about half of them (vLLM refuses a prompt longer than its context)
+    long_context = Deployment.create(tp=4, max_model_len=float(L8_CONTEXT_TOKENS))
     for cap in (0, 2000, 10000):
         sim, reused = simulate_prefix_cache(
             L8,
             H100,
-            Deployment.create(tp=4),
+            long_context,
             EFF,
             engine_trace,
             capacity_blocks=cap,
@@ -134,7 +139,7 @@ def prefix(quick):
     out.append(
         _table(
             "Mooncake trace through the engine (first 800 requests, ~4.5 min, mean prompt 13.8k), "
-            "Llama-3.1-8B TP4 on h100-sxm",
+            f"Llama-3.1-8B TP4 on h100-sxm, max model len {L8_CONTEXT_TOKENS:,}",
             ("cache blocks", "tokens", "reused", "TTFT mean s", "TTFT p95 s", "E2E p95 s"),
             crows,
         )
