@@ -156,3 +156,54 @@ def test_e2e_holdout_quick_predicts_every_lab_from_the_others():
     saturated = [r for r in rows if len(r) == 8 and "/" in r[3]]
     assert saturated and {r[1].strip() for r in saturated} == {"mlperf-inference-v4.1"}
     assert all(abs(float(r[5])) < 5 for r in saturated)  # a log ratio, signed
+
+
+def _table_rows(stdout: str, title: str) -> list[list[str]]:
+    """The body rows of the markdown table printed under the heading that contains ``title``."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("###") and title in line)
+    body = []
+    for line in lines[start + 3 :]:  # heading, header row, rule
+        if not line.startswith("|"):
+            break
+        body.append([cell.strip() for cell in line.strip("|").split("|")])
+    return body
+
+
+def test_features_quick_prints_finite_tables_and_the_cache_pays():
+    """``benchmarks/bench_features.py --quick``: every feature's table prints without a NaN
+    (a prompt longer than the engine's context is a rejected request, not a NaN latency); on
+    the Mooncake trace a larger prefix cache reuses more prompt tokens and so lowers the mean
+    TTFT (reused tokens skip their prefill)."""
+    out = _quick("bench_features.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not re.search(r"\bnan\b", out.stdout, flags=re.IGNORECASE)
+    engine = _table_rows(out.stdout, "Mooncake trace through the engine")
+    reused = [float(r[2]) for r in engine]
+    ttft_mean = [float(r[3]) for r in engine]
+    assert len(engine) == 3 and reused[0] == 0.0
+    assert reused == sorted(reused) and reused[-1] > reused[0]
+    assert ttft_mean == sorted(ttft_mean, reverse=True) and ttft_mean[-1] < ttft_mean[0]
+    for title in (
+        "Prefix cache",
+        "Speculative decoding, Llama-3.1-8B",
+        "Disaggregation",
+        "Host KV",
+    ):
+        assert _table_rows(out.stdout, title)
+
+
+def test_cli_speed_quick_times_the_import_floor_and_the_budget_sheet():
+    """``benchmarks/bench_cli_speed.py --quick``: the import floor (``gpus``) and the budget
+    sheet, each cold then warm as new processes; both exit 0 and the warm-over-floor ratio is
+    the sheet's warm time over the floor's (no timing asserted: the machine is shared)."""
+    out = _quick("bench_cli_speed.py")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = {r[0]: r for r in (line.strip("|").split("|") for line in out.stdout.splitlines())}
+    rows = {k.strip(): [c.strip() for c in v] for k, v in rows.items()}
+    floor, sheet = rows["gpus (import floor)"], rows["explain (budget sheet)"]
+    assert float(floor[3]) == 1.0  # the floor over itself
+    for row in (floor, sheet):
+        cold, warm, rss = float(row[1]), float(row[2]), float(row[4])
+        assert cold > 0 and warm > 0 and 0 < rss < 4.0
+    assert float(sheet[3]) == pytest.approx(float(sheet[2]) / float(floor[2]), rel=0.1)
