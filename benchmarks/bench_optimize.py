@@ -10,6 +10,7 @@ and the time of each (compiled once; static shapes).
     python benchmarks/bench_optimize.py --instances 200 --draws 200
     python benchmarks/bench_optimize.py --features --instances 30 --draws 200
     python benchmarks/bench_optimize.py --features --instances 30 --search-only   # time only
+    python benchmarks/bench_optimize.py --quick   # 2 instances, 16 draws, small grid (smoke)
 
 The default grid is the CLI's default knob space without pool splits or speculation: KV and
 weight dtypes bf16/fp8, TP 1-8, PP 1-4, four token budgets, three prefill chunks (<= budget),
@@ -81,6 +82,18 @@ FEATURE_GRID = Grid(
     spec_k=(0, 2, 4),
     pool_ratios=((1, 1), (2, 1), (1, 2)),
 )
+QUICK_GRID = Grid(
+    num_gpus=3,
+    tp=(1, 2),
+    pp=(1,),
+    kv_dtypes=("bf16", "fp8"),
+    weight_dtypes=("bf16",),
+    max_num_batched_tokens=(2048,),
+    max_num_seqs=(256,),
+    chunk_sizes=(2048,),
+)
+"""``--quick``: TP 1-2 and the KV dtype on each of the three GPUs, so the referee enumerates
+every point in seconds."""
 
 
 def random_instance(
@@ -89,6 +102,7 @@ def random_instance(
     seed: int,
     features: bool = False,
     long_prompts: bool = False,
+    grid: Grid | None = None,
 ):
     """One random problem (fixed number of GPU candidates: static shapes across instances)."""
     model = load_model(MODELS[rng.integers(len(MODELS))])
@@ -124,7 +138,7 @@ def random_instance(
         num_draws=num_draws,
         seed=seed,
         quality_penalty=penalty,
-        grid=FEATURE_GRID if features else BASE_GRID,
+        grid=grid or (FEATURE_GRID if features else BASE_GRID),
         **spec,
     ), (model.name, gpus, ttft, tpot)
 
@@ -150,7 +164,13 @@ def main(argv=None) -> None:
         action="store_true",
         help="time the search alone (no referee: seconds per answer, no accuracy figures)",
     )
+    ap.add_argument(
+        "--quick", action="store_true", help="2 instances, 16 draws, a small grid (smoke)"
+    )
     args = ap.parse_args(argv)
+    grid = None
+    if args.quick:
+        args.instances, args.draws, grid = 2, 16, QUICK_GRID
     rng = np.random.default_rng(args.seed)
     options = SearchOptions(
         pair_seeds=args.pair_seeds, num_starts=args.starts, num_seeds=args.seeds
@@ -158,13 +178,13 @@ def main(argv=None) -> None:
 
     # compile both once, on an instance outside the count
     warm, _ = random_instance(
-        np.random.default_rng(12345), args.draws, 0, args.features, args.long_prompts
+        np.random.default_rng(12345), args.draws, 0, args.features, args.long_prompts, grid
     )
     search(warm, options)
     if args.search_only:
         times = []
         for i in range(args.instances):
-            problem, _ = random_instance(rng, args.draws, i, args.features, args.long_prompts)
+            problem, _ = random_instance(rng, args.draws, i, args.features, args.long_prompts, grid)
             t0 = time.perf_counter()
             search(problem, options._replace(seed=i))
             times.append(time.perf_counter() - t0)
@@ -179,7 +199,7 @@ def main(argv=None) -> None:
     within, false_feasible, both_infeasible, missed_feasible, split, spec = 0, 0, 0, 0, 0, 0
     t_search, t_grid = [], []
     for i in range(args.instances):
-        problem, label = random_instance(rng, args.draws, i, args.features, args.long_prompts)
+        problem, label = random_instance(rng, args.draws, i, args.features, args.long_prompts, grid)
         if args.only and i not in args.only:
             continue
         t0 = time.perf_counter()

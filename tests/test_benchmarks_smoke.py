@@ -207,3 +207,16 @@ def test_cli_speed_quick_times_the_import_floor_and_the_budget_sheet():
         cold, warm, rss = float(row[1]), float(row[2]), float(row[4])
         assert cold > 0 and warm > 0 and 0 < rss < 4.0
     assert float(sheet[3]) == pytest.approx(float(sheet[2]) / float(floor[2]), rel=0.1)
+
+
+def test_optimize_quick_search_reaches_the_referees_optimum():
+    """``benchmarks/bench_optimize.py --quick``: the gradient search against the exhaustive
+    referee on 2 random instances of a small grid (same model, same draws); an answer the
+    re-check finds infeasible would be counted, and the referee enumerates the whole grid."""
+    out = _quick("bench_optimize.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    counts = re.search(r"instances: (\d+) \(draws (\d+), grid (\d+) configuration", out.stdout)
+    assert counts and (int(counts[1]), int(counts[2])) == (2, 16) and int(counts[3]) > 0
+    within = re.search(r"within 1% of the exhaustive optimum: (\d+)/(\d+)", out.stdout)
+    assert within and within[1] == within[2] == "2"
+    assert "infeasible reported feasible: 0;" in out.stdout
