@@ -7,6 +7,7 @@
     python benchmarks/bench_calibration.py --split source       # end-to-end rows, leave one lab out
     python benchmarks/bench_calibration.py --save-dir D         # also write each fit to D/<split>.nc
     python benchmarks/bench_calibration.py --load-dir D         # re-score those fits (no refit)
+    python benchmarks/bench_calibration.py --quick              # a40 left out, tiny fit (smoke)
 
 Random split: rows shuffled (seeded), 20 % held out; the fit sees a stratified subsample of the
 other 80 % (the bundled settings), the score uses the held-out rows (seeded stratified subsample
@@ -71,6 +72,7 @@ def _fit_table(train, args):
         warmup=args.warmup,
         chains=args.chains,
         svi=args.svi,
+        serving=not args.no_serving_stage,
     )
 
 
@@ -142,7 +144,21 @@ def main() -> int:
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--save-dir", default=None, help="write each split's posterior here")
     ap.add_argument("--load-dir", default=None, help="re-score posteriors saved by --save-dir")
+    ap.add_argument(
+        "--no-serving-stage",
+        action="store_true",
+        help="skip the end-to-end (cut) stage of each fit: the kernel and step rows alone",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="leave a40 out (kernel rows only): 2 rows per stratum, 10 + 10 draws, one chain, "
+        "no end-to-end stage, 100 rows scored",
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.split, args.gpus, args.per_stratum, args.max_rows = "logo", ["a40"], 2, 100
+        args.draws, args.warmup, args.chains, args.no_serving_stage = 10, 10, 1, True
 
     table = fitting.load_measurements(fitting.bundled_measurements()).table
     if args.split == "residuals":

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_new_gpu.py                       # a40, l40s, h200-sxm; bundled prior
     python benchmarks/bench_new_gpu.py --gpus a40 --refit    # prior refitted without the GPU
+    python benchmarks/bench_new_gpu.py --quick               # a40, one seed, tiny (smoke)
 
 For each GPU: ``--n`` rows drawn (seeded, stratified over its op/scenario cells) are what a user
 measured; the rest of its rows (up to ``--max-rows``) are scored.  "spec-sheet only" predicts the
@@ -56,7 +57,18 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--refit", action="store_true", help="refit the prior without the GPU (slow)")
+    ap.add_argument(
+        "--score-draws", type=int, default=200, help="posterior predictive draws of the scoring"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a40, one seed, 50 rows scored, 20 + 20 NUTS draws, 20 scoring draws (smoke)",
+    )
     args = ap.parse_args(argv)
+    if args.quick:
+        args.gpus, args.seeds, args.max_rows = ["a40"], 1, 50
+        args.draws = args.warmup = args.score_draws = 20
 
     table = fitting.load_measurements(fitting.bundled_measurements()).table
     bundled = fitting.load_posterior()
@@ -92,7 +104,7 @@ def main(argv=None) -> int:
             )
             dt = time.perf_counter() - t0
             for label, post in (("spec-sheet", prior), ("updated", updated)):
-                s = validate(post, rest, num_draws=200, seed=seed, max_rows=None)
+                s = validate(post, rest, num_draws=args.score_draws, seed=seed, max_rows=None)
                 print(
                     f"{gpu:<10} {seed:>4} {label:<14} {_cells(s)}"
                     + (f"  {dt:6.1f}" if label == "updated" else "")

@@ -220,3 +220,31 @@ def test_optimize_quick_search_reaches_the_referees_optimum():
     within = re.search(r"within 1% of the exhaustive optimum: (\d+)/(\d+)", out.stdout)
     assert within and within[1] == within[2] == "2"
     assert "infeasible reported feasible: 0;" in out.stdout
+
+
+def test_new_gpu_quick_scores_the_spec_sheet_and_the_update_on_the_same_rows():
+    """``benchmarks/bench_new_gpu.py --quick``: the A40 treated as new (its own parameters
+    removed from the bundled posterior), predicted from its spec sheet and after an update on
+    10 of its rows; both score the same held-back rows, and the user's command prints."""
+    out = _quick("bench_new_gpu.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("a40 ")]
+    assert [r[2] for r in rows] == ["spec-sheet", "updated"]
+    assert rows[0][3] == rows[1][3] and 0 < int(rows[0][3]) <= 50
+    for r in rows:
+        ape, cov50, cov90 = (float(r[i].rstrip("%")) for i in (4, 6, 7))
+        assert 0 < ape < 100 and 0 <= cov50 <= cov90 <= 100
+    assert "command: servingmath fit --data a40_10rows.csv --prior" in out.stdout
+
+
+def test_calibration_quick_leaves_a_gpu_out_of_the_fit():
+    """``benchmarks/bench_calibration.py --quick``: a tiny NUTS fit without any A40 row, then the
+    A40's rows predicted from its spec sheet and the population (the fit asserts the GPU is not
+    in its posterior); the total and the per-scenario lines print."""
+    out = _quick("bench_calibration.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    pat = r"(leave out a40|  \w+)\s+n=\s*(\d+)\s+median APE\s+([\d.]+)%.*cov50\s+(\d+)%\s+cov90\s+(\d+)%"
+    lines = {m[0].strip(): m[1:] for m in re.findall(pat, out.stdout)}
+    n, ape, cov50, cov90 = lines.pop("leave out a40")
+    assert 0 < int(n) <= 100 and 0 < float(ape) < 100 and 0 <= int(cov50) <= int(cov90) <= 100
+    assert lines and sum(int(v[0]) for v in lines.values()) == int(n)
