@@ -37,8 +37,9 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from fitting.queueing_corrections import agreement_workload as workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
-from perfmodel.dynamics import Workload, serving_metrics
+from perfmodel.dynamics import serving_metrics
 from perfmodel.simulator import simulate, summarize
 
 PAIRS = (
@@ -48,17 +49,12 @@ PAIRS = (
 UTILIZATIONS = (0.2, 0.5, 0.7, 0.9)
 PROMPT_CVS = (0.3, 1.0, 2.0)
 BUDGETS = {True: (512, 2048, 16384), False: (2048, 16384)}
-PROMPT_MEAN, OUTPUT_MEAN, OUTPUT_CV = 1000.0, 200.0, 0.5
-
-
-def workload(rate, cv):
-    return Workload(
-        arrival_rate_per_s=rate,
-        prompt_tokens_mean=PROMPT_MEAN,
-        prompt_tokens_cv=cv,
-        output_tokens_mean=OUTPUT_MEAN,
-        output_tokens_cv=OUTPUT_CV,
-    )
+QUICK_BUDGETS = {True: (2048,), False: (2048,)}
+QUICK_PROMPT_CVS = (0.3, 2.0)
+QUICK_UTILIZATIONS = (0.5,)
+QUICK_REQUESTS = 1000
+"""``--quick``: one pair, one budget each way, two CVs at utilisation 0.5, 1,000 requests a point
+(4 points: a smoke run of the grid, the save file and what reads it)."""
 
 
 def rate_for(model, gpu, dep, eff, cv, chunked, target):
@@ -203,14 +199,14 @@ def summary(points):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="one pair, fewer points")
-    ap.add_argument("--requests", type=int, default=10000)
+    ap.add_argument("--quick", action="store_true", help="one pair, 4 points, 1,000 requests each")
+    ap.add_argument("--requests", type=int, default=None, help="requests a point (10,000)")
     ap.add_argument("--seed", type=int, default=0, help="simulator seed (seed-spread checks)")
     ap.add_argument(
         "--utilizations",
         type=float,
         nargs="+",
-        default=list(UTILIZATIONS),
+        default=None,
         help="closed-form utilisation levels to run (default: the whole grid)",
     )
     ap.add_argument("--save", help="write every point (inputs, closed form, simulator) to JSON")
@@ -229,6 +225,10 @@ def main() -> None:
         help="with --recompute: for each p95 TTFT miss (> 15 %%), the rate change that closes it",
     )
     args = ap.parse_args()
+    if args.utilizations is None:
+        args.utilizations = list(QUICK_UTILIZATIONS if args.quick else UTILIZATIONS)
+    if args.requests is None:
+        args.requests = QUICK_REQUESTS if args.quick else 10000
     eff = Efficiency()
     t0 = time.time()
     if args.summary or args.recompute:
@@ -259,9 +259,9 @@ def main() -> None:
     for name, gpu_id, tp in pairs:
         model, gpu = load_model(name), load_hardware(gpu_id)
         for chunked in (True, False):
-            for budget in BUDGETS[chunked]:
+            for budget in (QUICK_BUDGETS if args.quick else BUDGETS)[chunked]:
                 dep = Deployment.create(tp=tp, max_num_batched_tokens=float(budget))
-                for cv in PROMPT_CVS if not args.quick else (0.3, 2.0):
+                for cv in QUICK_PROMPT_CVS if args.quick else PROMPT_CVS:
                     for util in args.utilizations:
                         rate = rate_for(model, gpu, dep, eff, cv, chunked, util)
                         w = workload(rate, cv)

@@ -11,7 +11,7 @@ closed form's own figures (``open_loop``'s running count and seat wait):
   (weighted by the decodes in each iteration: E[N dt] / E[N], which sets N by Little's law).
 
     PYTHONPATH=. python benchmarks/diagnose_seats.py b.json [--only Llama-3.1-8B:on:16384:1.0]
-        [--requests 40000] [--seed 7]
+        [--requests 40000] [--seed 7] [--quick]
 
 A diagnostic for where the closed form and the simulator part near utilisation 0.9; not a test.
 """
@@ -28,7 +28,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import perfmodel.simulator._simulate as sim_module
-from benchmarks.bench_queueing_vs_sim import workload
+from fitting.queueing_corrections import agreement_workload as workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel.dynamics import DecodeCost, EngineConfig, LoadPoint, open_loop
 
@@ -85,11 +85,14 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated model:on|off:budget:cv keys")
     ap.add_argument("--requests", type=int, default=40000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="the file's first point, 1,000 requests")
     args = ap.parse_args()
     want = set(filter(None, args.only.split(",")))
     eff = Efficiency()
     with open(args.points) as fh:
         points = json.load(fh)
+    if args.quick:
+        points, args.requests = points[:1], 1000
     for p in points:
         if want and key_of(p) not in want:
             continue

@@ -112,7 +112,7 @@ CORRECTIONS: tuple[float, ...] = (
   count's Little law (0 = the steady gap TPOT*, 1 = the reported mean TPOT).
 
 (0, 0, 1, 1, 0, 0, 0, 0, 0, 0) is the uncorrected model
-(``benchmarks/fit_queueing_corrections.py`` fits them)."""
+(``python -m fitting.queueing_corrections`` fits them)."""
 
 
 class Corrections(eqx.Module):

@@ -1,11 +1,14 @@
 """Benchmarks stay runnable: their ``--quick`` modes run to the end and print their table."""
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from perfmodel.dynamics import CORRECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,3 +251,38 @@ def test_calibration_quick_leaves_a_gpu_out_of_the_fit():
     n, ape, cov50, cov90 = lines.pop("leave out a40")
     assert 0 < int(n) <= 100 and 0 < float(ape) < 100 and 0 <= int(cov50) <= int(cov90) <= 100
     assert lines and sum(int(v[0]) for v in lines.values()) == int(n)
+
+
+def test_queueing_grid_quick_feeds_the_corrections_fit_and_the_seat_diagnostic(tmp_path):
+    """``benchmarks/bench_queueing_vs_sim.py --quick --save`` (4 grid points through the closed
+    form and the simulator), then what reads its file: ``python -m fitting.queueing_corrections
+    --quick`` (the TTFT terms of ``CORRECTIONS`` refitted for 10 simplex steps from the shipped
+    values, so the corrected score is printed beside the uncorrected one) and
+    ``benchmarks/diagnose_seats.py --quick`` (the running count and iteration mix of one point)."""
+    points = tmp_path / "points.json"
+    out = _quick("bench_queueing_vs_sim.py", "--save", str(points))
+    assert out.returncode == 0, out.stderr[-2000:]
+    saved = json.loads(points.read_text())
+    assert len(saved) == 4 and {p["chunked"] for p in saved} == {True, False}
+    for p in saved:
+        assert 0 < p["sim"]["ttft_s"]["p50"] <= p["sim"]["ttft_s"]["p95"]
+        assert 0 < p["cf"]["ttft_s"]["p50"] <= p["cf"]["ttft_s"]["p95"]
+    assert "| all points | 4 |" in out.stdout
+
+    fit = subprocess.run(
+        [sys.executable, "-m", "fitting.queueing_corrections", "--quick", str(points)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    shipped = re.search(r"CORRECTIONS = \(([^)]*)\)", fit.stdout)
+    assert shipped and len(shipped[1].split(",")) == len(CORRECTIONS)
+    assert "uncorrected: p95 TTFT within 15%" in fit.stdout
+    assert "corrected: p95 TTFT within 15%" in fit.stdout
+
+    seats = _quick("diagnose_seats.py", str(points))
+    assert seats.returncode == 0, seats.stderr[-2000:]
+    assert seats.stdout.count("running N: sim") == 1 and "1000 requests" in seats.stdout
