@@ -17,6 +17,7 @@ import math
 import equinox as eqx
 import jax.numpy as jnp
 
+from ._floors import COUNT_FLOOR
 from ._memory import max_concurrent_requests
 from ._smooth import smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
@@ -307,7 +308,7 @@ def saturated_output_tokens_per_s(
         efficiency,
         cost,
         prefill_tokens=n_p,
-        prefill_seqs=jnp.maximum(n_p / p, 1e-9),
+        prefill_seqs=jnp.maximum(n_p / p, COUNT_FLOOR),
         prefill_context=p / 2.0,
         decode_seqs=n_d,
         decode_context=p + o / 2.0,

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtri
 
 from ._batching import iteration_s
+from ._floors import RATE_FLOOR_PER_S, TIME_FLOOR_S
 from ._memory import max_concurrent_requests
 from ._polling import closed_loop_busy_probability, poll_wait
 from ._serving_tail import PERCENTILE_QUANTILES
@@ -193,7 +194,9 @@ def closed_loop_state(
         tau, with_s, without_s, f, d, p, chunks = _iterations(
             model, hardware, deployment, efficiency, q, prompt, decodes, ctx, budget
         )
-        residual = (f * with_s**2 + (1.0 - f) * without_s**2) / (2.0 * jnp.maximum(tau, 1e-12))
+        residual = (f * with_s**2 + (1.0 - f) * without_s**2) / (
+            2.0 * jnp.maximum(tau, TIME_FLOOR_S)
+        )
         ttft = residual + chunks * with_s
         q_new = n * tau / (ttft + decodes * tau)
         q_cap = (budget - EPS_TOKENS) / (prompt + decodes)  # p + d <= B
@@ -206,7 +209,7 @@ def closed_loop_state(
     q0 = jnp.minimum(n / (1.0 + decodes), (budget - EPS_TOKENS) / (prompt + decodes))
     q, _ = jax.lax.scan(body, q0, None, length=CLOSED_LOOP_ITERATIONS)
     ttft_own, _, (tau, with_s, without_s, f, d, p, _) = ttft_and_q(q)
-    rate_desynchronised = q / jnp.maximum(tau, 1e-12)
+    rate_desynchronised = q / jnp.maximum(tau, TIME_FLOOR_S)
     # Little's law on the admitted requests: the time not spent decoding is spent before the
     # first token (own prefill, or waiting for the budget when it binds)
     ttft_little = n / rate_desynchronised - decodes * tau
@@ -269,7 +272,7 @@ def _ttft_quantile(prob, wave_share, steady_lo, steady_hi, wave_lo, wave_hi):
 
     def cdf(t):
         def u(lo, hi):
-            return jnp.clip((t - lo) / jnp.maximum(hi - lo, 1e-12), 0.0, 1.0)
+            return jnp.clip((t - lo) / jnp.maximum(hi - lo, TIME_FLOOR_S), 0.0, 1.0)
 
         return wave_share * u(wave_lo, wave_hi) + (1.0 - wave_share) * u(steady_lo, steady_hi)
 
@@ -306,7 +309,7 @@ def _lockstep_summaries(s: ClosedLoopState, output: Array, a: Array, probs: Arra
     (O - 1) (a late chunk's request waits least); every request's E2E is the whole cycle.  No
     poll wait: the burst arrives as the engine empties, and an idle scheduler takes it at once."""
     chunk_s = s.wave_s / s.wave_chunks
-    seat_wait_s = s.waiting / jnp.maximum(s.completion_rate_per_s, 1e-12)
+    seat_wait_s = s.waiting / jnp.maximum(s.completion_rate_per_s, RATE_FLOOR_PER_S)
     ttft_q = chunk_s + probs * (s.wave_s - chunk_s) + seat_wait_s
     ttft_mean = 0.5 * (chunk_s + s.wave_s) + seat_wait_s
     gaps = jnp.maximum(output - 1.0, 1.0)

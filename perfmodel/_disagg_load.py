@@ -43,6 +43,7 @@ from ._disagg import (
     _decode_fixed_point,
     kv_transfer_s,
 )
+from ._floors import COUNT_FLOOR, POSITIVE_FLOOR, TIME_FLOOR_S
 from ._memory import max_concurrent_requests
 from ._queueing import (
     diffusion_seat_wait,
@@ -99,7 +100,7 @@ def lundberg_tail(rho, c2):
 def prefill_pool_waits(mean_wait_s, service_s, service_cv, quantiles) -> Array:
     """(mean, quantiles...) of the prefill pool's wait: mean as given, Cramer-Lundberg tail at the
     Pollaczek-Khinchine-matched rho = 2 W / (D (1 + c^2) + 2 W)."""
-    w = jnp.maximum(jnp.asarray(mean_wait_s, dtype=float), 1e-12)
+    w = jnp.maximum(jnp.asarray(mean_wait_s, dtype=float), TIME_FLOOR_S)
     c2 = jnp.square(jnp.asarray(service_cv, dtype=float))
     rho = 2.0 * w / (service_s * (1.0 + c2) + 2.0 * w)
     x, c = lundberg_tail(rho, c2)
@@ -126,7 +127,7 @@ def prefill_pool_mean_wait_s(rate, service_s, packed_s, packed_share, service_cv
 def _slope_gain(step_of_batch, n_decode, tpot):
     """(tau'(1 + n), feedback gain g = n tau' / TPOT) of the decode pool."""
     slope = step_of_batch(n_decode + 2.0) - step_of_batch(n_decode + 1.0)
-    return slope, jnp.clip(n_decode * slope / jnp.maximum(tpot, 1e-30), 0.0, GAIN_MAX)
+    return slope, jnp.clip(n_decode * slope / jnp.maximum(tpot, POSITIVE_FLOOR), 0.0, GAIN_MAX)
 
 
 def decode_tpot_quantiles(step_of_batch, n_decode, tpot, ca, quantiles) -> Array:
@@ -260,12 +261,12 @@ def split_serving(
         t = decode_iteration_s(model, hw_d, dep_d, eff_d, cost, decode_seqs=n, decode_context=ctx)
         return t / e_step
 
-    rate_d = workload.arrival_rate_per_s / jnp.maximum(dep_d.replicas, 1e-9)
+    rate_d = workload.arrival_rate_per_s / jnp.maximum(dep_d.replicas, COUNT_FLOOR)
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
     seats_d = max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0)
     seats = jnp.minimum(seats_d, dep_d.max_num_seqs)
     seat_s = DECODE_POOL_ENTRY_STEPS * step_d(seats) + o_dec * step_d(seats)
-    rho_d = rate_d * seat_s / jnp.maximum(seats, 1e-9)
+    rho_d = rate_d * seat_s / jnp.maximum(seats, COUNT_FLOOR)
     utilization = jnp.maximum(rho_p, rho_d)
     decode_ok = (rho_d < 1.0) & (seats >= 1.0) & (n_d <= seats)
     stable = ok & (rho_p < 1.0) & decode_ok

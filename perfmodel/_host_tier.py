@@ -14,6 +14,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax.numpy as jnp
 
+from ._floors import COUNT_FLOOR
 from ._memory import kv_bytes_per_sequence, kv_sequence_share, max_concurrent_requests
 from ._reuse import monotone_root
 from ._smooth import smooth_max, smooth_min
@@ -91,7 +92,7 @@ def host_tier(
     def transfer_excess(x):
         return x * per_seq_s - tau(b_h + x)
 
-    x_cross = monotone_root(transfer_excess, 0.0, jnp.maximum(x_max, 1e-9))
+    x_cross = monotone_root(transfer_excess, 0.0, jnp.maximum(x_max, COUNT_FLOOR))
     x = jnp.where(has_link & (x_max > 0), jnp.minimum(x_cross, x_max), 0.0)
 
     def transfer_s(n):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
+from ._floors import PROBABILITY_FLOOR
+
 
 def truncated_lognormal(mean, cv, max_len):
     """(P(X <= L), E[X | X <= L], Var(X | X <= L)) of the lognormal (mean, cv): the prompts an
@@ -15,7 +17,7 @@ def truncated_lognormal(mean, cv, max_len):
     mean, cv = jnp.asarray(mean), jnp.asarray(cv)
     s = jnp.maximum(jnp.sqrt(jnp.log1p(jnp.square(cv))), 1e-9)
     a = (jnp.log(max_len) - jnp.log(mean) + jnp.square(s) / 2.0) / s
-    accept = jnp.maximum(ndtr(a), 1e-12)
+    accept = jnp.maximum(ndtr(a), PROBABILITY_FLOOR)
     m = mean * ndtr(a - s) / accept
     second = jnp.square(mean) * (1.0 + jnp.square(cv)) * ndtr(a - 2.0 * s) / accept
     return accept, m, jnp.maximum(second - jnp.square(m), 0.0)

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
+from ._floors import POSITIVE_FLOOR, PROBABILITY_FLOOR, TIME_FLOOR_S
 from ._types import Array, ArrayLike
 
 _RHO_SAFE = 0.5
@@ -64,7 +65,7 @@ def kingman_wait_s(
 
 def ggc_wait_probability(rho: ArrayLike, servers: ArrayLike) -> Array:
     """Sakasegawa's approximation of Erlang C, P(wait) ~ rho^(sqrt(2 (c + 1)) - 1), for 0 <= rho < 1."""
-    r = jnp.clip(jnp.asarray(rho), 1e-12, 1.0)
+    r = jnp.clip(jnp.asarray(rho), PROBABILITY_FLOOR, 1.0)
     return jnp.power(r, jnp.sqrt(2.0 * (jnp.asarray(servers) + 1.0)) - 1.0)
 
 
@@ -128,7 +129,7 @@ def diffusion_seat_wait(
         above = density[..., -1] / (beta * k_mean)
         below = jnp.sqrt(jnp.pi / 2.0) + beta * _cumulative_trapezoid(density, dt)[..., -1]
         p = above / (above + below)
-    w_cond = v / (gap * k_mean * jnp.maximum(jnp.asarray(rate_per_s), 1e-30))
+    w_cond = v / (gap * k_mean * jnp.maximum(jnp.asarray(rate_per_s), POSITIVE_FLOOR))
     return jnp.where(stable, p, 1.0), jnp.where(stable, w_cond, jnp.inf)
 
 
@@ -153,7 +154,7 @@ def modulated_wait_s(w_kingman, rho, rate_var_rel, corr_s):
     joined harmonically (the smaller limit governs)."""
     fast = rate_var_rel * corr_s / (1.0 - rho)
     slow = w_kingman * rate_var_rel / jnp.square(1.0 - rho)
-    return fast * slow / jnp.maximum(fast + slow, 1e-30)
+    return fast * slow / jnp.maximum(fast + slow, POSITIVE_FLOOR)
 
 
 def replica_arrival_scv(interarrival_cv: ArrayLike, replicas: ArrayLike) -> Array:
@@ -183,7 +184,7 @@ def window_mean_variance_factor(window_over_correlation: ArrayLike) -> Array:
 
 def wait_quantile_s(wait_probability: ArrayLike, wait_mean_s: ArrayLike, q: ArrayLike) -> Array:
     """q-quantile of W with P(W > t) = p exp(-t / W_cond), W_cond = W / p: W_cond ln(p / (1 - q))^+."""
-    p = jnp.clip(jnp.asarray(wait_probability), 1e-12, 1.0)
+    p = jnp.clip(jnp.asarray(wait_probability), PROBABILITY_FLOOR, 1.0)
     w_cond = jnp.asarray(wait_mean_s) / p
     return w_cond * jnp.maximum(jnp.log(p / (1.0 - jnp.asarray(q))), 0.0)
 
@@ -246,7 +247,7 @@ def wait_plus_quantile_s(
     """
     q = jnp.asarray(q)
     p = jnp.clip(jnp.asarray(wait_probability), 0.0, 1.0)
-    wc = jnp.maximum(jnp.asarray(wait_cond_s), 1e-12)
+    wc = jnp.maximum(jnp.asarray(wait_cond_s), TIME_FLOOR_S)
     shift = jnp.clip(jnp.asarray(wait_shift_s), 0.0, MAX_WAIT_SHIFT_SHARE * wc)
     x = nodes_s.reshape(nodes_s.shape[:-1] + (1,) * q.ndim + nodes_s.shape[-1:])
     x_w = x + shift[..., None]
@@ -268,13 +269,13 @@ def lognormal_mixture_quantile(means: Array, variances: Array, q: ArrayLike) -> 
     extra = (1,) * q.ndim
     means = means.reshape(means.shape[:-1] + extra + means.shape[-1:])
     variances = variances.reshape(variances.shape[:-1] + extra + variances.shape[-1:])
-    m = jnp.maximum(means, 1e-30)
+    m = jnp.maximum(means, POSITIVE_FLOOR)
     s2 = jnp.log1p(jnp.maximum(variances, 0.0) / jnp.square(m))
     mu = jnp.log(m) - s2 / 2.0
     s = jnp.sqrt(jnp.maximum(s2, 1e-24))
 
     def cdf(t):
-        z = (jnp.log(jnp.maximum(t[..., None], 1e-30)) - mu) / s
+        z = (jnp.log(jnp.maximum(t[..., None], POSITIVE_FLOOR)) - mu) / s
         return jnp.mean(ndtr(z), axis=-1)
 
     hi = jnp.max(jnp.exp(mu + 6.0 * s), axis=-1) * jnp.ones_like(q)

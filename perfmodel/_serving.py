@@ -33,6 +33,7 @@ import numpy as np
 
 from ._batching import DecodeCost, EngineConfig
 from ._closed_loop import closed_loop_metrics, closed_loop_state, loop_seats
+from ._floors import COUNT_FLOOR, POSITIVE_FLOOR
 from ._memory import max_concurrent_requests
 from ._polling import PollWait, open_loop_busy_probability, poll_wait
 from ._queueing import replica_arrival_scv
@@ -349,7 +350,7 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
     )
     s = m.state
     seats_kv, seats = loop_seats(model, hardware, deployment, uncached)
-    occupancy = s.admitted / jnp.maximum(seats, 1e-9)
+    occupancy = s.admitted / jnp.maximum(seats, COUNT_FLOOR)
     # capacity: the same loop with a client on every seat (its throughput cannot grow further)
     replicas = jnp.maximum(deployment.replicas, 1.0)
     full = eqx.tree_at(lambda w: w.concurrency, uncached, seats * replicas)
@@ -362,7 +363,9 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
         e2e_s=_percentiles(m.e2e_s),
         itl_s=_percentiles(m.itl_s),
         # <= 1 up to the rounding of the two fixed-point solves
-        utilization=jnp.minimum(s.completion_rate_per_s / jnp.maximum(capacity, 1e-30), 1.0),
+        utilization=jnp.minimum(
+            s.completion_rate_per_s / jnp.maximum(capacity, POSITIVE_FLOOR), 1.0
+        ),
         stable=jnp.asarray(True),
         seats=seats,
         seat_occupancy=occupancy,
@@ -396,8 +399,8 @@ def _finish(point, replicas, out: OpenLoop):
     # serves lambda / utilization (its bottleneck at capacity), which holds rho_s / utilization
     # of the seats: all of them when the seats are the bottleneck, fewer when prefill or whole
     # iterations are
-    running = out.running_mean / jnp.maximum(s.seats, 1e-9)
-    saturated = out.seat_load / jnp.maximum(out.utilization, 1e-30)
+    running = out.running_mean / jnp.maximum(s.seats, COUNT_FLOOR)
+    saturated = out.seat_load / jnp.maximum(out.utilization, POSITIVE_FLOOR)
     occupancy = jnp.clip(jnp.where(out.stable, running, saturated), 0.0, 1.0)
     kv_seats = max_concurrent_requests(
         point.model, point.hardware, deployment, s.ctx_d, point.temperature

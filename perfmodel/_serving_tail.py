@@ -51,6 +51,7 @@ from ._batching import (
     prefill_budget_tokens,
     saturated_output_tokens_per_s,
 )
+from ._floors import COUNT_FLOOR, POSITIVE_FLOOR
 from ._prompt_law import prompt_nodes, tail_ratio, truncated_lognormal
 from ._queueing import (
     diffusion_seat_wait,
@@ -179,13 +180,13 @@ def gap_quantiles(short_s, long_s, long_share, variance, qs):
     qs = jnp.asarray(qs)
     means = jnp.stack(jnp.broadcast_arrays(short_s, long_s), axis=-1)[..., None, :]
     f = jnp.clip(long_share, 0.0, 1.0)[..., None, None]
-    m = jnp.maximum(means, 1e-30)
+    m = jnp.maximum(means, POSITIVE_FLOOR)
     s2 = jnp.log1p(jnp.maximum(variance, 0.0)[..., None, None] / jnp.square(m))
     mu = jnp.log(m) - s2 / 2.0
     sd = jnp.sqrt(jnp.maximum(s2, 1e-24))
 
     def cdf(t):
-        z = ndtr((jnp.log(jnp.maximum(t[..., None], 1e-30)) - mu) / sd)
+        z = ndtr((jnp.log(jnp.maximum(t[..., None], POSITIVE_FLOOR)) - mu) / sd)
         return (1.0 - f[..., 0]) * z[..., 0] + f[..., 0] * z[..., 1]
 
     hi = jnp.max(jnp.exp(mu + 6.0 * sd), axis=-1) * jnp.ones_like(qs)
@@ -312,7 +313,7 @@ class Utilisation(eqx.Module):
     prefill_load: Array  # rho_p (0.5 where unstable, keeping the laws finite)
     prefill_busy_s: Array  # E[prefill-server time per prompt]
     prefill_scv: Array  # its squared CV (the prompt law's tail included)
-    seats: Array  # running slots (>= 1e-9)
+    seats: Array  # running slots (>= COUNT_FLOOR)
     prefill_wait_s: Array  # Kingman's G/G/1 wait
     gain: Array  # slot-feedback gain g = n_d TPOT'(n_d) / TPOT, at most GAIN_MAX
 
@@ -326,7 +327,7 @@ def utilisation(point: LoadPoint, s: Steady, lengths: LengthLaws, rate) -> Utili
     workload, temperature = point.workload, point.temperature
     busy_mean = jnp.mean(s.busy)
     cs2_p = jnp.var(s.busy) * lengths.tail / jnp.square(busy_mean)
-    seats = jnp.maximum(s.seats, 1e-9)
+    seats = jnp.maximum(s.seats, COUNT_FLOOR)
     rho_s = rate * (jnp.mean(s.own) + lengths.iterations_mean * s.tpot_full) / seats
     capacity = saturated_output_tokens_per_s(
         point.model,
@@ -352,7 +353,7 @@ def utilisation(point: LoadPoint, s: Steady, lengths: LengthLaws, rate) -> Utili
         prefill_scv=cs2_p,
         seats=seats,
         prefill_wait_s=kingman_wait_s(rho_p, point.ca2, cs2_p, busy_mean),
-        gain=jnp.clip(s.n_d * s.slope / jnp.maximum(s.tpot, 1e-30), 0.0, GAIN_MAX),
+        gain=jnp.clip(s.n_d * s.slope / jnp.maximum(s.tpot, POSITIVE_FLOOR), 0.0, GAIN_MAX),
     )
 
 
@@ -420,7 +421,7 @@ def running_count(
     gaps = jnp.maximum(lengths.iteration_nodes, 1.0)
     loop = jnp.square(1.0 - g_bar)
     stalls = ca2 * rate * s.tpot * s.delta2 / (gaps * jnp.square(1.0 - s.extra) * loop)
-    jensen = stalls / jnp.square(jnp.maximum(s.tpot, 1e-30))
+    jensen = stalls / jnp.square(jnp.maximum(s.tpot, POSITIVE_FLOOR))
     jensen_shift = jensen / (1.0 + jensen)
     own_gaps = s.tpot * (1.0 + corr.running_jensen_gain * jensen_shift) + gap_excess
     resid_time = jnp.mean(s.own) + jnp.mean(lengths.iteration_nodes * own_gaps)
@@ -465,7 +466,7 @@ def _unchunked_stretch(point: LoadPoint, s: Steady, lengths: LengthLaws, rate, w
     own_and_waste = (1.0 + FIRST_FIT_WASTE_PROMPTS) * p_mean
     left = point.deployment.max_num_batched_tokens - own_and_waste - rate * wait_s * p_mean
     room = jnp.maximum(left, 0.0)
-    share = room / jnp.maximum(room + behind, 1e-9)
+    share = room / jnp.maximum(room + behind, COUNT_FLOOR)
     return 1.0 + rate * per_token * p_mean * share
 
 
@@ -517,7 +518,7 @@ def waits(
         wait_s=wait,
         wait_prob=p_wait,
         conditional_wait_s=wait / p_wait,
-        queue_share=(w_p + w_m) * stretch / jnp.maximum(wait, 1e-30),
+        queue_share=(w_p + w_m) * stretch / jnp.maximum(wait, POSITIVE_FLOOR),
         residual_s=residual,
         seat_wait_prob=p_seat,
         seat_wait_s=w_seat_cond,

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from ._floors import POSITIVE_FLOOR
 from ._types import Array, ArrayLike
-
-_TINY = 1e-30
 
 
 def _safe_log(x: ArrayLike) -> Array:
     """log(x) with the jax-md double-where mask so gradients stay finite at x <= 0."""
     x = jnp.asarray(x)
     positive = x > 0
-    return jnp.where(positive, jnp.log(jnp.where(positive, x, 1.0)), jnp.log(_TINY))
+    return jnp.where(positive, jnp.log(jnp.where(positive, x, 1.0)), jnp.log(POSITIVE_FLOOR))
 
 
 def smooth_max(a: ArrayLike, b: ArrayLike, temperature: float = 0.0) -> Array:

@@ -29,6 +29,7 @@ from ._batching import (
     prefill_budget_tokens,
     seat_capacity,
 )
+from ._floors import COUNT_FLOOR, POSITIVE_FLOOR
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._types import Array
@@ -232,11 +233,13 @@ def _carrying_group(x: Pricing, n_d, tpot) -> CarryingGroup:
     budget = x.budget_tokens(n_d)
     m_mean = jnp.mean(jnp.maximum(p_nodes / budget, 1.0))
     occupancy = rate * tpot * m_mean
-    small = occupancy < 1e-9
+    small = occupancy < COUNT_FLOOR
     f = jnp.where(small, occupancy, -jnp.expm1(-jnp.where(small, 1.0, occupancy)))
     need = p_mean / m_mean * occupancy
     f = jnp.minimum(smooth_max(f, need / budget, temperature), 1.0)
-    tokens = smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)  # full if overloaded
+    tokens = smooth_min(
+        need / jnp.maximum(f, POSITIVE_FLOOR), budget, temperature
+    )  # full if overloaded
     c = jnp.maximum(tokens - p_mean, 0.0)
     group = p_nodes + c
     return CarryingGroup(need, budget, c, group, jnp.minimum(group, budget))
@@ -263,14 +266,14 @@ def _carrying_share(x: Pricing, g: CarryingGroup, t_group, tau_d) -> tuple[Array
     p_c = jnp.mean(-jnp.expm1(-rate * t_group))
     p_d = -jnp.expm1(-rate * tau_d)
     run_c = jnp.mean(g.group / g.k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
-    f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, 1e-30))
+    f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, POSITIVE_FLOOR))
     p2 = p_mean + x.prompt_var / p_mean
     k = jnp.maximum(need / p2, 1e-6)
     h = 1.0 / (9.0 * k)
     q = ndtr(-(jnp.cbrt(budget / p2 / k) - 1.0 + h) / jnp.sqrt(h))
     f_run = 1.0 - (1.0 - f_run) * (1.0 - q)
     f = jnp.minimum(smooth_max(f_run, need / budget, temperature), 1.0)
-    return f, smooth_min(need / jnp.maximum(f, 1e-30), budget, temperature)
+    return f, smooth_min(need / jnp.maximum(f, POSITIVE_FLOOR), budget, temperature)
 
 
 def mean_gap(x: Pricing, n_d, rho_p, tpot) -> MeanGap:

@@ -19,6 +19,7 @@ from ._compute import (
     peak_flops_per_s,
 )
 from ._constants import ACTIVATION_BYTES, LOW_PRECISION_ACTIVATION_BYTES
+from ._floors import COUNT_FLOOR
 from ._memory import kv_bytes_per_sequence, kv_shard_fraction
 from ._ops import attention_tile_flops, attention_time_s, elementwise_time_s, gemm_time_s
 from ._parallel import pipeline_time_factor, pp_transfer_s, tp_comm_s
@@ -113,7 +114,9 @@ def _layer_kernels_s(
     up_share = (mats - 1.0) / mats
     touched = expected_experts_touched(model, tokens)
     moe = model.has_routed_experts
-    m_expert = jnp.where(moe, tokens * model.experts_per_token / jnp.maximum(touched, 1e-9), 0.0)
+    m_expert = jnp.where(
+        moe, tokens * model.experts_per_token / jnp.maximum(touched, COUNT_FLOOR), 0.0
+    )
     dense_layers = model.num_layers - model.num_moe_layers
     sampled = p_seq + d_seq
 
