@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from perfmodel import (
+    POSITIVE_FLOOR,
+    Array,
     kv_bytes_per_sequence,
     kv_sequence_share,
     max_concurrent_requests,
@@ -44,13 +46,11 @@ from ._grid import (
     prefill_pool_weights,
 )
 from ._metrics import SloMetrics, SpecStep, slo_metrics
+from ._problem import Problem
+from ._program_cache import cached_jit
 from ._split import split_slo_metrics
 
 MetricsFn = Callable[..., SloMetrics]
-from perfmodel import Array
-
-from ._problem import Problem
-from ._program_cache import cached_jit
 
 CONSTRAINTS: tuple[str, ...] = ("ttft_p95", "tpot_p95", "stability", "memory_fit", "itl_p95")
 """Names of the per-draw constraints, in the order of ``constraint_slacks`` (the ITL bound last:
@@ -241,7 +241,7 @@ def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
     """Log-slack of each constraint per draw (>= 0 holds), shape (len(CONSTRAINTS), draws)."""
 
     def log_ratio(bound, value):
-        return jnp.log(bound) - jnp.log(jnp.maximum(value, 1e-30))
+        return jnp.log(bound) - jnp.log(jnp.maximum(value, POSITIVE_FLOOR))
 
     # no ITL bound (also bounds without the field, such as a benchmark's namespace) is slack
     # +inf even where the latencies are inf: the constraint is absent, not undefined
@@ -251,8 +251,8 @@ def constraint_slacks(problem: Problem, m: SloMetrics) -> Array:
         [
             log_ratio(problem.slo_ttft_p95_s, m.ttft_p95_s),
             log_ratio(problem.slo_tpot_p95_s, m.tpot_p95_s),
-            -jnp.log(jnp.maximum(m.utilization, 1e-30)),
-            jnp.log(jnp.maximum(m.concurrent_requests, 1e-30)),
+            -jnp.log(jnp.maximum(m.utilization, POSITIVE_FLOOR)),
+            jnp.log(jnp.maximum(m.concurrent_requests, POSITIVE_FLOOR)),
             jnp.where(jnp.isfinite(itl_bound), log_ratio(itl_bound, m.itl_p95_s), jnp.inf),
         ]
     )

@@ -26,6 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+ROUNDING_TOLERANCE = 1e-9
+"""Relative slack of the integer plan's checks and roundings (replicas, GPUs, served rates):
+ceil(x - tol) and floor(x + tol) keep a count that floating point puts a hair past an integer
+at that integer."""
+
 
 class FleetProblem(NamedTuple):
     """Per-class capacities and costs (numpy, shapes (C,) and (C, G)).
@@ -54,8 +59,8 @@ class FleetPlan(NamedTuple):
 
 def plan_cost(fp: FleetProblem, n: np.ndarray) -> float:
     """Exact cost of an integer plan, ``inf`` if it leaves a class short or exceeds availability."""
-    served = (fp.capacity * n).sum(axis=1) >= fp.rates * (1 - 1e-9)
-    used = (fp.replica_gpus * n).sum(axis=0) <= fp.max_gpus + 1e-9
+    served = (fp.capacity * n).sum(axis=1) >= fp.rates * (1 - ROUNDING_TOLERANCE)
+    used = (fp.replica_gpus * n).sum(axis=0) <= fp.max_gpus + ROUNDING_TOLERANCE
     if not (served.all() and used.all()):
         return float("inf")
     return float((fp.replica_cost * n).sum())
@@ -141,7 +146,7 @@ def _within_limits(fp: FleetProblem, n: np.ndarray) -> np.ndarray:
     """Drop replicas (largest counts first) from any type over its availability limit."""
     n = n.copy()
     for g in range(n.shape[1]):
-        while (fp.replica_gpus[:, g] * n[:, g]).sum() > fp.max_gpus[g] + 1e-9:
+        while (fp.replica_gpus[:, g] * n[:, g]).sum() > fp.max_gpus[g] + ROUNDING_TOLERANCE:
             n[int(np.argmax(n[:, g])), g] -= 1
     return n
 
@@ -154,15 +159,17 @@ def _complete_greedy(fp: FleetProblem, base: np.ndarray, residual: np.ndarray) -
     g_count = n.shape[1]
     for c in np.argsort(-residual):
         r = fp.rates[c] - (fp.capacity[c] * n[c]).sum()
-        if r <= 1e-9 * fp.rates[c]:
+        if r <= ROUNDING_TOLERANCE * fp.rates[c]:
             continue
         left = fp.max_gpus - (fp.replica_gpus * n).sum(axis=0)
-        room = np.floor(np.where(np.isfinite(left), left, 1e12) / fp.replica_gpus[c] + 1e-9)
+        room = np.floor(
+            np.where(np.isfinite(left), left, 1e12) / fp.replica_gpus[c] + ROUNDING_TOLERANCE
+        )
         best, best_cost = None, np.inf
         for g in range(g_count):
             if fp.capacity[c, g] <= 0:
                 continue
-            need = np.ceil(r / fp.capacity[c, g] - 1e-9)
+            need = np.ceil(r / fp.capacity[c, g] - ROUNDING_TOLERANCE)
             if need <= room[g]:
                 cost = need * fp.replica_cost[c, g]
                 if cost < best_cost:
@@ -173,7 +180,7 @@ def _complete_greedy(fp: FleetProblem, base: np.ndarray, residual: np.ndarray) -
             for h in range(g_count):
                 if h == g or fp.capacity[c, h] <= 0:
                     continue
-                more = np.ceil(rest / fp.capacity[c, h] - 1e-9)
+                more = np.ceil(rest / fp.capacity[c, h] - ROUNDING_TOLERANCE)
                 if more <= room[h]:
                     cost = take * fp.replica_cost[c, g] + more * fp.replica_cost[c, h]
                     if cost < best_cost:
@@ -190,7 +197,7 @@ def _complete(fp: FleetProblem, base: np.ndarray) -> np.ndarray:
     residual = fp.rates - (fp.capacity * base).sum(axis=1)
     options = []
     for c in range(c_count):
-        if residual[c] <= 1e-9 * fp.rates[c]:
+        if residual[c] <= ROUNDING_TOLERANCE * fp.rates[c]:
             options.append([None])
             continue
         options.append([g for g in range(g_count) if fp.capacity[c, g] > 0])
@@ -200,7 +207,7 @@ def _complete(fp: FleetProblem, base: np.ndarray) -> np.ndarray:
         trial = base.copy()
         for c, g in enumerate(choice):
             if g is not None:
-                trial[c, g] += np.ceil(residual[c] / fp.capacity[c, g] - 1e-9)
+                trial[c, g] += np.ceil(residual[c] / fp.capacity[c, g] - ROUNDING_TOLERANCE)
         sc = (_violation(fp, trial), float((fp.replica_cost * trial).sum()))
         if sc < best_score:
             best, best_score = trial, sc
@@ -225,7 +232,7 @@ def _improve(fp: FleetProblem, n: np.ndarray, max_passes: int = 6) -> np.ndarray
                 trial[c, g] -= k
                 trial = _complete(fp, trial)
                 sc = score(trial)
-                if sc[0] < best[0] or (sc[0] == best[0] and sc[1] < best[1] - 1e-9):
+                if sc[0] < best[0] or (sc[0] == best[0] and sc[1] < best[1] - ROUNDING_TOLERANCE):
                     n, best, improved = trial, sc, True
         if not improved:
             break

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
 from perfmodel import (
+    COUNT_FLOOR,
+    POSITIVE_FLOOR,
     Array,
     Deployment,
     Efficiency,
@@ -167,7 +169,7 @@ def queue_waits(
     rho_s = jnp.where(stable, rho, 0.5)
     wait_cond = (interarrival_cv**2 + service_cv2) / 2.0 / mu / (1.0 - rho_s)
     tails = jnp.asarray([0.5, TAIL_PROBABILITY, 0.01])
-    return wait_cond * jnp.maximum(jnp.log(jnp.maximum(rho_s, 1e-30) / tails), 0.0)
+    return wait_cond * jnp.maximum(jnp.log(jnp.maximum(rho_s, POSITIVE_FLOOR) / tails), 0.0)
 
 
 def little_batch(
@@ -175,7 +177,7 @@ def little_batch(
 ):
     """Operating batch n = lam * tokens * t(n), t affine through (1, t_one) and (n_max, t_full);
     returns (n, slope, intercept)."""
-    slope = (t_full - t_one) / jnp.maximum(n_max - 1.0, 1e-9)
+    slope = (t_full - t_one) / jnp.maximum(n_max - 1.0, COUNT_FLOOR)
     intercept = t_one - slope
     denom = jnp.where(stable, 1.0 - lam * tokens * slope, 1.0)
     return jnp.clip(lam * tokens * intercept / denom, 0.0, n_max), slope, intercept
@@ -211,7 +213,7 @@ def ttft_quantiles(
     rho = rate * own_s / jnp.maximum(1.0 - rate * (packed_s - own_s), 1e-9)
     ok = (rho < 1.0) & (rho >= 0.0)
     rho_s = jnp.where(ok, rho, 0.5)
-    service = rho_s / jnp.maximum(rate, 1e-30)
+    service = rho_s / jnp.maximum(rate, POSITIVE_FLOOR)
     cp2 = jnp.square(workload.prompt_tokens_cv)
     wait = kingman_wait_s(rho_s, arrival_scv, cp2, service)
     residual = -jnp.expm1(-decode_batch) * ((1.0 - rho_s) * decode_s + rho_s * carry_s) / 2.0
@@ -267,7 +269,7 @@ def _mixture_quantiles(mean: Array, variances: Array) -> Array:
     """(p50, p95, p99) of an equal-weight mixture of lognormals of one ``mean`` and the given
     ``variances`` (last axis): the CDF on ``QUANTILE_GRID`` points spanning [-3, 4] sd of the
     widest component, inverted by linear interpolation in log t."""
-    m = jnp.maximum(mean, 1e-30)[..., None]
+    m = jnp.maximum(mean, POSITIVE_FLOOR)[..., None]
     s2 = jnp.log1p(jnp.maximum(variances, 0.0) / jnp.square(m))
     mu, sd = jnp.log(m) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, 1e-12))
     widest = jnp.max(sd, axis=-1, keepdims=True)
@@ -296,7 +298,7 @@ def itl_quantiles(
     (``long_s``), each a lognormal of ``variance`` (the batch's drift over one gap),
     F(t) = (1 - f) LN(t; short) + f LN(t; long), tabulated on ``ITL_GRID`` log-spaced points and
     inverted by interpolation (no bisection), per token (/ E)."""
-    means = jnp.maximum(jnp.stack(jnp.broadcast_arrays(short_s, long_s), axis=-1), 1e-30)
+    means = jnp.maximum(jnp.stack(jnp.broadcast_arrays(short_s, long_s), axis=-1), POSITIVE_FLOOR)
     s2 = jnp.log1p(jnp.maximum(variance, 0.0)[..., None] / jnp.square(means))
     mu, sd = jnp.log(means) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, 1e-12))
     lo = jnp.min(mu - 3.0 * sd, axis=-1, keepdims=True)
@@ -445,7 +447,7 @@ def slo_metrics(
     share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), 1e-9, 1.0)
     t_long = jnp.clip(t_dec + (t_mean - t_dec) / share, t_dec, jnp.maximum(t_budget, t_mean))
     slope_dec = jnp.maximum(t_dec - t_dec_one, 0.0) / jnp.maximum(n_op - 1.0, 1.0)
-    gain = jnp.clip(n_op * slope_dec / jnp.maximum(t_mean, 1e-30), 0.0, 0.95)
+    gain = jnp.clip(n_op * slope_dec / jnp.maximum(t_mean, POSITIVE_FLOOR), 0.0, 0.95)
     drift = jnp.square(slope_dec) * n_op * (1.0 + ca2) / 2.0 / jnp.square(1.0 - gain)
     headroom = slope_dec * jnp.maximum(n_full - n_op, 0.0)
     drift = jnp.minimum(drift, jnp.square(headroom))

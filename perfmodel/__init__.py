@@ -35,6 +35,13 @@ from ._fit_check import (
     smallest_fitting_parallelism as smallest_fitting_parallelism,
     tp_divides_heads as tp_divides_heads,
 )
+from ._floors import (
+    COUNT_FLOOR as COUNT_FLOOR,
+    POSITIVE_FLOOR as POSITIVE_FLOOR,
+    PROBABILITY_FLOOR as PROBABILITY_FLOOR,
+    RATE_FLOOR_PER_S as RATE_FLOOR_PER_S,
+    TIME_FLOOR_S as TIME_FLOOR_S,
+)
 from ._memory import (
     allocated_tokens_per_sequence as allocated_tokens_per_sequence,
     kv_bytes_per_sequence as kv_bytes_per_sequence,
