@@ -54,6 +54,7 @@ from ._groups import (  # noqa: F401  (re-exported: row grouping lives in _group
     noise_key,
     notes_dict,
     source_key,
+    unrecorded_prompt,
 )
 from ._names import E2E_SCENARIOS, EFFICIENCY_FIELDS, OFFSET_FIELDS  # noqa: F401  (re-exported)
 
@@ -170,7 +171,7 @@ def _lengths(row: pd.Series) -> tuple[float, float, float, float, float]:
         mean_share = (1.0 + UNIFORM_LENGTH_LOW) / 2.0
         cv = (1.0 - UNIFORM_LENGTH_LOW) / math.sqrt(12.0) / mean_share
         return inp * mean_share, cv, out * mean_share, cv, 0.0
-    if not inp > 0 and str(row["source"]).startswith("mlperf"):
+    if unrecorded_prompt(row):
         return MLPERF_PROMPT_TOKENS, 0.0, out, 0.0, MLPERF_PROMPT_LOG_SD
     return inp, 0.0, out, 0.0, 0.0
 
