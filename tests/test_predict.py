@@ -512,6 +512,32 @@ def test_an_unrecorded_mlperf_prompt_is_drawn_log_normal_around_its_median():
     np.testing.assert_array_equal(long[1:], median[1:])  # recorded prompts ignore z
 
 
+def test_an_unrecorded_prompt_keys_the_offset_cell_by_its_dataset():
+    """MLPerf runs one dataset per model and records no prompt length, so an MLPerf end-to-end
+    row's offset cell is its lab, dataset (model) and engine: Llama-2-70B's and Mixtral's runs
+    get separate cells (their unknown prompt lengths are separate biases), the same lab and
+    engine with a recorded prompt keeps the lab's cell, and another lab's rows never take the
+    model into the key; only the unrecorded rows draw the prompt-length spread."""
+    from fitting._groups import source_key
+    from fitting._rows import MLPERF_PROMPT_LOG_SD, _lengths
+
+    base = {"source": "mlperf-inference-v4.1", "engine": "trtllm", "scenario": "saturated"}
+    base |= {"input_len": np.nan, "output_len": 290.0, "notes": ""}
+    llama = pd.Series(base | {"model": "meta-llama/Llama-2-70b-hf"})
+    mixtral = pd.Series(base | {"model": "mistralai/Mixtral-8x7B-v0.1"})
+    recorded = pd.Series(base | {"model": "meta-llama/Llama-2-70b-hf", "input_len": 1024.0})
+    other_lab = pd.Series(
+        base | {"source": "inferencemax", "model": "openai/gpt-oss-120b", "input_len": np.nan}
+    )
+    kernel = pd.Series(base | {"scenario": "op", "model": "meta-llama/Llama-2-70b-hf"})
+    assert source_key(llama) == "mlperf-inference-v4.1/Llama-2-70b-hf:trtllm"
+    assert source_key(mixtral) == "mlperf-inference-v4.1/Mixtral-8x7B-v0.1:trtllm"
+    assert source_key(recorded) == source_key(kernel) == "mlperf-inference-v4.1:trtllm"
+    assert source_key(other_lab) == "inferencemax:trtllm"
+    assert _lengths(llama)[4] == MLPERF_PROMPT_LOG_SD and _lengths(recorded)[4] == 0.0
+    assert _lengths(other_lab)[4] == 0.0
+
+
 @pytest.mark.parametrize(("concurrency", "rate"), [(np.nan, 5.0), (16.0, np.inf)])
 def test_serving_stats_open_and_closed_loop_predict_p90_between_p50_and_p95(concurrency, rate):
     """Open-loop (request-rate) and closed-loop runs are predicted for mean, p50, p90, p95 and
