@@ -87,6 +87,7 @@ def bundled_ingest():
 
 SLOWEST_FILES = (
     "test_benchmarks_smoke.py",
+    "test_benchmarks_smoke_fits.py",
     "test_optimize_search.py",
     "test_queueing.py",
     "test_notebooks.py",
@@ -106,7 +107,8 @@ SLOWEST_FILES = (
 )
 """The suite's test files by their total time on CI's two cores, slowest first (seconds, a run at
 e5c5a3b on a machine ~1.4x slower than earlier runs: 229, 184, 135, 119, 101, 88, 74, 68, 58, 54,
-52, 50, 49, 37, 37, 36, 32; every other file under 26).  The two workers take whole files in
+52, 50, 49, 37, 37, 36, 32; every other file under 26); the benchmark smoke runs, grown to
+~600 s, are split in two files that start one on each worker.  The two workers take whole files in
 collection order (``--dist loadfile`` with ``--no-loadscope-reorder``), so the slow ones go first
 and the short ones fill the end: longest first keeps the workers' finishing times a few seconds
 apart.  xdist's own order (files with the most tests first) sent the two slowest files last: one
