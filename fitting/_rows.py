@@ -509,10 +509,8 @@ def prepare(
 
     gpus_, gi = labels(list(kept_table["gpu"]), gpus)
     nks = [noise_key(r) for _, r in kept_table.iterrows()]
-    cell_rows = [
-        (f"{source_key(r)}|{k}" if has_offset(k, source_key(r)) else None)
-        for (_, r), k in zip(kept_table.iterrows(), nks)
-    ]
+    sources = [source_key(r) for _, r in kept_table.iterrows()]
+    cell_rows = [(f"{src}|{k}" if has_offset(k, src) else None) for src, k in zip(sources, nks)]
     comm_rows = [comm_cell(r) for _, r in kept_table.iterrows()]
     used = [c for c in cell_rows + comm_rows if c is not None]
     src_, _ = labels(used, cells)

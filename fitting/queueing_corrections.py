@@ -45,6 +45,8 @@ FITTED = (0, 1, 4, 5, 6, 7, 8, 9)
 """Indices of ``CORRECTIONS`` fitted here (the TTFT terms)."""
 LOSS_SCALE = 0.15
 """Log-ratio scale of the Cauchy loss (the 15 % target)."""
+METRICS = (("ttft_s", "p50"), ("ttft_s", "p95"), ("tpot_s", "p50"), ("tpot_s", "p95"))
+"""The latency percentiles compared, in the order of the closed form's stack and the weights."""
 METRIC_WEIGHTS = np.array([0.2, 1.0, 0.0, 0.0])
 """Loss weights of p50 TTFT, p95 TTFT, p50 TPOT, p95 TPOT (the TPOT terms are not fitted)."""
 OVERLOADED_SECONDS = 1e3
@@ -95,17 +97,11 @@ def _closed_form_and_simulator(key: tuple, points: list[dict]):
                 closed_loop=False,
                 corrections=corrections,
             )
-            return jnp.stack([m.ttft_s.p50, m.ttft_s.p95, m.tpot_s.p50, m.tpot_s.p95])
+            return jnp.stack([getattr(getattr(m, name), q) for name, q in METRICS])
 
         return jax.vmap(one)(budget, cv, rate)
 
-    simulated = np.asarray(
-        [
-            [p["sim"][k][q] for k, q in (("ttft_s", "p50"), ("ttft_s", "p95"))]
-            + [p["sim"][k][q] for k, q in (("tpot_s", "p50"), ("tpot_s", "p95"))]
-            for p in points
-        ]
-    )
+    simulated = np.asarray([[p["sim"][k][q] for k, q in METRICS] for p in points])
     return closed_form, simulated
 
 

@@ -4,11 +4,9 @@ search, simulator, feature and speed benchmarks; the fitting ones are in
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
-from benchmark_runs import ROOT, run_quick as _quick
+from benchmark_runs import run_python, run_quick as _quick
 
 from perfmodel.dynamics import CORRECTIONS
 
@@ -182,14 +180,7 @@ def test_queueing_grid_quick_feeds_the_corrections_fit_and_the_seat_diagnostic(t
         assert 0 < p["cf"]["ttft_s"]["p50"] <= p["cf"]["ttft_s"]["p95"]
     assert "| all points | 4 |" in out.stdout
 
-    fit = subprocess.run(
-        [sys.executable, "-m", "fitting.queueing_corrections", "--quick", str(points)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=ROOT,
-    )
+    fit = run_python("-m", "fitting.queueing_corrections", "--quick", str(points))
     assert fit.returncode == 0, fit.stderr[-2000:]
     shipped = re.search(r"CORRECTIONS = \(([^)]*)\)", fit.stdout)
     assert shipped and len(shipped[1].split(",")) == len(CORRECTIONS)
