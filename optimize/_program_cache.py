@@ -30,6 +30,8 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from perfmodel import strongly_typed
+
 PACKAGES = ("perfmodel", "fitting", "optimize")
 """Packages whose source is part of every key: the programs trace code from all three."""
 
@@ -157,6 +159,7 @@ def cached_jit(fn: Callable | None = None, *, compiler_options: dict | None = No
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        args, kwargs = strongly_typed((args, kwargs))  # one program whatever built the arrays
         folder = _folder()
         if folder is None:
             return jitted(*args, **kwargs)

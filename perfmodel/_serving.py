@@ -49,7 +49,14 @@ from ._serving_tail import (  # noqa: F401  (re-exported: the dynamics layer's n
     open_loop,
 )
 from ._sheet import binding_budget
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, without_names
+from ._specs import (
+    Deployment,
+    Efficiency,
+    HardwareSpec,
+    ModelSpec,
+    strongly_typed,
+    without_names,
+)
 from ._types import Array
 from ._workload import Workload
 
@@ -194,6 +201,9 @@ def serving_metrics(
     closed_loop = is_closed_loop(workload) if closed_loop is None else bool(closed_loop)
     model, hardware, decode_cost = without_names(  # one program per structure, not per name
         (model, hardware, DecodeCost() if decode_cost is None else decode_cost)
+    )
+    model, hardware, deployment, efficiency, workload, decode_cost = strongly_typed(
+        (model, hardware, deployment, efficiency, workload, decode_cost)
     )
     return _serving_metrics(
         model,

@@ -141,6 +141,31 @@ def without_names(tree):
     )
 
 
+def strongly_typed(tree):
+    """``tree`` with every weakly typed floating array made strongly typed (same dtype, same
+    values) when all its floating arrays share one dtype.  A spec built from Python numbers
+    (``jnp.asarray(0.5)``) holds weakly typed leaves, one built from a file's arrays strongly
+    typed ones; ``jit`` keys its programs by weak type too, so without this the same budgets of
+    the same shapes compile twice.  With one floating dtype in the tree the weak type decides no
+    promotion between its leaves; a tree mixing dtypes is returned as it is (a weak float64
+    scalar times a float32 array stays float32)."""
+    leaves = jax.tree.leaves(tree)
+    floats = {x.dtype for x in leaves if _is_float_array(x)}
+    if len(floats) != 1:
+        return tree
+
+    def strong(x):
+        if _is_float_array(x) and getattr(x, "weak_type", False):
+            return jax.lax.convert_element_type(x, x.dtype)
+        return x
+
+    return jax.tree.map(strong, tree)
+
+
+def _is_float_array(x) -> bool:
+    return hasattr(x, "dtype") and hasattr(x, "shape") and jnp.issubdtype(x.dtype, jnp.floating)
+
+
 class Efficiency(eqx.Module):
     """Achievable fractions of peak and fixed costs: the uncertain parameters ``fitting/`` infers.
 

@@ -82,6 +82,17 @@ def test_each_static_argument_shape_and_dtype_has_its_own_program(cache, change)
     assert len(list(cache.glob("*.bin"))) == 2
 
 
+def test_weakly_and_strongly_typed_arrays_share_one_program(cache):
+    """``jnp.asarray(1.5)`` is weakly typed, a file's ``np.float64`` array strongly typed: the
+    same values of the same shapes run one program with the same numbers."""
+    weak = (jnp.asarray(1.5), jnp.linspace(0.1, 2.0, 7))
+    assert weak[0].weak_type
+    strong = (np.float64(1.5) * np.ones(()), np.asarray(weak[1]))
+    fn = _fresh()
+    _equal(fn(*weak, 3.0, True), fn(*strong, 3.0, True))
+    assert len(list(cache.glob("*.bin"))) == 1
+
+
 def test_an_edit_of_the_source_makes_a_new_program(cache, monkeypatch):
     _fresh()(*ARGS, 3.0, True)
     monkeypatch.setattr(pc, "_source_digest", lambda: "another source")

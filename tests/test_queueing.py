@@ -237,6 +237,24 @@ def test_vmap_over_efficiency_draws_equals_loop():
         assert float(batched.tpot_s.p99[i]) == pytest.approx(float(one.tpot_s.p99), rel=1e-9)
 
 
+def test_specs_of_python_numbers_and_of_arrays_share_one_compiled_program():
+    """A workload and an efficiency built from Python numbers (weakly typed leaves) and the same
+    ones built from NumPy arrays (a file's values, strongly typed): one program, same numbers
+    (the jit's cache holds one entry per argument signature)."""
+    from perfmodel._serving import _serving_metrics
+
+    weak_eff = Efficiency(bandwidth_fraction=0.7)
+    strong_eff = Efficiency(bandwidth_fraction=np.float64(0.7) * np.ones(()))
+    assert weak_eff.bandwidth_fraction.weak_type and not strong_eff.bandwidth_fraction.weak_type
+    strong_load = jax.tree.map(lambda x: jnp.asarray(np.asarray(x, dtype=np.float64)), OPEN_LOAD)
+    _serving_metrics._cached.clear_cache()
+    a = serving_metrics(MODEL, GPU, DEP, weak_eff, OPEN_LOAD)
+    b = serving_metrics(MODEL, GPU, DEP, strong_eff, strong_load)
+    assert _serving_metrics._cached._cache_size() == 1
+    assert float(a.ttft_s.p95) == float(b.ttft_s.p95)
+    assert float(a.tpot_s.p50) == float(b.tpot_s.p50)
+
+
 def test_closed_loop_obeys_littles_law():
     w = Workload(
         concurrency=32.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=0.5, output_tokens_mean=200.0
