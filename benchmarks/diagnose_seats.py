@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,7 +110,7 @@ def main() -> None:
             cost=DecodeCost(),
             ca2=jnp.asarray(1.0),
         )
-        cf = open_loop(point, jnp.asarray(p["rate"]))
+        cf = eqx.filter_jit(open_loop)(point, jnp.asarray(p["rate"]))  # one program, not op by op
         s = cf.steady
         n_cf, var_cf = float(cf.running_mean), float(cf.running_var)
         p_cf, w_cf = float(cf.seat_wait_prob), float(cf.seat_wait_s)
