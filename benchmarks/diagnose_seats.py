@@ -1,8 +1,9 @@
 """Where the closed form's slot (seat) wait comes from, against the simulator, at saved grid points.
 
-For each point of a ``bench_queueing_vs_sim.py --save`` file (or those named by ``--only``), runs the
-simulator once (every iteration priced through ``step_s``, no fast-forward) and prints, next to the
-closed form's own figures (``open_loop``'s running count and seat wait):
+For each point of a ``bench_queueing_vs_sim.py --save`` file (or those named by ``--only``), runs
+the simulator's engine loop once (``run_engine``: every iteration priced through
+``step_function``, no fast-forward) and prints, next to the closed form's own figures
+(``open_loop``'s running count and seat wait):
 
 * the running count N (first token to finish): time-average mean and sd, and the share of
   arrivals that find every seat busy (the seat wait's probability);
@@ -28,46 +29,39 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-import perfmodel.simulator._simulate as sim_module
 from fitting.queueing_corrections import agreement_workload as workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel.dynamics import DecodeCost, EngineConfig, LoadPoint, open_loop
+from perfmodel.simulator import engine_limits, requests_from_workload, run_engine, step_function
 
 
 def key_of(p):
     return f"{p['model'].split('/')[1]}:{'on' if p['chunked'] else 'off'}:{p['budget']}:{p['cv']}"
 
 
-def recorded_simulate(model, gpu, dep, eff, w, requests, seed, chunked):
-    """Simulate with every iteration's (prefill tokens, decodes, seconds) recorded."""
+def recorded_run(model, gpu, dep, eff, w, requests, seed, chunked):
+    """One replica's engine run (``run_engine``, the simulator's loop) with every iteration's
+    (prefill tokens, decodes, seconds) recorded: each priced by ``step_function`` one by one (no
+    decode fast-forward).  Returns the run's per-request state and the iterations after the
+    first tenth (the warm-up)."""
+    step = step_function(model, gpu, dep, eff)
     log = []
-    make_step = sim_module.step_function
 
-    def step_function(*args):
-        step = make_step(*args)
+    def recorded(p_tok, p_seq, p_ctx, d_seq, d_ctx):
+        dt = step(p_tok, p_seq, p_ctx, d_seq, d_ctx)
+        log.append((p_tok, d_seq, dt))
+        return dt
 
-        def recorded(p_tok, p_seq, p_ctx, d_seq, d_ctx):
-            dt = step(p_tok, p_seq, p_ctx, d_seq, d_ctx)
-            log.append((p_tok, d_seq, dt))
-            return dt
-
-        return recorded
-
-    saved = sim_module.step_function, sim_module.decode_run_function
-    sim_module.step_function, sim_module.decode_run_function = step_function, lambda *a: None
-    try:
-        r = sim_module.simulate(
-            model, gpu, dep, eff, w, num_requests=requests, seed=seed, chunked_prefill=chunked
-        )
-    finally:
-        sim_module.step_function, sim_module.decode_run_function = saved
-    return r, np.asarray(log[len(log) // 10 :])
+    trace = requests_from_workload(w, requests, seed)
+    limits = engine_limits(model, gpu, dep, chunked_prefill=chunked)
+    run = run_engine(recorded, trace.arrival_s, trace.prompt_tokens, trace.output_tokens, limits)
+    return run.requests, np.asarray(log[len(log) // 10 :])
 
 
 def running_law(r, seats):
     """Time-average mean and sd of the running count, and the share of arrivals finding it full."""
-    ok = np.isfinite(r.first_token_s) & np.isfinite(r.finish_s)
-    t = np.concatenate([r.first_token_s[ok], r.finish_s[ok]])
+    ok = np.isfinite(r.first) & np.isfinite(r.finish)
+    t = np.concatenate([r.first[ok], r.finish[ok]])
     step = np.concatenate([np.ones(ok.sum()), -np.ones(ok.sum())])
     order = np.argsort(t, kind="stable")
     t, n = t[order], np.cumsum(step[order])
@@ -75,7 +69,7 @@ def running_law(r, seats):
     w = dt / dt.sum()
     mean = float(np.sum(w * n[:-1]))
     sd = float(np.sqrt(np.sum(w * (n[:-1] - mean) ** 2)))
-    at = np.searchsorted(t, r.arrival_s[ok], side="right") - 1
+    at = np.searchsorted(t, r.arrival[ok], side="right") - 1
     seen = np.where(at >= 0, n[np.clip(at, 0, len(n) - 1)], 0.0)
     return mean, sd, float(np.mean(seen >= seats - 1))
 
@@ -115,7 +109,7 @@ def main() -> None:
         n_cf, var_cf = float(cf.running_mean), float(cf.running_var)
         p_cf, w_cf = float(cf.seat_wait_prob), float(cf.seat_wait_s)
         seats = float(s.seats)
-        r, it = recorded_simulate(model, gpu, dep, eff, w, args.requests, args.seed, p["chunked"])
+        r, it = recorded_run(model, gpu, dep, eff, w, args.requests, args.seed, p["chunked"])
         n_sim, sd_sim, full_sim = running_law(r, seats)
         carry = it[:, 0] > 0
         dec, dt = it[:, 1], it[:, 2]
