@@ -34,6 +34,9 @@ from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel.dynamics import DecodeCost, EngineConfig, LoadPoint, open_loop
 from perfmodel.simulator import engine_limits, requests_from_workload, run_engine, step_function
 
+open_loop_compiled = eqx.filter_jit(open_loop)
+"""The closed form's open loop as one compiled program (run op by op it dispatches ~700)."""
+
 
 def key_of(p):
     return f"{p['model'].split('/')[1]}:{'on' if p['chunked'] else 'off'}:{p['budget']}:{p['cv']}"
@@ -104,7 +107,7 @@ def main() -> None:
             cost=DecodeCost(),
             ca2=jnp.asarray(1.0),
         )
-        cf = eqx.filter_jit(open_loop)(point, jnp.asarray(p["rate"]))  # one program, not op by op
+        cf = open_loop_compiled(point, jnp.asarray(p["rate"]))
         s = cf.steady
         n_cf, var_cf = float(cf.running_mean), float(cf.running_var)
         p_cf, w_cf = float(cf.seat_wait_prob), float(cf.seat_wait_s)
