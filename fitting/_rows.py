@@ -508,10 +508,11 @@ def prepare(
         return tuple(out), np.asarray([out.index(v) for v in values], dtype=int)
 
     gpus_, gi = labels(list(kept_table["gpu"]), gpus)
-    nks = [noise_key(r) for _, r in kept_table.iterrows()]
-    sources = [source_key(r) for _, r in kept_table.iterrows()]
+    records = [r for _, r in kept_table.iterrows()]  # one pass over the table (iterrows is slow)
+    nks = [noise_key(r) for r in records]
+    sources = [source_key(r) for r in records]
     cell_rows = [(f"{src}|{k}" if has_offset(k, src) else None) for src, k in zip(sources, nks)]
-    comm_rows = [comm_cell(r) for _, r in kept_table.iterrows()]
+    comm_rows = [comm_cell(r) for r in records]
     used = [c for c in cell_rows + comm_rows if c is not None]
     src_, _ = labels(used, cells)
 
