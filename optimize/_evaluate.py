@@ -299,7 +299,18 @@ def slo_probability(
     problem: Problem, config: Array, replicas: Array, metrics_fn: MetricsFn = slo_metrics
 ) -> Array:
     """Share of posterior draws in which the discrete ``config`` with ``replicas`` meets every
-    constraint."""
+    constraint.
+
+    One compiled program per problem shape, whatever the configuration and replica count (a
+    host-side re-check would otherwise run the draws' serving model op by op); inside another
+    trace it is traced into that program."""
+    return _slo_probability(
+        problem, jnp.asarray(config), jnp.asarray(replicas, dtype=float), metrics_fn
+    )
+
+
+@eqx.filter_jit
+def _slo_probability(problem: Problem, config: Array, replicas: Array, metrics_fn: MetricsFn):
     m = draw_metrics(problem, one_hot_weights(config, problem.grid), replicas, 0.0, metrics_fn)
     return jnp.mean(constraints_hold(constraint_slacks(problem, m)).astype(float))
 

@@ -643,6 +643,7 @@ def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
     Under a speculative ``point.cost`` the queueing runs in decode iterations ((O - 1) / E per
     request, each iteration's gap from the steady state); TPOT and ITL per token are the gap / E.
     """
+    Corrections.from_array(point.corrections)  # a wrong-length vector is refused before any work
     workload = point.workload
     lengths = length_laws(point)
     offered, rate = rate, rate * lengths.accepted_share
