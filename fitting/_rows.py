@@ -505,7 +505,8 @@ def prepare(
     def labels(values: list[str], given):
         out = list(given or ())
         out += sorted(set(values) - set(out))
-        return tuple(out), np.asarray([out.index(v) for v in values], dtype=int)
+        position = {v: i for i, v in enumerate(out)}
+        return tuple(out), np.asarray([position[v] for v in values], dtype=int)
 
     gpus_, gi = labels(list(kept_table["gpu"]), gpus)
     records = [r for _, r in kept_table.iterrows()]  # one pass over the table (iterrows is slow)
@@ -516,8 +517,10 @@ def prepare(
     used = [c for c in cell_rows + comm_rows if c is not None]
     src_, _ = labels(used, cells)
 
+    cell_position = {c: i for i, c in enumerate(src_)}
+
     def index(names: list) -> np.ndarray:
-        return np.asarray([src_.index(c) if c is not None else -1 for c in names], dtype=int)
+        return np.asarray([cell_position.get(c, -1) for c in names], dtype=int)
 
     nk_, ni = labels(nks, noise_keys)
     return Prepared(
