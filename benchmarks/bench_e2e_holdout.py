@@ -128,6 +128,40 @@ def _signed_bias(scored) -> str:
     return "\n".join(lines)
 
 
+TTFT_BANDS_S = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, np.inf)
+"""Edges (seconds) of the predicted-TTFT bands of ``_ttft_by_band``."""
+
+
+def _ttft_by_band(scored) -> str:
+    """Median log(predicted / measured) of serving TTFT by held-out value and band of the
+    predicted TTFT: a multiplicative miss is flat across the bands; a fixed latency per request
+    that the model leaves out (HTTP, tokenisation, streaming the first token) shows as a miss
+    that grows towards the shortest TTFTs."""
+    import pandas as pd
+
+    part = _with_log_ratio(scored[(scored.scenario == "serving") & (scored.metric == "ttft")])
+    band = pd.cut(part.predicted.astype(float), TTFT_BANDS_S)
+    table = part.groupby(["held_out", band], observed=True).agg(
+        n=("log_ratio", "size"),
+        median=("log_ratio", "median"),
+        measured=("value", "median"),
+        predicted=("predicted", "median"),
+    )
+    lines = [
+        (
+            "| held out | predicted TTFT band (s) | n | median log(pred / meas) "
+            "| median measured (s) | median predicted (s) |"
+        ),
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for (held, b), row in table.iterrows():
+        lines.append(
+            f"| {held} | {b.left:g}-{b.right:g} | {int(row['n'])} | {row['median']:+.2f} "
+            f"| {row['measured']:.3f} | {row['predicted']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def _saturated_bias(scored) -> str:
     """Median log(predicted / measured) of the saturated (offline) throughput rows by held-out
     value, GPU and model: where the one step model is too slow or too fast at full batch, apart
@@ -180,6 +214,8 @@ def main() -> None:
         print(_by_layout(scored))
         print()
         print(_signed_bias(scored))
+        print()
+        print(_ttft_by_band(scored))
         print()
         print(_saturated_bias(scored))
         print()
