@@ -38,6 +38,8 @@ a bias every seen lab shows and a wider interval where the labs disagree.
 
 from __future__ import annotations
 
+import zlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -131,7 +133,14 @@ MIN_SPREAD = 0.05
 """Floor on a pooled cell's spread (log units): labs never agree closer than run-to-run noise."""
 
 
-def _engine_cells(cells: list[str], offsets: list[np.ndarray], rng, n_draw: int):
+def cell_stream(seed: int, name: str) -> np.random.Generator:
+    """The random stream of one cell's or noise key's draws: seeded by ``seed`` and the CRC-32 of
+    its name, so a cell's draws do not move when other cells are added or dropped (another
+    lab's runs, a held-out split), only when its own rows or ``seed`` change."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def _engine_cells(cells: list[str], offsets: list[np.ndarray], seed: int, n_draw: int):
     """Pooled cells for sources never seen: ``engine:*|<group>`` per group (any engine) and
     ``engine:<engine>|<group>`` per (engine, group).  The any-engine cell is the random-effects
     predictive of the seen cells of its group (``population_offset``); an engine's cell shrinks
@@ -155,10 +164,11 @@ def _engine_cells(cells: list[str], offsets: list[np.ndarray], rng, n_draw: int)
         mu, spread = group[name.split("|", 1)[1]]
         centre = (sum(centres) + mu) / (len(centres) + 1)
         names.append(name)
-        draws.append(centre + spread * rng.standard_normal(n_draw))
+        draws.append(centre + spread * cell_stream(seed, name).standard_normal(n_draw))
     for key, (mu, spread) in group.items():
-        names.append(f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}")
-        draws.append(mu + spread * rng.standard_normal(n_draw))
+        name = f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}"
+        names.append(name)
+        draws.append(mu + spread * cell_stream(seed, name).standard_normal(n_draw))
     return names, draws
 
 
@@ -210,7 +220,6 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     resid = at_grid[overhead_s] if overhead_s in at_grid else residuals(overhead_s)
     ok = np.isfinite(resid)
     chains, draws = int(post.sizes["chain"]), int(post.sizes["draw"])
-    rng = np.random.default_rng(seed)
     n_draw = chains * draws
 
     new_cells, new_off = [], []
@@ -219,9 +228,12 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         if len(r) >= MIN_ROWS:
             new_cells.append(prep.cells[j])
             new_off.append(
-                np.median(r) + _robust_sd(r) / np.sqrt(len(r)) * rng.standard_normal(n_draw)
+                np.median(r)
+                + _robust_sd(r)
+                / np.sqrt(len(r))
+                * cell_stream(seed, prep.cells[j]).standard_normal(n_draw)
             )
-    pooled_cells, pooled_off = _engine_cells(new_cells, new_off, rng, n_draw)
+    pooled_cells, pooled_off = _engine_cells(new_cells, new_off, seed, n_draw)
     new_cells, new_off = new_cells + pooled_cells, new_off + pooled_off
     sig = {}
     for j, k in enumerate(prep.noise_keys):
@@ -232,7 +244,7 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         centred = _centred(resid, sel, prep.cell_idx)
         if len(centred) >= MIN_ROWS:
             s, dof = _robust_sd(centred), len(centred) - 1
-            sig[k] = s * np.sqrt(dof / rng.chisquare(dof, n_draw))
+            sig[k] = s * np.sqrt(dof / cell_stream(seed, k).chisquare(dof, n_draw))
     if not new_cells and not sig:
         return idata, 0
 

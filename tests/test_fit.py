@@ -261,7 +261,9 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
 
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
 
-    post = _toy_posterior()
+    # 2,000 draws: the pooled draws' sample sd is then within 10 % of its law's (4.5 of its
+    # standard errors, sd / sqrt(2 (n - 1))) for any random stream
+    post = _toy_posterior(num_draws=2000)
     table = _closed_loop_rows("ttft", ("h100-sxm",), (1, 2, 4, 8, 16, 32))
     prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
     params = {n: jnp.asarray(np.median(post.flat(n), axis=0)) for n in PARAM_NAMES}
@@ -341,3 +343,28 @@ def test_population_offset_by_hand_and_its_limits():
     # many labs agreeing: the centre goes to their value, the spread to the floor
     mu, sd = population_offset([0.4] * 999)
     assert mu == pytest.approx(0.4 * 999 / 1000) and sd < 0.02 + MIN_SPREAD
+
+
+def test_a_pooled_cells_draws_do_not_move_when_another_group_is_added():
+    """Each pooled cell draws from a stream of its own name (``cell_stream``): adding another
+    group's cells (listed first, so a shared stream would hand the old cells later numbers)
+    leaves the old cells' draws bit for bit; the draws follow the pooled law's centre and spread
+    (``population_offset``), and another seed gives other draws."""
+    from fitting._serving_stage import _engine_cells, population_offset
+
+    n = 4000
+    ttft = ["a:vllm|serving:ttft", "b:vllm|serving:ttft"]
+    offsets = [np.full(8, 0.3), np.full(8, 0.5)]
+    names, draws = _engine_cells(ttft, offsets, seed=0, n_draw=n)
+    more = ["a:vllm|serving:tpot", "b:sglang|serving:tpot"] + ttft
+    names2, draws2 = _engine_cells(more, [np.full(8, -0.1), np.full(8, 0.2)] + offsets, 0, n)
+    before, after = dict(zip(names, draws)), dict(zip(names2, draws2))
+    assert set(before) == {"engine:vllm|serving:ttft", "engine:*|serving:ttft"}
+    for name, d in before.items():
+        np.testing.assert_array_equal(after[name], d)
+    mu, sd = population_offset([0.3, 0.5])
+    any_engine = before["engine:*|serving:ttft"]
+    assert np.mean(any_engine) == pytest.approx(mu, abs=4 * sd / np.sqrt(n))
+    assert np.std(any_engine) == pytest.approx(sd, rel=0.05)
+    _, other = _engine_cells(ttft, offsets, seed=1, n_draw=n)
+    assert not np.array_equal(other[0], draws[0])
