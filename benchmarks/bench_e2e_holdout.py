@@ -136,7 +136,8 @@ def _ttft_by_band(scored) -> str:
     """Median log(predicted / measured) of serving TTFT by held-out value and band of the
     predicted TTFT: a multiplicative miss is flat across the bands; a fixed latency per request
     that the model leaves out (HTTP, tokenisation, streaming the first token) shows as a miss
-    that grows towards the shortest TTFTs."""
+    that grows towards the shortest TTFTs.  (One such latency for every lab, profiled by the cut
+    stage, did not transfer between labs: ``docs/benchmarks-history.md``, 2026-12-06, seventh.)"""
     import pandas as pd
 
     part = _with_log_ratio(scored[(scored.scenario == "serving") & (scored.metric == "ttft")])
