@@ -269,6 +269,13 @@ def draw_indices(posterior: Posterior, num_draws: int, rng: np.random.Generator)
     return rng.choice(total, size=num_draws, replace=num_draws > total)
 
 
+def named_stream(seed: int, name: str) -> np.random.Generator:
+    """A random stream of its own for the draws of one named thing (an unseen GPU, a cut-stage
+    cell or noise key): seeded by ``seed`` and the CRC-32 of ``name``, so its draws do not move
+    when other names are added or dropped, only when ``seed`` does."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
 def parameter_draws(
     posterior: Posterior, gpus: tuple[str, ...], idx: np.ndarray, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
@@ -280,7 +287,7 @@ def parameter_draws(
     # each unseen GPU's population draws come from its own stream, keyed by a stable hash of its
     # name: two GPUs drawn with the same seed (in one call or two) are independent, not equal
     base = int(rng.integers(2**32)) if unseen else 0
-    streams = {g: np.random.default_rng([base, zlib.crc32(g.encode())]) for g in unseen}
+    streams = {g: named_stream(base, g) for g in unseen}
     out = {}
     for name in PARAM_NAMES:
         if not posterior.has(name):  # an older file: the field's default

@@ -38,8 +38,6 @@ a bias every seen lab shows and a wider interval where the labs disagree.
 
 from __future__ import annotations
 
-import zlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,7 +45,14 @@ import pandas as pd
 
 from ._model import PARAM_NAMES, PRIORS, prior_center_unconstrained, to_unconstrained
 from ._names import E2E_SCENARIOS
-from ._posterior import ANY_ENGINE, ENGINE_PREFIX, Posterior, draw_indices, parameter_draws
+from ._posterior import (
+    ANY_ENGINE,
+    ENGINE_PREFIX,
+    Posterior,
+    draw_indices,
+    named_stream,
+    parameter_draws,
+)
 from ._predict import predict_log, prepare
 
 PARAM_DRAWS = 64
@@ -133,13 +138,6 @@ MIN_SPREAD = 0.05
 """Floor on a pooled cell's spread (log units): labs never agree closer than run-to-run noise."""
 
 
-def cell_stream(seed: int, name: str) -> np.random.Generator:
-    """The random stream of one cell's or noise key's draws: seeded by ``seed`` and the CRC-32 of
-    its name, so a cell's draws do not move when other cells are added or dropped (another
-    lab's runs, a held-out split), only when its own rows or ``seed`` change."""
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
-
-
 def _engine_cells(cells: list[str], offsets: list[np.ndarray], seed: int, n_draw: int):
     """Pooled cells for sources never seen: ``engine:*|<group>`` per group (any engine) and
     ``engine:<engine>|<group>`` per (engine, group).  The any-engine cell is the random-effects
@@ -164,11 +162,11 @@ def _engine_cells(cells: list[str], offsets: list[np.ndarray], seed: int, n_draw
         mu, spread = group[name.split("|", 1)[1]]
         centre = (sum(centres) + mu) / (len(centres) + 1)
         names.append(name)
-        draws.append(centre + spread * cell_stream(seed, name).standard_normal(n_draw))
+        draws.append(centre + spread * named_stream(seed, name).standard_normal(n_draw))
     for key, (mu, spread) in group.items():
         name = f"{ENGINE_PREFIX}{ANY_ENGINE}|{key}"
         names.append(name)
-        draws.append(mu + spread * cell_stream(seed, name).standard_normal(n_draw))
+        draws.append(mu + spread * named_stream(seed, name).standard_normal(n_draw))
     return names, draws
 
 
@@ -231,7 +229,7 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
                 np.median(r)
                 + _robust_sd(r)
                 / np.sqrt(len(r))
-                * cell_stream(seed, prep.cells[j]).standard_normal(n_draw)
+                * named_stream(seed, prep.cells[j]).standard_normal(n_draw)
             )
     pooled_cells, pooled_off = _engine_cells(new_cells, new_off, seed, n_draw)
     new_cells, new_off = new_cells + pooled_cells, new_off + pooled_off
@@ -244,7 +242,7 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
         centred = _centred(resid, sel, prep.cell_idx)
         if len(centred) >= MIN_ROWS:
             s, dof = _robust_sd(centred), len(centred) - 1
-            sig[k] = s * np.sqrt(dof / cell_stream(seed, k).chisquare(dof, n_draw))
+            sig[k] = s * np.sqrt(dof / named_stream(seed, k).chisquare(dof, n_draw))
     if not new_cells and not sig:
         return idata, 0
 

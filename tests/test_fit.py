@@ -346,7 +346,7 @@ def test_population_offset_by_hand_and_its_limits():
 
 
 def test_a_pooled_cells_draws_do_not_move_when_another_group_is_added():
-    """Each pooled cell draws from a stream of its own name (``cell_stream``): adding another
+    """Each pooled cell draws from a stream of its own name (``named_stream``): adding another
     group's cells (listed first, so a shared stream would hand the old cells later numbers)
     leaves the old cells' draws bit for bit; the draws follow the pooled law's centre and spread
     (``population_offset``), and another seed gives other draws."""
