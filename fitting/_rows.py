@@ -502,37 +502,34 @@ def prepare(
         }
     )
 
-    def labels(values: list[str], given):
+    def labels(values: list, given) -> tuple[tuple[str, ...], dict[str, int]]:
+        """``given`` then the new labels sorted, and each label's position."""
         out = list(given or ())
-        out += sorted(set(values) - set(out))
-        position = {v: i for i, v in enumerate(out)}
-        return tuple(out), np.asarray([position[v] for v in values], dtype=int)
+        out += sorted(set(values) - set(out) - {None})
+        return tuple(out), {v: i for i, v in enumerate(out)}
 
-    gpus_, gi = labels(list(kept_table["gpu"]), gpus)
+    def index(names: list, position: dict[str, int]) -> np.ndarray:
+        return np.asarray([position.get(c, -1) for c in names], dtype=int)  # None: -1
+
+    gpu_rows = list(kept_table["gpu"])
     records = [r for _, r in kept_table.iterrows()]  # one pass over the table (iterrows is slow)
     nks = [noise_key(r) for r in records]
     sources = [source_key(r) for r in records]
     cell_rows = [(f"{src}|{k}" if has_offset(k, src) else None) for src, k in zip(sources, nks)]
     comm_rows = [comm_cell(r) for r in records]
-    used = [c for c in cell_rows + comm_rows if c is not None]
-    src_, _ = labels(used, cells)
-
-    cell_position = {c: i for i, c in enumerate(src_)}
-
-    def index(names: list) -> np.ndarray:
-        return np.asarray([cell_position.get(c, -1) for c in names], dtype=int)
-
-    nk_, ni = labels(nks, noise_keys)
+    gpus_, gpu_position = labels(gpu_rows, gpus)
+    cells_, cell_position = labels(cell_rows + comm_rows, cells)
+    nks_, nk_position = labels(nks, noise_keys)
     return Prepared(
         kept_table,
         blocks,
         gpus_,
-        src_,
-        nk_,
-        gi,
-        index(cell_rows),
-        ni,
+        cells_,
+        nks_,
+        index(gpu_rows, gpu_position),
+        index(cell_rows, cell_position),
+        index(nks, nk_position),
         np.log(kept_table["value"].to_numpy(float)),
         skipped,
-        comm_idx=index(comm_rows),
+        comm_idx=index(comm_rows, cell_position),
     )

@@ -374,7 +374,7 @@ class RunningCount(eqx.Module):
 
 
 def running_count(
-    point: LoadPoint, s: Steady, lengths: LengthLaws, load: Utilisation, rate
+    point: LoadPoint, s: Steady, lengths: LengthLaws, load: Utilisation, rate, corr: Corrections
 ) -> RunningCount:
     """``RunningCount`` at ``rate``.
 
@@ -388,7 +388,6 @@ def running_count(
     is Little's law with the requests' own mean gaps, n = lambda (E[own prefill] +
     E[(O - 1) TPOT(O)]), the Jensen shift weighted by ``running_jensen_gain``."""
     config, ca2, temperature = point.config, point.ca2, point.temperature
-    corr = Corrections.from_array(point.corrections)
     jump2 = jnp.square(rate) * s.delta2 / jnp.square(1.0 - s.extra)  # E[X^2]
     noise = (1.0 + ca2) / 2.0 + ca2 * s.extra / (1.0 - s.extra) + ca2 * jump2 / 2.0
     if config.chunked_prefill:
@@ -477,12 +476,13 @@ def waits(
     load: Utilisation,
     running: RunningCount,
     rate,
+    corr: Corrections,
 ) -> Waits:
     """``Waits``: the prefill queue's (Kingman, modulated by N's noise, scaled by the fitted
     discrepancy 1 + a c_s^2 + b rho / (1 - rho)) plus the seat's (the diffusion's, with the
     restoring force weakening towards the seats), and the residual of the iteration in flight."""
     config, temperature = point.config, point.temperature
-    a, b = Corrections.from_array(point.corrections).wait_gains(config.chunked_prefill)
+    a, b = corr.wait_gains(config.chunked_prefill)
     rho_p, w_p = load.prefill_load, load.prefill_wait_s
     # the force pulling N back weakens towards the seats (g and TPOT grow with N, by a jump
     # past the roofline's kink): the seats fill more often than the Gaussian says
@@ -535,7 +535,9 @@ class GapLaws(eqx.Module):
     itl_var: Array  # one gap's spread from the batch's drift
 
 
-def gap_laws(point: LoadPoint, s: Steady, lengths: LengthLaws, running: RunningCount) -> GapLaws:
+def gap_laws(
+    point: LoadPoint, s: Steady, lengths: LengthLaws, running: RunningCount, corr: Corrections
+) -> GapLaws:
     """A request's TPOT spread: the prefill in its own gaps (``RunningCount.stalls``) and the
     batch's drift (N's own noise, OU with correlation time E[O] TPOT / (1 - g_bar), averaged
     over its (O - 1) gaps; slow deviations amplified by the loop, 1 / (1 - g_bar)^2).  The loop
@@ -543,7 +545,6 @@ def gap_laws(point: LoadPoint, s: Steady, lengths: LengthLaws, running: RunningC
     TPOT(n_d = seats) - TPOT, squared; the prefill in its own gaps stays.  ITL is one gap: without
     prefill work (tau_d) or, with probability f, with it; both see the batch's Jensen excess and
     its drift over one gap, at most the headroom."""
-    corr = Corrections.from_array(point.corrections)
     g_bar, loop, o_bar = running.averaged_gain, running.loop, lengths.iterations_mean
     gaps = jnp.maximum(lengths.iteration_nodes, 1.0)
     window = gaps * (1.0 - g_bar) / jnp.maximum(o_bar, 1.0)
@@ -643,7 +644,7 @@ def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
     Under a speculative ``point.cost`` the queueing runs in decode iterations ((O - 1) / E per
     request, each iteration's gap from the steady state); TPOT and ITL per token are the gap / E.
     """
-    Corrections.from_array(point.corrections)  # a wrong-length vector is refused before any work
+    corr = Corrections.from_array(point.corrections)  # read (and a wrong length refused) first
     workload = point.workload
     lengths = length_laws(point)
     offered, rate = rate, rate * lengths.accepted_share
@@ -662,9 +663,9 @@ def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
         o_cv=workload.output_tokens_cv,
     )
     load = utilisation(point, s, lengths, rate)
-    running = running_count(point, s, lengths, load, rate)
-    waited = waits(point, s, lengths, load, running, rate)
-    gaps = gap_laws(point, s, lengths, running)
+    running = running_count(point, s, lengths, load, rate, corr)
+    waited = waits(point, s, lengths, load, running, rate, corr)
+    gaps = gap_laws(point, s, lengths, running, corr)
 
     ttft_mean = waited.residual_s + waited.wait_s + jnp.mean(s.own)
     e2e_mean = ttft_mean + jnp.mean(lengths.iteration_nodes * gaps.tpot_nodes)
