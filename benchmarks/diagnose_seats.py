@@ -32,7 +32,7 @@ jax.config.update("jax_enable_x64", True)
 from fitting.queueing_corrections import agreement_workload as workload
 from perfmodel import Deployment, Efficiency, load_hardware, load_model
 from perfmodel.dynamics import DecodeCost, EngineConfig, LoadPoint, open_loop
-from perfmodel.simulator import engine_limits, requests_from_workload, run_engine, step_function
+from perfmodel.simulator import EngineHooks, simulate
 
 open_loop_compiled = eqx.filter_jit(open_loop)
 """The closed form's open loop as one compiled program (run op by op it dispatches ~700)."""
@@ -43,28 +43,30 @@ def key_of(p):
 
 
 def recorded_run(model, gpu, dep, eff, w, requests, seed, chunked):
-    """One replica's engine run (``run_engine``, the simulator's loop) with every iteration's
-    (prefill tokens, decodes, seconds) recorded: each priced by ``step_function`` one by one (no
-    decode fast-forward).  Returns the run's per-request state and the iterations after the
-    first tenth (the warm-up)."""
-    step = step_function(model, gpu, dep, eff)
+    """One replica's simulated run (``simulate``) with every iteration's (prefill tokens,
+    decodes, seconds) recorded (``EngineHooks.iteration``, which prices each one by one).
+    Returns the ``SimResult`` and the iterations after the first tenth (the warm-up)."""
     log = []
-
-    def recorded(p_tok, p_seq, p_ctx, d_seq, d_ctx):
-        dt = step(p_tok, p_seq, p_ctx, d_seq, d_ctx)
-        log.append((p_tok, d_seq, dt))
-        return dt
-
-    trace = requests_from_workload(w, requests, seed)
-    limits = engine_limits(model, gpu, dep, chunked_prefill=chunked)
-    run = run_engine(recorded, trace.arrival_s, trace.prompt_tokens, trace.output_tokens, limits)
-    return run.requests, np.asarray(log[len(log) // 10 :])
+    hooks = EngineHooks(iteration=lambda p_tok, d_seq, dt: log.append((p_tok, d_seq, dt)))
+    run = simulate(
+        model,
+        gpu,
+        dep,
+        eff,
+        w,
+        num_requests=requests,
+        seed=seed,
+        chunked_prefill=chunked,
+        hooks=hooks,
+    )
+    return run, np.asarray(log[len(log) // 10 :])
 
 
 def running_law(r, seats):
     """Time-average mean and sd of the running count, and the share of arrivals finding it full."""
-    ok = np.isfinite(r.first) & np.isfinite(r.finish)
-    t = np.concatenate([r.first[ok], r.finish[ok]])
+    first, finish = r.first_token_s, r.finish_s
+    ok = np.isfinite(first) & np.isfinite(finish)
+    t = np.concatenate([first[ok], finish[ok]])
     step = np.concatenate([np.ones(ok.sum()), -np.ones(ok.sum())])
     order = np.argsort(t, kind="stable")
     t, n = t[order], np.cumsum(step[order])
@@ -72,7 +74,7 @@ def running_law(r, seats):
     w = dt / dt.sum()
     mean = float(np.sum(w * n[:-1]))
     sd = float(np.sqrt(np.sum(w * (n[:-1] - mean) ** 2)))
-    at = np.searchsorted(t, r.arrival[ok], side="right") - 1
+    at = np.searchsorted(t, r.arrival_s[ok], side="right") - 1
     seen = np.where(at >= 0, n[np.clip(at, 0, len(n) - 1)], 0.0)
     return mean, sd, float(np.mean(seen >= seats - 1))
 

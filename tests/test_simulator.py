@@ -237,3 +237,22 @@ def test_synthetic_prefix_hit_rate_counts_only_the_common_prefix_blocks():
     assert synthetic_prefix_hit_rate(prefix, prompts, reused, served) == pytest.approx(1.0)
     none = PrefixCaching(synthetic_prefix_hashes(prompts, np.zeros(3, bool), 64, 16), 16)
     assert synthetic_prefix_hit_rate(none, prompts, reused, served) == 0.0
+
+
+def test_the_iteration_hook_sees_every_iteration_and_changes_no_time():
+    # the hook prices every iteration one by one (no decode fast-forward): the same request
+    # times as the fast-forwarded run, its iterations counted, its seconds summing to the busy
+    # time, and (chunked, no preemption) every served prompt token prefilled exactly once
+    log = []
+    hooks = EngineHooks(iteration=lambda p_tok, d_seq, dt: log.append((p_tok, d_seq, dt)))
+    plain = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=3)
+    seen = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=3, hooks=hooks)
+    np.testing.assert_allclose(seen.first_token_s, plain.first_token_s, rtol=1e-12)
+    np.testing.assert_allclose(seen.finish_s, plain.finish_s, rtol=1e-12)
+    it = np.asarray(log)
+    assert len(it) == seen.iterations == plain.iterations
+    assert it[:, 2].sum() == pytest.approx(seen.busy_s, rel=1e-12)
+    assert seen.preemptions.sum() == 0
+    assert it[:, 0].sum() == seen.prompt_tokens[~seen.rejected].sum()
+    # decode sequences per iteration summed = the decode-batch total the gaps keep
+    assert it[:, 1].sum() == pytest.approx(float(seen.decode_gaps.sequences.sum()))

@@ -64,11 +64,15 @@ class EngineHooks:
         shared_prefix_blocks: the cached prefix's blocks are shared with other requests (a prefix
             cache: vLLM references them, counted in the cache's budget, not the request's);
             False when the request owns them (a KV hand-off into a decode pool).
+        iteration: called with (prefill tokens, decode sequences, seconds) of every iteration
+            the engine runs; each is then priced one by one (no decode fast-forward), so every
+            iteration is seen.
     """
 
     cached_prefix_tokens: Callable[[int, int], int] | None = None
     shared_prefix_blocks: bool = False
     decode_tokens: Callable[[np.ndarray], np.ndarray] | None = None
+    iteration: Callable[[float, float, float], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -353,6 +357,21 @@ class _Replica:
         self.retire(done_now, self.now_s)
 
 
+def _recording(
+    step_s: Callable[[float, float, float, float, float], float],
+    record: Callable[[float, float, float], None],
+) -> Callable[[float, float, float, float, float], float]:
+    """``step_s`` that also hands each iteration's (prefill tokens, decode sequences, seconds)
+    to ``record``."""
+
+    def step(p_tok, p_seq, p_ctx, d_seq, d_ctx):
+        dt = step_s(p_tok, p_seq, p_ctx, d_seq, d_ctx)
+        record(p_tok, d_seq, dt)
+        return dt
+
+    return step
+
+
 def run_engine(
     step_s: Callable[[float, float, float, float, float], float],
     arrival_s: np.ndarray,
@@ -374,12 +393,15 @@ def run_engine(
             earlier one finishes.
         decode_run_s: optional (decode_seqs, decode_context, k) -> times of k consecutive
             decode-only iterations (context +1 each); lets the loop jump over stretches with no
-            queue and no prefill in one call (same times as k single steps).
+            queue and no prefill in one call (same times as k single steps);
+            unused when ``hooks.iteration`` records every iteration.
 
     Returns:
         the run's ``EngineRun``.
     """
     n = len(prompt_tokens)
+    if hooks.iteration is not None:
+        step_s, decode_run_s = _recording(step_s, hooks.iteration), None
     arrival = np.array(arrival_s, dtype=np.float64)
     if concurrency > 0:
         arrival[:] = np.inf

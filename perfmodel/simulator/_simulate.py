@@ -208,6 +208,7 @@ def simulate(
             cached_prefix_tokens=cached if prefix is not None else hooks.cached_prefix_tokens,
             decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
             shared_prefix_blocks=prefix is not None or hooks.shared_prefix_blocks,
+            iteration=hooks.iteration,
         )
         run = run_engine(
             step_s,
