@@ -63,7 +63,11 @@ from ._pareto_points import (
     ParetoSweep as ParetoSweep,
     non_dominated as non_dominated,
 )
-from ._problem import Problem as Problem, make_problem as make_problem
+from ._problem import (
+    Problem as Problem,
+    make_problem as make_problem,
+    require_peak_capacity as require_peak_capacity,
+)
 from ._program_cache import cached_jit as cached_jit
 from ._recommend import Recommendation as Recommendation, recommend as recommend
 from ._search import SearchOptions as SearchOptions, SearchResult as SearchResult, search as search

@@ -249,6 +249,38 @@ def _prefix(grid: Grid, share: float | None, tokens: float | None) -> dict:
     return {"prefix_shared_fraction": share, "prefix_tokens": tokens, "prefix_cache": True}
 
 
+def require_peak_capacity(problem: Problem, gpus: tuple[str, ...]) -> None:
+    """``ValueError`` naming the fix when an open-loop load exceeds what every GPU the search may
+    use could serve at its peak.  Each output token costs at least one forward pass over the
+    active parameters other than the embedding lookup, 2 (N_active - N_embedding) FLOPs (Kaplan
+    et al. 2020), with prompts and attention on top; the answer is at most ``max_replicas`` units
+    of the grid's largest engine (TP x PP, times the prefill and decode engines of a pool split)
+    on the fastest GPU (``gpus``: the candidates' ids) at its highest dense rate.  A necessary
+    condition only: it catches loads off by orders of magnitude before anything compiles; the
+    search decides the rest."""
+    workload, grid, model = problem.workload, problem.grid, problem.model
+    rate = float(workload.arrival_rate_per_s)
+    if float(workload.concurrency) > 0 or not (math.isfinite(rate) and rate > 0):
+        return
+    flops_per_token = 2.0 * (float(model.active_params) - float(model.embedding_params))
+    engines_per_unit = max([1] + [p + d for p, d in grid.pool_ratios])
+    per_replica = engines_per_unit * max(grid.tp) * max(grid.pp)
+    most_gpus = grid.max_replicas * per_replica
+    most_tokens_per_s = (
+        most_gpus * float(jnp.max(problem.hardware.dense_flops_per_s)) / flops_per_token
+    )
+    wanted = rate * float(workload.output_tokens_mean)
+    if not wanted > most_tokens_per_s:
+        return
+    raise ValueError(
+        f"--rate {rate:g}/s x {float(workload.output_tokens_mean):g} output tokens is "
+        f"{wanted:.3g} tokens/s, more than {most_gpus} GPUs (--max-replicas "
+        f"{grid.max_replicas} x {per_replica} per replica) could generate even at the peak "
+        f"FLOPs of the fastest of {','.join(gpus)} ({most_tokens_per_s:.3g} tokens/s); lower "
+        "--rate or raise --max-replicas"
+    )
+
+
 def _require_context_fits(model, gpus, specs, grid: Grid, context: float) -> None:
     """``ValueError`` naming the fix when no GPU of ``gpus`` holds the KV of one ``context``-token
     sequence in any grid configuration: the most room is the largest legal TP x PP (the weights

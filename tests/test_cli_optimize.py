@@ -3,6 +3,8 @@ documented JSON keys; an SLO no candidate meets is a value with the closest achi
 
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from demand_files import write_demand
@@ -158,6 +160,10 @@ BASE = ["--model", "meta-llama/Llama-3.1-8B", "--prior", "--draws", "8"]
                 "512",
             ],
             "must be a share of requests in (0, 1]",
+        ),
+        (
+            ["optimize", *BASE, "--gpus", "h100-sxm", "--rate", "1e12"],
+            "lower --rate or raise --max-replicas",
         ),
     ],
 )
@@ -386,3 +392,34 @@ def test_fleet_and_forecast_refuse_mtp_for_a_model_without_it(capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "multi-token-prediction" in err
+
+
+@pytest.mark.parametrize("pool_ratios", [(), ((1, 3),)])
+def test_a_rate_beyond_every_gpus_peak_is_refused_and_one_below_it_is_not(pool_ratios):
+    # Llama-3.1-8B: 8,030,261,248 parameters of which 128,256 x 4,096 = 525,336,576 embedding
+    # (models.csv, config.json); H100 SXM's highest dense rate 1,979 TFLOP/s (FP8 / INT8,
+    # hardware.csv).  One TP1 PP1 engine per replica unit (four with a 1:3 pool split), two
+    # units: at most 1979e12 / (2 x 7,504,924,672) = 131,848 output tokens/s per GPU, i.e.
+    # 515.0 requests/s of 256 output tokens per GPU
+    from optimize import Grid, Workload, make_problem, require_peak_capacity
+    from perfmodel import Efficiency, load_model
+
+    per_gpu = 1979e12 / (2.0 * (8_030_261_248 - 525_336_576)) / 256.0
+    gpus = 2 * (4 if pool_ratios else 1)
+    grid = Grid(num_gpus=1, tp=(1,), pp=(1,), pool_ratios=pool_ratios, max_replicas=2)
+
+    def problem(rate):
+        workload = Workload(
+            arrival_rate_per_s=rate, prompt_tokens_mean=512.0, output_tokens_mean=256.0
+        )
+        return make_problem(
+            load_model("meta-llama/Llama-3.1-8B"),
+            ("h100-sxm",),
+            workload,
+            grid=grid,
+            efficiency=jax.tree.map(lambda x: jnp.full((1, 2), x), Efficiency()),
+        )
+
+    require_peak_capacity(problem(0.99 * gpus * per_gpu), ("h100-sxm",))
+    with pytest.raises(ValueError, match=f"more than {gpus} GPUs"):
+        require_peak_capacity(problem(1.01 * gpus * per_gpu), ("h100-sxm",))

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, phases: Phases) -> int:
-    from optimize import recommend
+    from optimize import recommend, require_peak_capacity
 
     phases("loading the posterior")
     model, gpus, hardware, efficiency = resolve_common(args)
@@ -62,6 +62,7 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
             hardware,
             speculation=speculation,
         )
+        require_peak_capacity(problem, gpus)
     except (ValueError, CatalogError) as exc:
         raise UsageError(str(exc)) from None
     rec = recommend(
