@@ -180,22 +180,72 @@ def _achievable(problem: Problem, configs: Array) -> Array:
     return jax.vmap(one)(configs)
 
 
-def closest_achievable(problem: Problem) -> dict:
+EXHAUSTIVE_CONFIGS = 8192
+"""Grids up to this many configurations are scanned whole by ``closest_achievable``; larger
+ones (the default grid with pool splits and chunks holds over a million) by coordinate descent."""
+
+ACHIEVABLE_ROWS = 512
+"""Configurations per ``_achievable`` call (padded): one compiled shape, ~0.6 GB at 200 draws."""
+
+
+def _achievable_rows(problem: Problem, configs: np.ndarray) -> np.ndarray:
+    """``_achievable`` of ``configs`` in padded blocks of ``ACHIEVABLE_ROWS``: shape (n, 4)."""
+    pad = (-len(configs)) % ACHIEVABLE_ROWS
+    padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
+    return np.concatenate(
+        [
+            np.asarray(_achievable(problem, jnp.asarray(padded[i : i + ACHIEVABLE_ROWS])))
+            for i in range(0, len(padded), ACHIEVABLE_ROWS)
+        ]
+    )[: len(configs)]
+
+
+def _descend(
+    problem: Problem, starts: np.ndarray, max_rounds: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(configs, their ``_achievable`` rows) visited by a coordinate descent of each of the four
+    quantities from ``starts``: every round moves each quantity's best configuration to its best
+    neighbour along one knob (``_line_neighbours``), until none improves."""
+    from ._search import _line_neighbours
+
+    table: dict[tuple[int, ...], np.ndarray] = {}
+
+    def score(configs: np.ndarray) -> None:
+        new = np.unique(configs[[tuple(int(v) for v in c) not in table for c in configs]], axis=0)
+        if len(new):
+            for c, row in zip(new, _achievable_rows(problem, new)):
+                table[tuple(int(v) for v in c)] = row
+
+    score(np.asarray(starts, dtype=np.int32))
+    centres = None
+    for _ in range(max_rounds):
+        keys = list(table)
+        q = np.stack([table[k] for k in keys])
+        best = np.unique(np.asarray([keys[int(np.argmin(q[:, j]))] for j in range(4)]), axis=0)
+        if centres is not None and np.array_equal(best, centres):
+            break
+        centres = best
+        score(_line_neighbours(problem, centres))
+    keys = list(table)
+    return np.asarray(keys, dtype=np.int32), np.stack([table[k] for k in keys])
+
+
+def closest_achievable(
+    problem: Problem, starts: np.ndarray | None = None, max_rounds: int = 8
+) -> dict:
     """What can be met with the required confidence at ``max_replicas``: the smallest p95 TTFT,
     p95 TPOT and p95 ITL bounds (each on its own), and the smallest common factor on the given bounds
     (``scale``; None where nothing fits and keeps up at all).  ``binding`` names the SLO that
     needs the larger relaxation; ``configs`` maps each of the three to the index vector that
-    achieves it (chunks of 4096 configurations: one compiled shape for large grids)."""
+    achieves it.  A grid of at most ``EXHAUSTIVE_CONFIGS`` configurations is scanned whole (the
+    exact minima); a larger one by coordinate descent from ``starts`` (the configurations the
+    search scored) for at most ``max_rounds`` rounds, whose minima are what the best
+    configuration it reached achieves (a bound the whole grid can only lower)."""
     configs = problem.grid.all_configs(problem.model)
-    chunk = 4096
-    pad = (-len(configs)) % chunk if len(configs) > chunk else 0
-    padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
-    q = np.concatenate(
-        [
-            np.asarray(_achievable(problem, jnp.asarray(padded[i : i + chunk])))
-            for i in range(0, len(padded), max(chunk, 1))
-        ]
-    )[: len(configs)]
+    if len(configs) <= EXHAUSTIVE_CONFIGS or starts is None or not len(starts):
+        q = _achievable_rows(problem, configs)
+    else:
+        configs, q = _descend(problem, starts, max_rounds)
     best = q.min(axis=0)
     if not np.isfinite(best[0]):
         return {

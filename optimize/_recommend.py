@@ -216,7 +216,7 @@ def recommend(
     found = search(problem, options)
     feasible_any = bool(len(found.cost_per_hour)) and np.isfinite(found.cost_per_hour[0])
     if not feasible_any:
-        return _infeasible(problem, gpus, time.perf_counter() - t0)
+        return _infeasible(problem, gpus, time.perf_counter() - t0, found.configs)
     rows = _candidates(found, num_verified)  # the search's own exact costs: no re-evaluation
     cands = found.configs[rows]
     reps, costs = found.replicas[rows], found.cost_per_hour[rows]
@@ -247,7 +247,7 @@ def recommend(
             uniq.append(i)
     best = uniq[0]
     if not np.isfinite(costs[best]):
-        return _infeasible(problem, gpus, time.perf_counter() - t0)
+        return _infeasible(problem, gpus, time.perf_counter() - t0, found.configs)
     config, r = cands[best], int(reps[best])
     metrics = verdict[best]
     say("shadow prices and cost elasticities of the answer")
@@ -373,8 +373,12 @@ def _search_metrics(problem: Problem, config: jnp.ndarray, replicas: float):
     return draw_metrics(problem, one_hot_weights(config, problem.grid), replicas)
 
 
-def _infeasible(problem: Problem, gpus: tuple[str, ...], seconds: float) -> Recommendation:
-    near = closest_achievable(problem)
+def _infeasible(
+    problem: Problem, gpus: tuple[str, ...], seconds: float, scored: np.ndarray
+) -> Recommendation:
+    """The infeasible answer: what can be met at ``max_replicas``, searched from the
+    configurations the search ``scored``."""
+    near = closest_achievable(problem, scored)
     r = problem.grid.max_replicas
     near["configs"] = {
         k: describe_config(problem, gpus, c, r) for k, c in near.get("configs", {}).items()
