@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import Array
+from perfmodel import DTYPE_BYTES, Array
 
 from ._evaluate import (
     CONSTRAINTS,
@@ -25,9 +25,10 @@ from ._evaluate import (
     draw_metrics,
     split_metrics,
 )
-from ._grid import POOL, one_hot_weights
+from ._grid import GPU, KNOBS, KV, MNBT, POOL, PP, SEQS, TP, WEIGHT, one_hot_weights
 from ._problem import Problem
 from ._program_cache import cached_jit
+from ._search import _line_neighbours
 
 SENSITIVITIES: tuple[str, ...] = (
     "peak_flops_per_s",
@@ -200,14 +201,28 @@ def _achievable_rows(problem: Problem, configs: np.ndarray) -> np.ndarray:
     )[: len(configs)]
 
 
+def _roomiest(problem: Problem) -> np.ndarray:
+    """Per GPU type, the colocated configuration most likely to fit and keep up: the largest TP
+    and PP, the smallest weight and KV dtypes, the largest token budget and sequence cap (made
+    legal, ``Grid.canonical``).  Seeds the descent where every configuration the search scored
+    is out of reach (no finite quantity to descend on)."""
+    g = problem.grid
+    row = np.zeros(len(KNOBS), dtype=np.int32)
+    row[TP], row[PP] = len(g.tp) - 1, len(g.pp) - 1
+    row[KV] = min(range(len(g.kv_dtypes)), key=lambda i: DTYPE_BYTES[g.kv_dtypes[i]])
+    row[WEIGHT] = min(range(len(g.weight_dtypes)), key=lambda i: DTYPE_BYTES[g.weight_dtypes[i]])
+    row[MNBT], row[SEQS] = len(g.max_num_batched_tokens) - 1, len(g.max_num_seqs) - 1
+    rows = np.repeat(row[None, :], g.num_gpus, axis=0)
+    rows[:, GPU] = np.arange(g.num_gpus)
+    return g.canonical(rows, problem.model)
+
+
 def _descend(
     problem: Problem, starts: np.ndarray, max_rounds: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(configs, their ``_achievable`` rows) visited by a coordinate descent of each of the four
     quantities from ``starts``: every round moves each quantity's best configuration to its best
     neighbour along one knob (``_line_neighbours``), until none improves."""
-    from ._search import _line_neighbours
-
     table: dict[tuple[int, ...], np.ndarray] = {}
 
     def score(configs: np.ndarray) -> None:
@@ -216,7 +231,7 @@ def _descend(
             for c, row in zip(new, _achievable_rows(problem, new)):
                 table[tuple(int(v) for v in c)] = row
 
-    score(np.asarray(starts, dtype=np.int32))
+    score(np.concatenate([np.asarray(starts, dtype=np.int32), _roomiest(problem)]))
     centres = None
     for _ in range(max_rounds):
         keys = list(table)
@@ -239,7 +254,7 @@ def closest_achievable(
     needs the larger relaxation; ``configs`` maps each of the three to the index vector that
     achieves it.  A grid of at most ``EXHAUSTIVE_CONFIGS`` configurations is scanned whole (the
     exact minima); a larger one by coordinate descent from ``starts`` (the configurations the
-    search scored) for at most ``max_rounds`` rounds, whose minima are what the best
+    search scored) and each GPU's roomiest configuration for at most ``max_rounds`` rounds, whose minima are what the best
     configuration it reached achieves (a bound the whole grid can only lower)."""
     configs = problem.grid.all_configs(problem.model)
     if len(configs) <= EXHAUSTIVE_CONFIGS or starts is None or not len(starts):

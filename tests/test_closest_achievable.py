@@ -61,3 +61,28 @@ def test_descent_from_any_start_reaches_the_whole_scans_minima(problem, monkeypa
         for k in ("ttft_p95_s", "tpot_p95_s"):
             row = explain._achievable_rows(problem, found["configs"][k][None, :])[0]
             assert row[KEYS.index(k)] == pytest.approx(found[k], rel=1e-9)
+
+
+def test_descent_from_a_start_with_no_reachable_neighbour_still_finds_what_fits(monkeypatch):
+    # Llama-3.1-405B in bf16 on one H100 is out of reach, and so is every configuration one knob
+    # away (TP 4 or PP 2 alone, fp8 alone); TP 4 x PP 2 with fp8 weights fits.  The descent
+    # starts from each GPU's roomiest configuration as well, so it answers what the whole scan does
+    grid = GRID._replace(num_gpus=1, pool_ratios=())
+    workload = Workload(arrival_rate_per_s=0.5, prompt_tokens_mean=1024.0, output_tokens_mean=128.0)
+    problem = make_problem(
+        load_model("meta-llama/Llama-3.1-405B"),
+        ("h100-sxm",),
+        workload,
+        slo_ttft_p95_s=1e-4,
+        grid=grid,
+        num_draws=8,
+    )
+    configs = grid.all_configs(problem.model)
+    start = configs[:1]
+    assert not np.isfinite(explain._achievable_rows(problem, start)[0, 0])
+    whole = explain.closest_achievable(problem)
+    assert np.isfinite(whole["scale"])
+    monkeypatch.setattr(explain, "EXHAUSTIVE_CONFIGS", 0)
+    found = explain.closest_achievable(problem, start)
+    for k in KEYS:
+        assert found[k] == pytest.approx(whole[k], rel=1e-9), k
