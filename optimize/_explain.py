@@ -254,13 +254,15 @@ def closest_achievable(
     needs the larger relaxation; ``configs`` maps each of the three to the index vector that
     achieves it.  A grid of at most ``EXHAUSTIVE_CONFIGS`` configurations is scanned whole (the
     exact minima); a larger one by coordinate descent from ``starts`` (the configurations the
-    search scored) and each GPU's roomiest configuration for at most ``max_rounds`` rounds, whose minima are what the best
-    configuration it reached achieves (a bound the whole grid can only lower)."""
+    search scored; None: none) and each GPU's roomiest configuration for at most ``max_rounds``
+    rounds, whose minima are what the best configuration it reached achieves (a bound the whole
+    grid can only lower)."""
     configs = problem.grid.all_configs(problem.model)
-    if len(configs) <= EXHAUSTIVE_CONFIGS or starts is None or not len(starts):
+    if len(configs) <= EXHAUSTIVE_CONFIGS:
         q = _achievable_rows(problem, configs)
     else:
-        configs, q = _descend(problem, starts, max_rounds)
+        none = np.zeros((0, len(KNOBS)), dtype=np.int32)
+        configs, q = _descend(problem, none if starts is None else starts, max_rounds)
     best = q.min(axis=0)
     if not np.isfinite(best[0]):
         return {
