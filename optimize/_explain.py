@@ -29,6 +29,7 @@ from ._grid import GPU, KNOBS, KV, MNBT, POOL, PP, SEQS, TP, WEIGHT, one_hot_wei
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._search import _line_neighbours
+from ._sharding import pad_rows
 
 SENSITIVITIES: tuple[str, ...] = (
     "peak_flops_per_s",
@@ -191,8 +192,7 @@ ACHIEVABLE_ROWS = 512
 
 def _achievable_rows(problem: Problem, configs: np.ndarray) -> np.ndarray:
     """``_achievable`` of ``configs`` in padded blocks of ``ACHIEVABLE_ROWS``: shape (n, 4)."""
-    pad = (-len(configs)) % ACHIEVABLE_ROWS
-    padded = np.concatenate([configs, np.repeat(configs[:1], pad, axis=0)])
+    padded = pad_rows(configs, ACHIEVABLE_ROWS)
     return np.concatenate(
         [
             np.asarray(_achievable(problem, jnp.asarray(padded[i : i + ACHIEVABLE_ROWS])))
@@ -226,10 +226,9 @@ def _descend(
     table: dict[tuple[int, ...], np.ndarray] = {}
 
     def score(configs: np.ndarray) -> None:
-        new = np.unique(configs[[tuple(int(v) for v in c) not in table for c in configs]], axis=0)
-        if len(new):
-            for c, row in zip(new, _achievable_rows(problem, new)):
-                table[tuple(int(v) for v in c)] = row
+        keys = sorted({tuple(int(v) for v in c) for c in configs} - table.keys())
+        if keys:
+            table.update(zip(keys, _achievable_rows(problem, np.asarray(keys, dtype=np.int32))))
 
     score(np.concatenate([np.asarray(starts, dtype=np.int32), _roomiest(problem)]))
     centres = None

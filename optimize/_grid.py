@@ -25,7 +25,6 @@ attention weights and KV).  A layout whose degrees equal "tp"'s at a TP (every l
 
 from __future__ import annotations
 
-import itertools
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -209,20 +208,18 @@ class Grid(NamedTuple):
     def all_configs(self, model: ModelSpec) -> np.ndarray:
         """Every legal index vector (canonical, each once), shape (n, len(KNOBS)), int32."""
         legal, chunk_ok = self.legal_tp(model), self.legal_chunk()
-        rows = np.asarray(
-            [
-                c
-                for c in itertools.product(*(range(n) for n in self.sizes()))
-                if legal[c[TP]]
-                and legal[c[PREFILL_TP]]
-                and chunk_ok[c[MNBT], c[CHUNK]]
-                and (
-                    c[POOL] > 0
-                    or (c[PREFILL_GPU] == 0 and c[PREFILL_TP] == c[TP] and c[PREFILL_PP] == c[PP])
-                )
-            ],
-            dtype=np.int32,
-        ).reshape(-1, len(KNOBS))
+        # every index vector in lexicographic (``itertools.product``) order, then the legal ones
+        c = np.indices(self.sizes(), dtype=np.int32).reshape(len(KNOBS), -1)
+        keep = (
+            legal[c[TP]]
+            & legal[c[PREFILL_TP]]
+            & chunk_ok[c[MNBT], c[CHUNK]]
+            & (
+                (c[POOL] > 0)
+                | ((c[PREFILL_GPU] == 0) & (c[PREFILL_TP] == c[TP]) & (c[PREFILL_PP] == c[PP]))
+            )
+        )
+        rows = np.ascontiguousarray(c[:, keep].T)
         # a layout that equals "tp" there (a dense model, TP 1) is listed once, as "tp"
         return rows[self.canonical(rows, model)[:, MOE] == rows[:, MOE]]
 
