@@ -28,6 +28,10 @@ as ``skipped`` with a reason, never dropped silently.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -91,6 +95,14 @@ def predict_log(
         eff, ker = gather(params, prep.gpu_idx[b.pos])
         out = out.at[b.pos].add(jnp.log(b.predict(eff, ker, scales)))
     return out
+
+
+def compiled_predict_log(prep: Prepared) -> Callable[..., jnp.ndarray]:
+    """``predict_log`` of ``prep``'s rows as one compiled program of (params, cell offsets,
+    prompt draw), the rows its constants.  NumPyro initialises a sampler by running the model
+    and its gradient outside any trace (before the sampler compiles), where every operation of
+    the load model would otherwise compile on its own; inside a trace the program inlines."""
+    return jax.jit(functools.partial(predict_log, prep))
 
 
 def default_params(gpus: tuple[str, ...]) -> dict[str, jnp.ndarray]:

@@ -45,6 +45,7 @@ replaced by the updated draws, so ``efficiency_draws(post, gpu=...)`` returns th
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 import jax
@@ -68,7 +69,7 @@ from ._model import (
 )
 from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
-from ._predict import predict_log, prepare
+from ._predict import compiled_predict_log, predict_log, prepare
 from ._serving_stage import E2E_SCENARIOS
 from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
 
@@ -195,11 +196,14 @@ def update_model(
     scale_e=None,
     unit_idx=None,
     unit_key=None,
+    predict=None,
 ) -> None:
     """NumPyro model of the user's rows with the prior's per-GPU, per-cell and GPU x group
     normals (``loc_e``/``scale_e``: (gpus, noise keys); None: no GPU x group term) and a run
     effect per (run, group) unit of end-to-end rows (``unit_idx``: per row, -1 for none;
-    ``unit_key``: per unit, its noise group; None or empty: no run effects)."""
+    ``unit_key``: per unit, its noise group; None or empty: no run effects).  ``predict``:
+    ``predict_log`` of ``prep``'s rows as (params, cell offsets) -> log values (None: traced
+    inline; ``compiled_predict_log`` for one program)."""
     params = {}
     for i, name in enumerate(PARAM_NAMES):
         with numpyro.plate("gpu", len(prep.gpus)):
@@ -216,7 +220,7 @@ def update_model(
     with numpyro.plate("noise_key", len(prep.noise_keys)):
         zs = numpyro.sample("z_sigma", dist.Normal(0.0, 1.0))
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
-    loc = predict_log(prep, params, offset)
+    loc = (predict or functools.partial(predict_log, prep))(params, offset)
     row_sig = sig[prep.noise_idx]
     if unit_key is not None and len(unit_key):
         with numpyro.plate("noise_key", len(prep.noise_keys)):
@@ -338,6 +342,7 @@ def update_posterior(
             scale_e=scale_e,
             unit_idx=unit_idx,
             unit_key=jnp.asarray(unit_key),
+            predict=compiled_predict_log(prep),
             extra_fields=("diverging",),
         )
     new = {
