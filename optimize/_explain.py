@@ -255,13 +255,19 @@ def closest_achievable(
     exact minima); a larger one by coordinate descent from ``starts`` (the configurations the
     search scored; None: none) and each GPU's roomiest configuration for at most ``max_rounds``
     rounds, whose minima are what the best configuration it reached achieves (a bound the whole
-    grid can only lower)."""
+    grid can only lower).  ``exhaustive`` says which (``configurations_scored`` of
+    ``configurations_in_grid``), so a report can say "achievable" or "found"."""
     configs = problem.grid.all_configs(problem.model)
-    if len(configs) <= EXHAUSTIVE_CONFIGS:
+    coverage = {
+        "exhaustive": len(configs) <= EXHAUSTIVE_CONFIGS,
+        "configurations_in_grid": len(configs),
+    }
+    if coverage["exhaustive"]:
         q = _achievable_rows(problem, configs)
     else:
         none = np.zeros((0, len(KNOBS)), dtype=np.int32)
         configs, q = _descend(problem, none if starts is None else starts, max_rounds)
+    coverage["configurations_scored"] = len(configs)
     best = q.min(axis=0)
     if not np.isfinite(best[0]):
         return {
@@ -271,6 +277,7 @@ def closest_achievable(
             "itl_p95_s": None,
             "binding": "memory_fit_or_stability",
             "configs": {},
+            **coverage,
         }
     where = {
         k: configs[int(np.argmin(q[:, j]))]
@@ -290,4 +297,5 @@ def closest_achievable(
         "itl_p95_s": float(best[3]),
         "binding": max(ratios, key=ratios.get),
         "configs": where,
+        **coverage,
     }

@@ -268,6 +268,9 @@ def test_optimize_json_keys_and_infeasible_value(capsys, tmp_path):
         bad["closest_achievable"]["ttft_p95_s"], rel=1e-5
     )
     assert not bad["feasible"] and bad["closest_achievable"]["ttft_p95_s"] > 0.0001
+    # this grid is scanned whole: its bounds are the grid's minima, and the page says so
+    assert bad["closest_achievable"]["exhaustive"]
+    assert kv["configurations scored"].endswith("(the whole grid: exact minima)")
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and "no configuration meets p95 TTFT <= 0.0001 s" in err
     assert "relax --slo-ttft-p95 to >=" in err and " on h100-sxm TP" in err or " on l40s TP" in err

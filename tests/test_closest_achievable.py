@@ -51,9 +51,14 @@ def test_descent_from_any_start_reaches_the_whole_scans_minima(problem, monkeypa
     assert explain.EXHAUSTIVE_CONFIGS >= len(configs) > 2000  # scanned whole by default
     whole = explain.closest_achievable(problem)
     assert all(np.isfinite(whole[k]) and whole[k] > 0 for k in KEYS)
+    assert whole["exhaustive"]
+    assert whole["configurations_scored"] == whole["configurations_in_grid"] == len(configs)
     monkeypatch.setattr(explain, "EXHAUSTIVE_CONFIGS", 0)
     for start in (0, len(configs) // 2, len(configs) - 1):
         found = explain.closest_achievable(problem, configs[start : start + 1])
+        # the descent says it scored part of the grid: its minima are bounds, not the grid's
+        assert not found["exhaustive"] and found["configurations_in_grid"] == len(configs)
+        assert 0 < found["configurations_scored"] < len(configs)
         for k in KEYS:
             assert found[k] == pytest.approx(whole[k], rel=1e-9), (start, k)
         assert found["binding"] == whole["binding"]

@@ -343,3 +343,41 @@ def test_check_arguments_refuses_what_the_parser_would(tmp_path):
     ns = argparse.Namespace(spec_draft=None, report=None, emit=str(tmp_path / "f"))
     with pytest.raises(UsageError, match="--emit: .* is a file"):
         optimize_cmd.check_arguments(ns)
+
+
+@pytest.mark.parametrize("exhaustive", [True, False])
+def test_an_infeasible_answer_says_whether_its_bounds_are_the_grids_or_a_searchs(exhaustive):
+    """The closest-achievable bounds are exact minima when the whole grid was scored, and only
+    what the coordinate search reached otherwise: the message, the text report and the page's
+    row say which (``configurations_scored`` of ``configurations_in_grid``)."""
+    from servingmath.reports.optimize import infeasible_message, render
+    from servingmath.reports.pages import _coverage_text
+
+    scored, grid = (2304, 2304) if exhaustive else (1536, 1169280)
+    near = {
+        "scale": 2.5,
+        "ttft_p95_s": 0.25,
+        "tpot_p95_s": 0.02,
+        "itl_p95_s": 0.02,
+        "configs": {"ttft_p95_s": {"gpu": "h100-sxm", "tp": 4, "pp": 1}},
+        "exhaustive": exhaustive,
+        "configurations_scored": scored,
+        "configurations_in_grid": grid,
+    }
+    out = {"feasible": False, "binding_constraint": "ttft_p95", "closest_achievable": near}
+    args = argparse.Namespace(
+        ttft_p95=0.1, tpot_p95=0.05, itl_p95=None, confidence=0.9, max_replicas=64
+    )
+    line = infeasible_message(out, args, ("h100-sxm",))
+    text = render(out, args)
+    if exhaustive:
+        assert "the best achievable is 0.25 s on h100-sxm TP4 PP1" in line
+        assert "closest achievable: TTFT p95" in text
+    else:
+        found = "found (1,536 of 1,169,280 configurations searched)"
+        assert f"the best {found} is 0.25 s on h100-sxm TP4 PP1" in line
+        assert f"closest {found}: TTFT p95" in text
+    assert "relax --slo-ttft-p95 to >= 0.25" in line and len(line.splitlines()) == 1
+    coverage = _coverage_text(near)
+    assert coverage.startswith(f"{scored:,} of {grid:,}")
+    assert ("exact minima" in coverage) == exhaustive

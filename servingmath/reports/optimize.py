@@ -37,12 +37,23 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
         on += f" ({where['disaggregation']['prefill']['gpu']} prefill pool)"
     text = (
         f"no configuration meets {' and '.join(wanted)} with confidence {args.confidence}; "
-        f"the best achievable is {best:.3g} s{on}; relax {flag} to >= {best:.3g}"
+        f"the best {_achieved(near)} is {best:.3g} s{on}; relax {flag} to >= {best:.3g}"
     )
     if len(wanted) >= 2 and near["scale"] > 1:
         both = "both bounds" if len(wanted) == 2 else "every bound"
         text += f" (or scale {both} by x{near['scale']:.3g})"
     return text
+
+
+def _achieved(near: dict) -> str:
+    """ "achievable" when every configuration of the grid was scored, else how many the
+    coordinate search scored: its minima are bounds the rest of the grid could still lower."""
+    if near.get("exhaustive", True):
+        return "achievable"
+    return (
+        f"found ({near['configurations_scored']:,} of {near['configurations_in_grid']:,} "
+        "configurations searched)"
+    )
 
 
 def _latency_text(d: dict | None) -> str:
@@ -65,7 +76,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
             )
         return (
             "infeasible: no candidate meets the SLO with confidence "
-            f"{args.confidence} (binding: {out['binding_constraint']}); closest achievable: "
+            f"{args.confidence} (binding: {out['binding_constraint']}); closest "
+            f"{_achieved(near)}: "
             f"TTFT p95 {human_seconds(near['ttft_p95_s'])} alone, TPOT p95 "
             f"{human_seconds(near['tpot_p95_s'])} alone, "
             + (

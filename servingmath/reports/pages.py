@@ -16,6 +16,17 @@ Figures = Sequence[tuple[str, object]]
 """``(caption, matplotlib Figure)`` pairs."""
 
 
+def _coverage_text(near: dict) -> str:
+    """How many configurations the closest-achievable bounds come from: the whole grid (exact
+    minima) or a coordinate search (bounds the rest of the grid could lower)."""
+    if "configurations_scored" not in near:
+        return "-"
+    scored = f"{near['configurations_scored']:,} of {near['configurations_in_grid']:,}"
+    if near["exhaustive"]:
+        return f"{scored} (the whole grid: exact minima)"
+    return f"{scored} (a coordinate search: the rest of the grid could do better)"
+
+
 def optimize_page(out: dict, figures: Figures = ()) -> str:
     """Report of ``servingmath optimize --json``'s object: the configuration, its latency
     percentiles and SLO probability, the binding constraint with its shadow prices and cost
@@ -42,6 +53,7 @@ def optimize_page(out: dict, figures: Figures = ()) -> str:
                         else []
                     ),
                     ("both bounds scaled by", number(near.get("scale"))),
+                    ("configurations scored", _coverage_text(near)),
                 ],
             ),
         ]
