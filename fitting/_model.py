@@ -39,7 +39,7 @@ from numpyro.infer.reparam import LocScaleReparam
 
 from ._groups import COMM_GROUP
 from ._names import PARAM_NAMES
-from ._predict import Prepared, predict_log
+from ._predict import Prepared, fitted_efficiency, predict_log
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ def calibration_model(prep: Prepared, observed: jnp.ndarray | None = None) -> No
     with numpyro.plate("gg_key", n_key, dim=-1), numpyro.plate("gg_gpu", n_gpu, dim=-2):
         z_gg = numpyro.sample("z_gpu_group", dist.Normal(0.0, 1.0))
     eta = numpyro.deterministic("gpu_group", z_gg * spread)
-    loc = predict_log(prep, params, offset) + eta[prep.gpu_idx, prep.noise_idx]
+    loc = predict_log(prep, fitted_efficiency(params), offset) + eta[prep.gpu_idx, prep.noise_idx]
     with numpyro.plate("row", len(prep.log_value)):
         numpyro.sample(
             "log_value", dist.StudentT(STUDENT_DF, loc, sigma[prep.noise_idx]), obs=observed

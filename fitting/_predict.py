@@ -28,14 +28,15 @@ as ``skipped`` with a reason, never dropped silently.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import Efficiency
+from perfmodel import ArrayLike, Efficiency
 
 from ._blocks_base import RowScales
 from ._names import OFFSET_FIELDS
@@ -53,18 +54,28 @@ from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _row
 )
 
 
-def gather(params: dict[str, jnp.ndarray], idx: np.ndarray) -> tuple[Efficiency, Efficiency]:
-    """Per-row ``Efficiency`` (every fitted field) from per-GPU parameter vectors, returned twice:
-    as the step-level and the kernel-level argument of the ``_ops`` kernels (the same pytree)."""
-    fields = {f: params[f][idx] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+def fitted_efficiency(values: Mapping[str, ArrayLike]) -> Efficiency:
+    """The fitted fields (``PARAM_NAMES``, e.g. a NumPyro model's sites or a posterior's draws,
+    by name) as one ``Efficiency`` pytree, every leaf of the values' shape (per GPU, or draws x
+    GPUs); the offset fields are 1: the cell offsets add to log time instead."""
+    fields = {f: jnp.asarray(values[f]) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+    ones = jnp.ones_like(fields[EFFICIENCY_FIELDS[0]])
+    return Efficiency(**fields, **{f: ones for f in OFFSET_FIELDS})
+
+
+def gather(params: Efficiency, idx: np.ndarray) -> tuple[Efficiency, Efficiency]:
+    """Per-row ``Efficiency`` from per-GPU leaves (``fitted_efficiency``), returned twice: as
+    the step-level and the kernel-level argument of the ``_ops`` kernels (the same pytree)."""
+    eff = jax.tree.map(lambda v: v[idx], params)
     # the cell offsets add to log time instead (the row's own end-to-end cell included)
-    eff = Efficiency(**fields, **{f: jnp.ones(len(idx)) for f in OFFSET_FIELDS})
+    ones = jnp.ones(len(idx))
+    eff = dataclasses.replace(eff, **{f: ones for f in OFFSET_FIELDS})
     return eff, eff
 
 
 def predict_log(
     prep: Prepared,
-    params: dict[str, jnp.ndarray],
+    params: Efficiency,
     cell_offset: jnp.ndarray | None = None,
     prompt_z: jnp.ndarray | float = 0.0,
 ) -> jnp.ndarray:
@@ -72,8 +83,8 @@ def predict_log(
 
     Args:
         prep: output of ``prepare``.
-        params: each ``Efficiency`` and ``KernelEfficiency`` field as an array of shape
-            ``(len(prep.gpus),)`` in natural units.
+        params: the fitted fields, each leaf of shape ``(len(prep.gpus),)`` in natural units
+            (``fitted_efficiency``; its offset fields are not read).
         cell_offset: log offsets of ``prep.cells`` (None: zero).  A collective cell's offset
             scales its latencies alpha and alpha_0 (``latency_cells``), a ``comm:latency`` cell
             those inside its source's multi-GPU steps (``prep.comm_idx``); any other adds to
@@ -105,8 +116,9 @@ def compiled_predict_log(prep: Prepared) -> Callable[..., jnp.ndarray]:
     return jax.jit(functools.partial(predict_log, prep))
 
 
-def default_params(gpus: tuple[str, ...]) -> dict[str, jnp.ndarray]:
+def default_params(gpus: tuple[str, ...]) -> Efficiency:
     """The default ``Efficiency`` / ``KernelEfficiency`` values, one per GPU."""
     e = Efficiency()
-    vals = {f: getattr(e, f) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
-    return {f: jnp.full(len(gpus), float(v)) for f, v in vals.items()}
+    return fitted_efficiency(
+        {f: jnp.full(len(gpus), float(getattr(e, f))) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
+    )

@@ -14,7 +14,7 @@ import numpy as np
 from ._model import STUDENT_DF, population_bias
 from ._names import noise_index
 from ._posterior import Posterior, cell_offset_draws, draw_indices, parameter_draws
-from ._predict import Prepared, predict_log
+from ._predict import Prepared, fitted_efficiency, predict_log
 
 SERVING_ROW_DRAWS_PER_CHUNK = 256
 """Row x draw evaluations of ``serving_metrics`` per chunk (bounds memory near 0.3 GB)."""
@@ -108,7 +108,7 @@ def predictive_log_draws(
     # (its own stream: the parameter and noise draws stay those of the same seed)
     prompt_z = np.random.default_rng((seed, PROMPT_STREAM)).standard_normal(len(idx))
     xs = (
-        {k: jnp.asarray(v) for k, v in params.items()},
+        fitted_efficiency(params),
         jnp.asarray(offsets),
         jnp.asarray(prompt_z),
     )

@@ -38,6 +38,8 @@ a bias every seen lab shows and a wider interval where the labs disagree.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,7 +55,7 @@ from ._posterior import (
     named_stream,
     parameter_draws,
 )
-from ._predict import predict_log, prepare
+from ._predict import fitted_efficiency, predict_log, prepare
 
 PARAM_DRAWS = 64
 """Posterior draws whose median gives the parameters of a GPU (population draws if unseen)."""
@@ -192,7 +194,7 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     pobj = Posterior(idata)
     idx = draw_indices(pobj, PARAM_DRAWS, rng0)
     draws0 = parameter_draws(pobj, prep.gpus, idx, rng0)
-    params = {n: jnp.asarray(np.median(v, axis=0)) for n, v in draws0.items()}
+    params = fitted_efficiency({n: np.median(v, axis=0) for n, v in draws0.items()})
     # the NUTS cells' median offsets (the engine all-reduce latency the runs' steps read); the
     # runs' own cells are new here and start at zero
     fitted = np.median(np.asarray(post["cell_offset"].values).reshape(-1, len(cells)), axis=0)
@@ -206,7 +208,9 @@ def add_serving_stage(idata, table: pd.DataFrame, *, per_cell: int = PER_CELL, s
     off = jnp.asarray(offsets)
 
     def residuals(overhead_s: float) -> np.ndarray:
-        p = dict(params, step_overhead_s=jnp.full_like(params["step_overhead_s"], overhead_s))
+        p = dataclasses.replace(
+            params, step_overhead_s=jnp.full_like(params.step_overhead_s, overhead_s)
+        )
         return prep.log_value - np.asarray(run_once(p, off))
 
     at_grid = {g: residuals(g) for g in OVERHEAD_GRID_S}

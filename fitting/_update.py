@@ -69,7 +69,7 @@ from ._model import (
 )
 from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
-from ._predict import compiled_predict_log, predict_log, prepare
+from ._predict import compiled_predict_log, fitted_efficiency, predict_log, prepare
 from ._serving_stage import E2E_SCENARIOS
 from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
 
@@ -220,7 +220,7 @@ def update_model(
     with numpyro.plate("noise_key", len(prep.noise_keys)):
         zs = numpyro.sample("z_sigma", dist.Normal(0.0, 1.0))
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
-    loc = (predict or functools.partial(predict_log, prep))(params, offset)
+    loc = (predict or functools.partial(predict_log, prep))(fitted_efficiency(params), offset)
     row_sig = sig[prep.noise_idx]
     if unit_key is not None and len(unit_key):
         with numpyro.plate("noise_key", len(prep.noise_keys)):

@@ -22,6 +22,7 @@ from fitting._model import (
     to_natural,
 )
 from fitting._names import ENGINE_ALL_REDUCE_CELL
+from fitting._predict import fitted_efficiency
 
 GPUS = ("a100-sxm-80gb", "h100-sxm")
 
@@ -257,7 +258,7 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     def predict_log(prep, params, cell_offset=None):
         b = prep.blocks.closed
         conc = jnp.asarray(b.concurrency)[b.config]
-        return jnp.log(1e-3 * (1.0 + conc) / params["bandwidth_fraction"][prep.gpu_idx])
+        return jnp.log(1e-3 * (1.0 + conc) / params.bandwidth_fraction[prep.gpu_idx])
 
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
 
@@ -266,7 +267,7 @@ def test_serving_stage_recovers_a_known_engine_offset_and_spread(monkeypatch):
     post = _toy_posterior(num_draws=2000)
     table = _closed_loop_rows("ttft", ("h100-sxm",), (1, 2, 4, 8, 16, 32))
     prep = fitting.prepare(table, gpus=post.gpus, cells=post.cells, noise_keys=post.noise_keys)
-    params = {n: jnp.asarray(np.median(post.flat(n), axis=0)) for n in PARAM_NAMES}
+    params = fitted_efficiency({n: np.median(post.flat(n), axis=0) for n in PARAM_NAMES})
     noise = np.array([0.05, -0.05] * 3)
     table["value"] = np.exp(np.asarray(predict_log(prep, params)) + 0.7 + noise)
     idata, n = add_serving_stage(post.idata, table, seed=0)
@@ -300,7 +301,7 @@ def test_serving_stage_profiles_the_host_overhead(monkeypatch):
     def predict_log(prep, params, cell_offset=None):
         b = prep.blocks.closed
         conc = jnp.asarray(b.concurrency)[b.config]
-        return jnp.log(params["step_overhead_s"][prep.gpu_idx] + 1e-3 * conc)
+        return jnp.log(params.step_overhead_s[prep.gpu_idx] + 1e-3 * conc)
 
     monkeypatch.setattr(_serving_stage, "predict_log", predict_log)
     post = _toy_posterior()
@@ -321,8 +322,7 @@ def test_serving_stage_profiles_the_host_overhead(monkeypatch):
     def flat(prep, params, cell_offset=None):
         b = prep.blocks.closed
         return jnp.log(
-            1e-3 * jnp.asarray(b.concurrency)[b.config]
-            + 0.0 * params["step_overhead_s"][prep.gpu_idx]
+            1e-3 * jnp.asarray(b.concurrency)[b.config] + 0.0 * params.step_overhead_s[prep.gpu_idx]
         )
 
     monkeypatch.setattr(_serving_stage, "predict_log", flat)

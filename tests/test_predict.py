@@ -1,5 +1,6 @@
 """Row -> prediction (fitting._predict) equals the perfmodel budgets computed by hand."""
 
+import dataclasses
 from statistics import NormalDist
 
 import jax
@@ -259,9 +260,9 @@ def test_prediction_is_differentiable_in_the_parameters():
     )
     params = default_params(prep.gpus)
     g = jax.grad(lambda p: predict_log(prep, p).sum())(params)
-    assert all(bool(jnp.all(jnp.isfinite(v))) for v in g.values())
-    assert float(g["compute_fraction_max"][0]) < 0.0  # more efficient -> faster
-    assert float(g["bandwidth_fraction"][0]) < 0.0
+    assert all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(g))
+    assert float(g.compute_fraction_max[0]) < 0.0  # more efficient -> faster
+    assert float(g.bandwidth_fraction[0]) < 0.0
 
 
 def test_collective_latency_is_per_call_plus_per_hop():
@@ -467,9 +468,13 @@ def test_serving_runs_price_tp_all_reduce_at_the_engine_custom_all_reduce_latenc
     base = float(at(params, jnp.asarray(offsets)))
     offsets[j] = np.log(0.4)
     cheaper = float(at(params, jnp.asarray(offsets)))
-    by_hand = dict(params)
-    for f in ("collective_latency_s", "collective_base_latency_s"):
-        by_hand[f] = params[f] * 0.4
+    by_hand = dataclasses.replace(
+        params,
+        **{
+            f: getattr(params, f) * 0.4
+            for f in ("collective_latency_s", "collective_base_latency_s")
+        },
+    )
     expected = float(at(by_hand, jnp.zeros(len(prep.cells))))
     assert cheaper == pytest.approx(expected, rel=1e-9)
     assert cheaper < base

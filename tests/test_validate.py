@@ -104,7 +104,7 @@ def test_chunked_draws_equal_one_vmapped_call():
     import jax.numpy as jnp
 
     from fitting._posterior import draw_indices, parameter_draws
-    from fitting._predict import predict_log
+    from fitting._predict import fitted_efficiency, predict_log
     from fitting._predictive import map_chunks
 
     post = fitting.load_posterior()
@@ -112,7 +112,7 @@ def test_chunked_draws_equal_one_vmapped_call():
     rng = np.random.default_rng(3)
     params = parameter_draws(post, prep.gpus, draw_indices(post, 10, rng), rng)
     xs = (
-        {k: jnp.asarray(v) for k, v in params.items()},
+        fitted_efficiency(params),
         jnp.asarray(rng.normal(0.0, 0.1, (10, len(prep.cells)))),
     )
 
