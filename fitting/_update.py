@@ -45,7 +45,7 @@ replaced by the updated draws, so ``efficiency_draws(post, gpu=...)`` returns th
 from __future__ import annotations
 
 import contextlib
-import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -56,6 +56,7 @@ import numpyro.distributions as dist
 import pandas as pd
 
 import perfmodel
+from perfmodel import Efficiency
 
 from . import _rows
 from ._model import (
@@ -69,7 +70,7 @@ from ._model import (
 )
 from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
-from ._predict import compiled_predict_log, fitted_efficiency, predict_log, prepare
+from ._predict import compiled_predict_log, fitted_efficiency, prepare
 from ._serving_stage import E2E_SCENARIOS
 from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
 
@@ -196,14 +197,14 @@ def update_model(
     scale_e=None,
     unit_idx=None,
     unit_key=None,
-    predict=None,
+    *,
+    predict: Callable[[Efficiency, jnp.ndarray], jnp.ndarray],
 ) -> None:
     """NumPyro model of the user's rows with the prior's per-GPU, per-cell and GPU x group
     normals (``loc_e``/``scale_e``: (gpus, noise keys); None: no GPU x group term) and a run
     effect per (run, group) unit of end-to-end rows (``unit_idx``: per row, -1 for none;
     ``unit_key``: per unit, its noise group; None or empty: no run effects).  ``predict``:
-    ``predict_log`` of ``prep``'s rows as (params, cell offsets) -> log values (None: traced
-    inline; ``compiled_predict_log`` for one program)."""
+    ``prep``'s rows as (params, cell offsets) -> log values (``compiled_predict_log``)."""
     params = {}
     for i, name in enumerate(PARAM_NAMES):
         with numpyro.plate("gpu", len(prep.gpus)):
@@ -220,7 +221,7 @@ def update_model(
     with numpyro.plate("noise_key", len(prep.noise_keys)):
         zs = numpyro.sample("z_sigma", dist.Normal(0.0, 1.0))
     sig = numpyro.deterministic("sigma", sigma * jnp.exp(SIGMA_LOG_SD * zs))
-    loc = (predict or functools.partial(predict_log, prep))(fitted_efficiency(params), offset)
+    loc = predict(fitted_efficiency(params), offset)
     row_sig = sig[prep.noise_idx]
     if unit_key is not None and len(unit_key):
         with numpyro.plate("noise_key", len(prep.noise_keys)):

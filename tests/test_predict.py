@@ -11,7 +11,13 @@ import pytest
 from _measurement_rows import measurement_row
 
 import perfmodel
-from fitting._predict import SERVING_REASON, default_params, predict_log, prepare
+from fitting._predict import (
+    SERVING_REASON,
+    compiled_predict_log,
+    default_params,
+    predict_log,
+    prepare,
+)
 from perfmodel._ops import KernelEfficiency, collective_time_s, elementwise_time_s, gemm_time_s
 
 EFF, KER = perfmodel.Efficiency(), KernelEfficiency()
@@ -263,6 +269,13 @@ def test_prediction_is_differentiable_in_the_parameters():
     assert all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(g))
     assert float(g.compute_fraction_max[0]) < 0.0  # more efficient -> faster
     assert float(g.bandwidth_fraction[0]) < 0.0
+    # the rows as one compiled program (what the new-GPU update's NumPyro model reads, which
+    # NumPyro also runs and differentiates outside any trace): the same value and gradient
+    fast = compiled_predict_log(prep)
+    np.testing.assert_allclose(fast(params), predict_log(prep, params), rtol=1e-12, atol=0.0)
+    g_fast = jax.grad(lambda p: fast(p).sum())(params)
+    for a, b in zip(jax.tree.leaves(g_fast), jax.tree.leaves(g), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-300)
 
 
 def test_collective_latency_is_per_call_plus_per_hop():
