@@ -46,8 +46,9 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
 
 
 def _achieved(near: dict) -> str:
-    """ "achievable" when every configuration of the grid was scored, else how many the
-    coordinate search scored: its minima are bounds the rest of the grid could still lower."""
+    """The word for the closest bounds: achievable when every configuration of the grid was
+    scored, else found by a coordinate search (how many it scored): bounds the rest of the grid
+    could still lower."""
     if near.get("exhaustive", True):
         return "achievable"
     return (
