@@ -378,6 +378,12 @@ def test_an_infeasible_answer_says_whether_its_bounds_are_the_grids_or_a_searchs
         assert f"the best {found} is 0.25 s on h100-sxm TP4 PP1" in line
         assert f"closest {found}: TTFT p95" in text
     assert "relax --slo-ttft-p95 to >= 0.25" in line and len(line.splitlines()) == 1
+    # nothing fits or keeps up: on a partial search that is said of what the search reached
+    nothing = {**out, "closest_achievable": {**near, "scale": None}}
+    reached = "" if exhaustive else " of the 1,536 (of 1,169,280) the search reached"
+    line = infeasible_message(nothing, args, ("h100-sxm",))
+    assert f"no candidate in --gpus h100-sxm{reached} fits the model and keeps up" in line
+    assert f"infeasible: no candidate{reached} fits the model" in render(nothing, args)
     coverage = _coverage_text(near)
     assert coverage.startswith(f"{scored:,} of {grid:,}")
     assert ("exact minima" in coverage) == exhaustive

@@ -14,9 +14,9 @@ def infeasible_message(out: dict, args: argparse.Namespace, gpus) -> str:
     near = out["closest_achievable"] or {}
     if near.get("scale") is None:
         return (
-            f"no candidate in --gpus {','.join(gpus)} fits the model and keeps up with the load at "
-            f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); add larger GPUs "
-            "or raise --max-replicas"
+            f"no candidate in --gpus {','.join(gpus)}{_reached(near)} fits the model and keeps up "
+            f"with the load at {args.max_replicas} replicas (binding: {out['binding_constraint']}); "
+            "add larger GPUs or raise --max-replicas"
         )
     wanted = []
     if args.ttft_p95 is not None:
@@ -57,6 +57,17 @@ def _achieved(near: dict) -> str:
     )
 
 
+def _reached(near: dict) -> str:
+    """Nothing when every configuration of the grid was scored, else which part the coordinate
+    search reached: that none of those fits says nothing certain of the rest."""
+    if near.get("exhaustive", True):
+        return ""
+    return (
+        f" of the {near['configurations_scored']:,} (of {near['configurations_in_grid']:,}) "
+        "the search reached"
+    )
+
+
 def _latency_text(d: dict | None) -> str:
     if not d:
         return "-"
@@ -71,8 +82,8 @@ def render(out: dict, args: argparse.Namespace) -> str:
         near = out["closest_achievable"] or {}
         if near.get("scale") is None:
             return (
-                "infeasible: no candidate fits the model and keeps up with the load at "
-                f"{args.max_replicas} replicas (binding: {out['binding_constraint']}); "
+                f"infeasible: no candidate{_reached(near)} fits the model and keeps up with the "
+                f"load at {args.max_replicas} replicas (binding: {out['binding_constraint']}); "
                 "add larger GPUs or raise --max-replicas"
             )
         return (
