@@ -3,7 +3,11 @@ path needs only these)."""
 
 from __future__ import annotations
 
-from perfmodel import KERNEL_FIELDS, Efficiency
+from collections.abc import Mapping
+
+import jax.numpy as jnp
+
+from perfmodel import KERNEL_FIELDS, ArrayLike, Efficiency
 
 OFFSET_FIELDS = ("time_scale", "ttft_scale", "tpot_scale")
 """``Efficiency`` fields that the fit carries as (source, engine) cell offsets, not per GPU."""
@@ -13,6 +17,20 @@ EFFICIENCY_FIELDS = tuple(
 """Per-GPU fitted ``Efficiency`` fields."""
 PARAM_NAMES = EFFICIENCY_FIELDS + KERNEL_FIELDS
 """Every fitted parameter: the per-GPU efficiencies, then the kernel efficiencies."""
+
+
+def fitted_efficiency(values: Mapping[str, ArrayLike], **offsets: ArrayLike) -> Efficiency:
+    """The fitted fields (``PARAM_NAMES``, e.g. a NumPyro model's sites or a posterior's draws,
+    by name) as one ``Efficiency`` pytree, every leaf of the values' shape (per GPU, or draws x
+    GPUs); the ``OFFSET_FIELDS`` given in ``offsets``, the others 1 (the fit adds cell offsets
+    to log time instead)."""
+    fields = {f: jnp.asarray(values[f]) for f in PARAM_NAMES}
+    ones = jnp.ones_like(fields[EFFICIENCY_FIELDS[0]])
+    scales = {f: jnp.asarray(offsets.pop(f)) if f in offsets else ones for f in OFFSET_FIELDS}
+    if offsets:
+        raise TypeError(f"not an offset field: {', '.join(offsets)}")
+    return Efficiency(**fields, **scales)
+
 
 E2E_SCENARIOS = ("serving", "saturated")
 """End-to-end scenarios: predicted through the load models, calibrated by the cut stage (their

@@ -19,11 +19,12 @@ import numpy as np
 import perfmodel
 from perfmodel import KERNEL_FIELDS, Efficiency
 
-from ._names import (
+from ._names import (  # noqa: F401  (EFFICIENCY_FIELDS re-exported: the draw path's names)
     EFFICIENCY_FIELDS,
     ENGINE_ALL_REDUCE_CELL,
     LOCKSTEP_TTFT_GROUP,
     PARAM_NAMES,
+    fitted_efficiency,
     stand_in_group,
 )
 
@@ -429,13 +430,12 @@ def efficiency_draws(
     rng = np.random.default_rng(seed)
     idx = draw_indices(posterior, num_draws, rng)
     p = {k: v[:, 0] for k, v in parameter_draws(posterior, (gpu,), idx, rng).items()}
-    fields = {f: p[f] for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
-    fields["time_scale"] = np.exp(_source_offsets(posterior, source, idx, rng))
+    scales = {"time_scale": np.exp(_source_offsets(posterior, source, idx, rng))}
     for field, metric in ENGINE_SCALE_METRICS.items():
         if lockstep and field == "ttft_scale":
             metric = LOCKSTEP_TTFT_GROUP
-        fields[field] = np.exp(engine_offset_draws(posterior, metric, idx, source, engine))
-    eff = Efficiency(**{k: jnp.asarray(v) for k, v in fields.items()})
+        scales[field] = np.exp(engine_offset_draws(posterior, metric, idx, source, engine))
+    eff = fitted_efficiency(p, **scales)
     comm = f"{source}|comm:latency"
     if source is None or comm not in posterior.cells:
         comm = ENGINE_ALL_REDUCE_CELL  # a serving engine's CUDA-graph custom all-reduce

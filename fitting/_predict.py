@@ -30,16 +30,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import ArrayLike, Efficiency
+from perfmodel import Efficiency
 
 from ._blocks_base import RowScales
-from ._names import OFFSET_FIELDS
+from ._names import OFFSET_FIELDS, fitted_efficiency
 from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _rows)
     EFFICIENCY_FIELDS,
     KERNEL_FIELDS,
@@ -52,15 +52,6 @@ from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _row
     prepare,
     source_key,
 )
-
-
-def fitted_efficiency(values: Mapping[str, ArrayLike]) -> Efficiency:
-    """The fitted fields (``PARAM_NAMES``, e.g. a NumPyro model's sites or a posterior's draws,
-    by name) as one ``Efficiency`` pytree, every leaf of the values' shape (per GPU, or draws x
-    GPUs); the offset fields are 1: the cell offsets add to log time instead."""
-    fields = {f: jnp.asarray(values[f]) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
-    ones = jnp.ones_like(fields[EFFICIENCY_FIELDS[0]])
-    return Efficiency(**fields, **{f: ones for f in OFFSET_FIELDS})
 
 
 def gather(params: Efficiency, idx: np.ndarray) -> tuple[Efficiency, Efficiency]:
