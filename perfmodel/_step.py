@@ -89,27 +89,52 @@ def _layer_kernels_s(
     ranks: the same expert FLOPs and bytes as TP, in fewer and wider GEMMs (routing taken as
     uniform and balanced).
     """
+    peak = peak_flops_per_s(hardware, deployment)
+    bw = hardware.hbm_bytes_per_s
+    gemms_s = _gemms_s(model, deployment, efficiency, tokens, p_seq + d_seq, peak, bw, temperature)
+    attn_s = _attention_s(
+        model,
+        deployment,
+        efficiency,
+        (p_tok, p_seq, per_prompt, prefill_context),
+        (d_seq, decode_context),
+        peak,
+        bw,
+        temperature,
+    )
+    elementwise_s = _elementwise_s(model, deployment, efficiency, tokens, bw)
+    body = gemms_s + model.num_layers * attn_s + elementwise_s
+    return _gated(tokens > 0, body)
+
+
+def _gemms_s(
+    model: ModelSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    tokens: Array,
+    sampled: Array,
+    peak: Array,
+    bw: Array,
+    temperature: float,
+) -> Array:
+    """Every GEMM of one rank's microbatch, all layers (seconds), as one vectorised roofline
+    (axis 0), each GEMM with its count: attention projections (output row-parallel, n = d;
+    Q/K/V column-parallel), the MLP's (mats - 1) up/gate matrices column-parallel and one down
+    matrix row-parallel -- for the dense layers, the routed experts (one grouped GEMM over the
+    experts touched) and the shared experts -- and the LM head over the ``sampled`` rows."""
     tp = deployment.tp
     a = deployment.attention_dp
     attention_tp = tp / a
     moe_tp = tp / deployment.expert_parallel
     d = model.hidden_size
-    peak = peak_flops_per_s(hardware, deployment)
-    bw = hardware.hbm_bytes_per_s
     low = 1.0 - deployment.compute_dtype_mix[0]  # share of GEMMs at an FP8/FP4/INT8 rate
     act = ACTIVATION_BYTES + low * (LOW_PRECISION_ACTIVATION_BYTES - ACTIVATION_BYTES)
     w_b = deployment.weight_bytes_per_param
-
-    # Every GEMM of the iteration as one vectorised roofline (axis 0), each with its count:
-    # attention projections (output row-parallel, n = d; Q/K/V column-parallel), the MLP's
-    # (mats - 1) up/gate matrices column-parallel and one down matrix row-parallel -- for the
-    # dense layers, the routed experts (one grouped GEMM over the experts touched) and the
-    # shared experts -- and the LM head over the sampled rows.
     o_params = model.output_projection_params / attention_tp
     qkv_params = (model.attention_params - model.output_projection_params) / attention_tp
     # the groups' work taken as balanced: TensorRT-LLM's attention-DP balancer holds prompts
     # until every group has one (a wait this model does not price)
-    own_tokens, own_p_tok, own_p_seq, own_d_seq = tokens / a, p_tok / a, p_seq / a, d_seq / a
+    own_tokens = tokens / a
     mats = jnp.maximum(model.mlp_matrices, 2.0)
     up_share = (mats - 1.0) / mats
     touched = expected_experts_touched(model, tokens)
@@ -118,7 +143,6 @@ def _layer_kernels_s(
         moe, tokens * model.experts_per_token / jnp.maximum(touched, COUNT_FLOOR), 0.0
     )
     dense_layers = model.num_layers - model.num_moe_layers
-    sampled = p_seq + d_seq
 
     def mlp(m, params, groups, count, split=tp):
         p_up, p_down = params * up_share / split, params / mats / split
@@ -138,9 +162,28 @@ def _layer_kernels_s(
     gemm_s = gemm_time_s(
         m_, n_, k_, act, peak, bw, efficiency, efficiency, low, temperature, w_b, groups_
     )
-    gemms_s = jnp.sum(count_ * gemm_s, axis=0)
+    return jnp.sum(count_ * gemm_s, axis=0)
 
-    # fused attention, one call per phase (FlashAttention varlen / paged decode)
+
+def _attention_s(
+    model: ModelSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    prefill: tuple,
+    decode: tuple,
+    peak: Array,
+    bw: Array,
+    temperature: float,
+) -> Array:
+    """Fused attention of one layer on one rank (seconds), one call per phase (FlashAttention
+    varlen over the ``prefill`` pieces: tokens, sequences, tokens per sequence, earlier context;
+    paged decode over the ``decode`` sequences at their context); a phase with no sequences
+    launches nothing."""
+    p_tok, p_seq, per_prompt, prefill_context = prefill
+    d_seq, decode_context = decode
+    a = deployment.attention_dp
+    attention_tp = deployment.tp / a
+    own_p_tok, own_p_seq, own_d_seq = p_tok / a, p_seq / a, d_seq / a
     heads = jnp.maximum(model.num_heads / attention_tp, 1.0)
     kv_heads = jnp.maximum(model.num_kv_heads / attention_tp, 1.0)
     layers = jnp.maximum(model.num_layers, 1.0)
@@ -184,14 +227,30 @@ def _layer_kernels_s(
         own_d_seq * kv_heads,
         0.0,
     )
-    attn_s = _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
+    return _gated(p_seq > 0, prefill_attn_s) + _gated(d_seq > 0, decode_attn_s)
 
-    # elementwise kernels, one vectorised stream each: per layer 2 fused residual-add + RMSNorm
-    # (each reads x and the residual and writes both, 4 widths per row, the norm's per-row work
-    # on half of them), rope and the MLP activation; once per iteration the embedding gather
+
+def _elementwise_s(
+    model: ModelSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    tokens: Array,
+    bw: Array,
+) -> Array:
+    """One rank's elementwise kernels, all layers (seconds), one vectorised stream each: per layer
+    2 fused residual-add + RMSNorm (each reads x and the residual and writes both, 4 widths per
+    row, the norm's per-row work on half of them), rope and the MLP activation; once per
+    iteration the embedding gather."""
+    tp = deployment.tp
+    a = deployment.attention_dp
+    attention_tp = tp / a
+    d = model.hidden_size
+    own_tokens = tokens / a
+    heads = jnp.maximum(model.num_heads / attention_tp, 1.0)
+    kv_heads = jnp.maximum(model.num_kv_heads / attention_tp, 1.0)
     mlp_width = (
         jnp.where(
-            moe,
+            model.has_routed_experts,
             (model.expert_params * model.experts_per_token + model.shared_expert_params) / d,
             model.dense_mlp_params / d,
         )
@@ -209,9 +268,7 @@ def _layer_kernels_s(
         (own_tokens * 2.0 * d * ACTIVATION_BYTES, 1.0, 1.0),
     ]
     bytes_, onchip_, ew_count_ = _stacked(elementwise)
-    elementwise_s = jnp.sum(ew_count_ * elementwise_time_s(bytes_, bw, efficiency, onchip_), axis=0)
-    body = gemms_s + model.num_layers * attn_s + elementwise_s
-    return _gated(tokens > 0, body)
+    return jnp.sum(ew_count_ * elementwise_time_s(bytes_, bw, efficiency, onchip_), axis=0)
 
 
 def forward_step(
