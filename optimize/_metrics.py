@@ -317,6 +317,46 @@ def itl_quantiles(
     return jnp.exp(flat(cdf, log_t)) / jnp.asarray(tokens_per_step)[..., None]
 
 
+def _search_itl(
+    iterations: tuple[Array, Array, Array, Array],
+    batches: tuple[Array, Array],
+    lam: Array,
+    prompt: tuple[Array, Array, Array],
+    ca2: Array,
+    e: Array | float,
+) -> Array:
+    """ITL quantiles (p50, p95, p99) of the search model, as ``itl_quantiles`` spreads them.
+
+    One gap is decode-only (t_dec) or, a share f of them, carries the prefill that makes the
+    mean gap t: prompts in prefill per gap are Poisson with mean x = lambda t ceil(I / c),
+    f = 1 - exp(-x), and the prompt tokens are conserved, so at least lambda I t / B of the gaps
+    carry a full budget; a carrying gap is t_dec + (t - t_dec) / f, at most a full budget's
+    iteration.  The batch
+    drifts by Var(N) = n (1 + c_a^2) / 2 / (1 - g)^2, g = n t_d' / t (t_d' the decode-only
+    iteration's slope in the batch, from the one-sequence one), moving the gap by
+    t_d' sqrt(Var(N)), at most the headroom t_d' (n_sat - n) to the saturated batch.
+
+    Args:
+        iterations: (t_dec, t_dec_one, t, t_budget): the operating batch's decode-only
+            iteration, one sequence's, the mean gap and a full budget's iteration, seconds.
+        batches: (n, n_sat): the operating and the saturated batch.
+        lam: arrivals per second at one replica.
+        prompt: (I, ceil(I / c), B): uncached prompt tokens, chunks per prompt, token budget.
+    """
+    t_dec, t_dec_one, t_mean, t_budget = iterations
+    n_op, n_full = batches
+    i_len, chunks, budget = prompt
+    x = lam * t_mean * chunks
+    share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), 1e-9, 1.0)
+    t_long = jnp.clip(t_dec + (t_mean - t_dec) / share, t_dec, jnp.maximum(t_budget, t_mean))
+    slope_dec = jnp.maximum(t_dec - t_dec_one, 0.0) / jnp.maximum(n_op - 1.0, 1.0)
+    gain = jnp.clip(n_op * slope_dec / jnp.maximum(t_mean, POSITIVE_FLOOR), 0.0, 0.95)
+    drift = jnp.square(slope_dec) * n_op * (1.0 + ca2) / 2.0 / jnp.square(1.0 - gain)
+    headroom = slope_dec * jnp.maximum(n_full - n_op, 0.0)
+    drift = jnp.minimum(drift, jnp.square(headroom))
+    return itl_quantiles(t_dec, t_long, share, drift, e)
+
+
 def slo_metrics(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -440,18 +480,10 @@ def slo_metrics(
     # a request's mean gap is at most that of iterations all carrying a full budget
     cap = jnp.maximum(t_budget, t_mean) / e
     tpot = jnp.where(stable[..., None], jnp.minimum(tpot_q, cap[..., None]), jnp.inf)
-    # ITL: one gap, decode-only (t_dec) or, a share f of them, carrying the prefill that makes
-    # the mean gap (prompts in prefill per iteration Poisson, x = lambda t ceil(I / c); the
-    # prompt tokens conserved: at least lambda I t / B of the iterations carry a full budget)
-    x = lam * t_mean * chunks
-    share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), 1e-9, 1.0)
-    t_long = jnp.clip(t_dec + (t_mean - t_dec) / share, t_dec, jnp.maximum(t_budget, t_mean))
-    slope_dec = jnp.maximum(t_dec - t_dec_one, 0.0) / jnp.maximum(n_op - 1.0, 1.0)
-    gain = jnp.clip(n_op * slope_dec / jnp.maximum(t_mean, POSITIVE_FLOOR), 0.0, 0.95)
-    drift = jnp.square(slope_dec) * n_op * (1.0 + ca2) / 2.0 / jnp.square(1.0 - gain)
-    headroom = slope_dec * jnp.maximum(n_full - n_op, 0.0)
-    drift = jnp.minimum(drift, jnp.square(headroom))
-    itl = jnp.where(stable[..., None], itl_quantiles(t_dec, t_long, share, drift, e), jnp.inf)
+    itl = _search_itl(
+        (t_dec, t_dec_one, t_mean, t_budget), (n_op, n_full), lam, (i_len, chunks, budget), ca2, e
+    )
+    itl = jnp.where(stable[..., None], itl, jnp.inf)
     # as the engine delivers them (``perfmodel.dynamics.engine_scaled``, the verdict model's)
     ttft = ttft * efficiency.ttft_scale
     tpot = tpot * efficiency.tpot_scale
