@@ -72,15 +72,16 @@ from ._names import noise_index
 from ._posterior import Posterior, _default_value, stand_in_cell
 from ._predict import compiled_predict_log, fitted_efficiency, prepare
 from ._serving_stage import E2E_SCENARIOS
-from ._update_groups import gpu_group_prior as _gpu_group_prior, merge_gpu_group as _merge_gpu_group
+from ._update_groups import (
+    MIN_SCALE,
+    gpu_group_prior as _gpu_group_prior,
+    merge_gpu_group as _merge_gpu_group,
+)
 
 SIGMA_LOG_SD = 0.5
 """Log-scale sd of each noise group's sigma around the prior's median: the prior's sigma describes
 GPUs it fitted; a new GPU's misfit may be larger, and pinning sigma at the median left the updated
 90 % intervals covering only 72-74 % of a held-out A40's rows."""
-
-MIN_SCALE = 1e-3
-"""Floor of a prior sd on the unconstrained scale (keeps NUTS off a degenerate normal)."""
 
 MAX_SERVING_ROWS = 60
 """End-to-end rows NUTS conditions on at most (a seeded subset above it): each run is a 40-step

@@ -8,7 +8,8 @@ from ._model import population_bias
 from ._posterior import Posterior
 
 MIN_SCALE = 1e-3
-"""Floor of a prior sd (as ``_update.MIN_SCALE``)."""
+"""Floor of a prior sd on the unconstrained scale (keeps NUTS off a degenerate normal): the
+new-GPU update's priors, its efficiencies' and its GPU x group biases' alike."""
 
 
 def gpu_group_prior(
