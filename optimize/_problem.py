@@ -167,28 +167,13 @@ def make_problem(
             engines run (``prefill_first``).
     """
     gpus = tuple(gpus)
-    if not gpus:
-        raise ValueError("no candidate GPUs; pass at least one hardware id")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence {confidence} must be strictly between 0 and 1, e.g. 0.9")
-    for label, v in (("TTFT", slo_ttft_p95_s), ("TPOT", slo_tpot_p95_s), ("ITL", slo_itl_p95_s)):
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"{label} SLO {v} must be a positive number of seconds")
-    if max_model_len is not None and not (
-        isinstance(max_model_len, int | float)
-        and math.isfinite(max_model_len)
-        and max_model_len >= 1
-    ):
-        raise ValueError(f"max_model_len {max_model_len} must be a positive number of tokens")
+    _check_question(
+        gpus, confidence, (slo_ttft_p95_s, slo_tpot_p95_s, slo_itl_p95_s), max_model_len
+    )
     specs = hardware or [
         load_hardware(g, prices_csv=prices_csv, hardware_csv=hardware_csv) for g in gpus
     ]
-    for g, h in zip(gpus, specs):
-        if not math.isfinite(float(h.price_per_gpu_hour)):
-            raise ValueError(
-                f"no price for GPU {g!r}; add a row with gpu={g},price_per_gpu_hour=... to a "
-                "prices CSV and pass it with --prices"
-            )
+    _require_prices(gpus, specs)
     grid = grid or Grid(num_gpus=len(gpus))
     if grid.num_gpus != len(gpus):
         raise ValueError(f"grid has {grid.num_gpus} GPU slots but {len(gpus)} GPUs were given")
@@ -229,6 +214,41 @@ def make_problem(
         prefill_first=engine_prefill_first(engine),
         **prefix,
     )
+
+
+def _check_question(
+    gpus: tuple[str, ...],
+    confidence: float,
+    slos_s: tuple[float | None, float | None, float | None],
+    max_model_len: int | None,
+) -> None:
+    """``ValueError`` naming the fix for a question that cannot be asked: no GPUs, a confidence
+    outside (0, 1), a (TTFT, TPOT, ITL) bound that is not a positive number of seconds, a
+    context that is not a positive number of tokens."""
+    if not gpus:
+        raise ValueError("no candidate GPUs; pass at least one hardware id")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence {confidence} must be strictly between 0 and 1, e.g. 0.9")
+    for label, v in zip(("TTFT", "TPOT", "ITL"), slos_s):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ValueError(f"{label} SLO {v} must be a positive number of seconds")
+    if max_model_len is not None and not (
+        isinstance(max_model_len, int | float)
+        and math.isfinite(max_model_len)
+        and max_model_len >= 1
+    ):
+        raise ValueError(f"max_model_len {max_model_len} must be a positive number of tokens")
+
+
+def _require_prices(gpus: tuple[str, ...], specs: list[HardwareSpec]) -> None:
+    """``ValueError`` naming the fix for a candidate GPU without a price (its cost is the
+    objective)."""
+    for g, h in zip(gpus, specs):
+        if not math.isfinite(float(h.price_per_gpu_hour)):
+            raise ValueError(
+                f"no price for GPU {g!r}; add a row with gpu={g},price_per_gpu_hour=... to a "
+                "prices CSV and pass it with --prices"
+            )
 
 
 def _prefix(grid: Grid, share: float | None, tokens: float | None) -> dict:
