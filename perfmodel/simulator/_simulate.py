@@ -114,6 +114,66 @@ def engine_limits(
     )
 
 
+def _iteration_functions(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    deployment: Deployment,
+    efficiency: Efficiency,
+    speculation: Speculation | None,
+) -> tuple[Callable, Callable | None]:
+    """(iteration time, decode-run time) the engine loop calls: the step model's, or with
+    ``speculation`` its draft-and-verify iteration (no decode-run shortcut: each step's
+    acceptance is sampled)."""
+    if speculation is None:
+        return (
+            step_function(model, hardware, deployment, efficiency),
+            decode_run_function(model, hardware, deployment, efficiency),
+        )
+    step_s = speculative_step_function(
+        model,
+        hardware,
+        deployment,
+        efficiency,
+        int(speculation.draft_tokens),
+        speculation.draft_model,
+    )
+    return step_s, None
+
+
+def _replica_engine_hooks(
+    hooks: EngineHooks,
+    replica: tuple[np.ndarray, int, int],
+    arrival: np.ndarray,
+    trace: Trace,
+    limits: EngineLimits,
+    counts: FeatureCounts,
+    prefix: PrefixCaching | None,
+    speculation: Speculation | None,
+) -> EngineHooks:
+    """The hooks one replica's engine runs with: ``hooks``, with the prefix cache's hits and the
+    speculative steps' accepted tokens of this replica's requests in place of theirs where those
+    features are on (``replica_hooks``; ``replica``: its request indices, number and the seed)."""
+    idx, k, seed = replica
+    cached, decode_tokens = replica_hooks(
+        idx,
+        arrival,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        k,
+        seed,
+        limits.total_blocks * limits.block_tokens,
+        counts,
+        prefix,
+        speculation,
+    )
+    return EngineHooks(
+        cached_prefix_tokens=cached if prefix is not None else hooks.cached_prefix_tokens,
+        decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
+        shared_prefix_blocks=prefix is not None or hooks.shared_prefix_blocks,
+        iteration=hooks.iteration,
+    )
+
+
 def simulate(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -159,19 +219,7 @@ def simulate(
     if concurrency == 0 and not trace.has_arrivals:
         raise ValueError(f"trace {trace.name!r} has no arrival times; give a concurrency or a rate")
     limits = engine_limits(model, hardware, deployment, chunked_prefill, chunk_tokens)
-    if speculation is None:
-        step_s = step_function(model, hardware, deployment, efficiency)
-        decode_run = decode_run_function(model, hardware, deployment, efficiency)
-    else:
-        step_s = speculative_step_function(
-            model,
-            hardware,
-            deployment,
-            efficiency,
-            int(speculation.draft_tokens),
-            speculation.draft_model,
-        )
-        decode_run = None
+    step_s, decode_run = _iteration_functions(model, hardware, deployment, efficiency, speculation)
     replicas = max(round(float(deployment.replicas)), 1)
     n = len(trace)
     owner = (
@@ -192,23 +240,8 @@ def simulate(
         if idx.size == 0:
             continue
         share = concurrency // replicas + (1 if k < concurrency % replicas else 0)
-        cached, decode_tokens = replica_hooks(
-            idx,
-            arrival,
-            trace.prompt_tokens,
-            trace.output_tokens,
-            k,
-            seed,
-            limits.total_blocks * limits.block_tokens,
-            counts,
-            prefix,
-            speculation,
-        )
-        replica_hooks_k = EngineHooks(
-            cached_prefix_tokens=cached if prefix is not None else hooks.cached_prefix_tokens,
-            decode_tokens=decode_tokens if speculation is not None else hooks.decode_tokens,
-            shared_prefix_blocks=prefix is not None or hooks.shared_prefix_blocks,
-            iteration=hooks.iteration,
+        replica_hooks_k = _replica_engine_hooks(
+            hooks, (idx, k, seed), arrival, trace, limits, counts, prefix, speculation
         )
         run = run_engine(
             step_s,
