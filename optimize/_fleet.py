@@ -26,6 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from perfmodel import RATE_FLOOR_PER_S
+
 ROUNDING_TOLERANCE = 1e-9
 """Relative slack of the integer plan's checks and roundings (replicas, GPUs, served rates):
 ceil(x - tol) and floor(x + tol) keep a count that floating point puts a hair past an integer
@@ -107,7 +109,7 @@ def fleet_milp(fp: FleetProblem) -> FleetPlan:
 
 def _replicas(theta, rates, capacity):
     """Relaxed replicas: softplus(theta) is the share of class c that type g would carry alone."""
-    need = jnp.where(capacity > 0, rates[:, None] / jnp.maximum(capacity, 1e-12), 0.0)
+    need = jnp.where(capacity > 0, rates[:, None] / jnp.maximum(capacity, RATE_FLOOR_PER_S), 0.0)
     return jax.nn.softplus(theta) * need
 
 
@@ -126,7 +128,9 @@ def _descend(theta0, rates, capacity, cost, gpus, max_gpus):
 
 def _descend_body(theta0, rates, capacity, cost, gpus, max_gpus):
     scale = jnp.sum(
-        jnp.min(jnp.where(capacity > 0, cost / jnp.maximum(capacity, 1e-12), jnp.inf), axis=1)
+        jnp.min(
+            jnp.where(capacity > 0, cost / jnp.maximum(capacity, RATE_FLOOR_PER_S), jnp.inf), axis=1
+        )
         * rates
     )
     opt = optax.adam(0.05)

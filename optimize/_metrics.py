@@ -31,6 +31,7 @@ from jax.scipy.special import ndtr, ndtri
 from perfmodel import (
     COUNT_FLOOR,
     POSITIVE_FLOOR,
+    SHARE_FLOOR,
     Array,
     Deployment,
     Efficiency,
@@ -347,7 +348,7 @@ def _search_itl(
     n_op, n_full = batches
     i_len, chunks, budget = prompt
     x = lam * t_mean * chunks
-    share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), 1e-9, 1.0)
+    share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), SHARE_FLOOR, 1.0)
     t_long = jnp.clip(t_dec + (t_mean - t_dec) / share, t_dec, jnp.maximum(t_budget, t_mean))
     slope_dec = jnp.maximum(t_dec - t_dec_one, 0.0) / jnp.maximum(n_op - 1.0, 1.0)
     gain = jnp.clip(n_op * slope_dec / jnp.maximum(t_mean, POSITIVE_FLOOR), 0.0, 0.95)

@@ -37,9 +37,11 @@ from ._fit_check import (
 )
 from ._floors import (
     COUNT_FLOOR as COUNT_FLOOR,
+    LOG_VARIANCE_FLOOR as LOG_VARIANCE_FLOOR,
     POSITIVE_FLOOR as POSITIVE_FLOOR,
     PROBABILITY_FLOOR as PROBABILITY_FLOOR,
     RATE_FLOOR_PER_S as RATE_FLOOR_PER_S,
+    SHARE_FLOOR as SHARE_FLOOR,
     TIME_FLOOR_S as TIME_FLOOR_S,
 )
 from ._memory import (

@@ -57,7 +57,7 @@ import jax.numpy as jnp
 from jax.scipy.special import ndtri
 
 from ._batching import iteration_s
-from ._floors import RATE_FLOOR_PER_S, TIME_FLOOR_S
+from ._floors import COUNT_FLOOR, RATE_FLOOR_PER_S, SHARE_FLOOR, TIME_FLOOR_S
 from ._memory import max_concurrent_requests
 from ._polling import closed_loop_busy_probability, poll_wait
 from ._serving_tail import PERCENTILE_QUANTILES
@@ -74,9 +74,6 @@ DAMPING = 0.5
 
 QUANTILE_BISECTIONS = 40
 """Bisection steps of a TTFT mixture quantile on [0, upper]."""
-
-EPS_TOKENS = 1e-9
-"""Floor on token and sequence counts that divide (keeps 0/0 out and gradients finite)."""
 
 
 class ClosedLoopState(eqx.Module):
@@ -126,7 +123,7 @@ def _iterations(
     room = jnp.maximum(budget - d, 1.0)
     chunks = jnp.maximum(prompt / room, 1.0)  # iterations one prompt's prefill spans
     p = jnp.minimum(q * prompt, room)
-    f = jnp.clip(q * chunks, EPS_TOKENS, 1.0)  # share of iterations that carry prefill
+    f = jnp.clip(q * chunks, SHARE_FLOOR, 1.0)  # share of iterations that carry prefill
     tokens = p / f
     seqs = jnp.maximum(tokens / prompt, q * chunks / f)
 
@@ -185,7 +182,7 @@ def closed_loop_state(
     output = jnp.maximum(workload.output_tokens_mean, 1.0)
     ctx = prompt + output / 2.0
     _, seats = loop_seats(model, hardware, deployment, workload)
-    n = jnp.clip(jnp.minimum(clients, seats), EPS_TOKENS, None)
+    n = jnp.clip(jnp.minimum(clients, seats), COUNT_FLOOR, None)
     waiting = jnp.maximum(clients - n, 0.0)
     decodes = jnp.maximum(output - 1.0, 0.0) / jnp.maximum(tokens_per_decode, 1.0)
     budget = deployment.max_num_batched_tokens
@@ -199,14 +196,14 @@ def closed_loop_state(
         )
         ttft = residual + chunks * with_s
         q_new = n * tau / (ttft + decodes * tau)
-        q_cap = (budget - EPS_TOKENS) / (prompt + decodes)  # p + d <= B
+        q_cap = (budget - COUNT_FLOOR) / (prompt + decodes)  # p + d <= B
         return ttft, jnp.minimum(q_new, q_cap), (tau, with_s, without_s, f, d, p, chunks)
 
     def body(q, _):
         _, q_new, _ = ttft_and_q(q)
         return (1.0 - DAMPING) * q + DAMPING * q_new, None
 
-    q0 = jnp.minimum(n / (1.0 + decodes), (budget - EPS_TOKENS) / (prompt + decodes))
+    q0 = jnp.minimum(n / (1.0 + decodes), (budget - COUNT_FLOOR) / (prompt + decodes))
     q, _ = jax.lax.scan(body, q0, None, length=CLOSED_LOOP_ITERATIONS)
     ttft_own, _, (tau, with_s, without_s, f, d, p, _) = ttft_and_q(q)
     rate_desynchronised = q / jnp.maximum(tau, TIME_FLOOR_S)

@@ -21,3 +21,12 @@ RATE_FLOOR_PER_S = 1e-12
 
 PROBABILITY_FLOOR = 1e-12
 """A probability (or a load rho) kept off 0 before a log, a power or a division."""
+
+SHARE_FLOOR = 1e-9
+"""A share of iterations or arrivals that divides a time spread over them (the iterations that
+carry prefill, the arrivals that wait): a billionth of them, where per-event times stop meaning
+anything."""
+
+LOG_VARIANCE_FLOOR = 1e-24
+"""The variance of a log-normal's log kept off 0 before its square root (a law with no spread:
+fixed lengths, one service time): a log-sd of 1e-12."""

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from ._floors import POSITIVE_FLOOR, PROBABILITY_FLOOR, TIME_FLOOR_S
+from ._floors import LOG_VARIANCE_FLOOR, POSITIVE_FLOOR, PROBABILITY_FLOOR, TIME_FLOOR_S
 from ._types import Array, ArrayLike
 
 _RHO_SAFE = 0.5
@@ -272,7 +272,7 @@ def lognormal_mixture_quantile(means: Array, variances: Array, q: ArrayLike) -> 
     m = jnp.maximum(means, POSITIVE_FLOOR)
     s2 = jnp.log1p(jnp.maximum(variances, 0.0) / jnp.square(m))
     mu = jnp.log(m) - s2 / 2.0
-    s = jnp.sqrt(jnp.maximum(s2, 1e-24))
+    s = jnp.sqrt(jnp.maximum(s2, LOG_VARIANCE_FLOOR))
 
     def cdf(t):
         z = (jnp.log(jnp.maximum(t[..., None], POSITIVE_FLOOR)) - mu) / s

@@ -51,7 +51,7 @@ from ._batching import (
     prefill_budget_tokens,
     saturated_output_tokens_per_s,
 )
-from ._floors import COUNT_FLOOR, POSITIVE_FLOOR
+from ._floors import COUNT_FLOOR, LOG_VARIANCE_FLOOR, POSITIVE_FLOOR, SHARE_FLOOR
 from ._prompt_law import prompt_nodes, tail_ratio, truncated_lognormal
 from ._queueing import (
     diffusion_seat_wait,
@@ -183,7 +183,7 @@ def gap_quantiles(short_s, long_s, long_share, variance, qs):
     m = jnp.maximum(means, POSITIVE_FLOOR)
     s2 = jnp.log1p(jnp.maximum(variance, 0.0)[..., None, None] / jnp.square(m))
     mu = jnp.log(m) - s2 / 2.0
-    sd = jnp.sqrt(jnp.maximum(s2, 1e-24))
+    sd = jnp.sqrt(jnp.maximum(s2, LOG_VARIANCE_FLOOR))
 
     def cdf(t):
         z = ndtr((jnp.log(jnp.maximum(t[..., None], POSITIVE_FLOOR)) - mu) / sd)
@@ -504,7 +504,7 @@ def waits(
     else:
         stretch = _unchunked_stretch(point, s, lengths, rate, w_p + w_m + w_s)
     wait = ((w_p + w_m) * (1.0 + a * load.prefill_scv + b * rho_p / (1.0 - rho_p)) + w_s) * stretch
-    p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), 1e-9, 1.0)
+    p_wait = jnp.clip(jnp.maximum(rho_p, p_seat), SHARE_FLOOR, 1.0)
     # an arrival waits out the iteration in flight while decodes keep the engine iterating
     # (P ~ 1 - exp(-n_d)): a decode-only one or, chunked, with probability rho_p one carrying a
     # prompt's chunk (it cannot join an iteration in flight; with no decodes, as in a prefill

@@ -29,7 +29,7 @@ from ._batching import (
     prefill_budget_tokens,
     seat_capacity,
 )
-from ._floors import COUNT_FLOOR, POSITIVE_FLOOR
+from ._floors import COUNT_FLOOR, POSITIVE_FLOOR, SHARE_FLOOR
 from ._smooth import smooth_max, smooth_min
 from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
 from ._types import Array
@@ -293,7 +293,7 @@ def mean_gap(x: Pricing, n_d, rho_p, tpot) -> MeanGap:
         tau_d = pc.tau_d
         extra = jnp.minimum(x.rate * jnp.mean(pc.delta), BUSY_SHARE_CAP)
         gap = tau_d / (1.0 - extra)
-        f_u = jnp.maximum(-jnp.expm1(-x.rate * tpot), 1e-9)
+        f_u = jnp.maximum(-jnp.expm1(-x.rate * tpot), SHARE_FLOOR)
         return MeanGap(tau_d, pc.own, pc.busy, pc.delta, gap, f_u, tau_d + (gap - tau_d) / f_u)
     group = _carrying_group(x, n_d, tpot)
     pc = prefill_costs(x, n_d, rho_p, group.first_iteration(x, n_d))

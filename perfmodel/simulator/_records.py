@@ -6,6 +6,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from .._floors import TIME_FLOOR_S
+
 
 @dataclass(frozen=True)
 class DecodeGaps:
@@ -194,7 +196,7 @@ def summarize(
     schedule and throughput are the simulated ones."""
     n = len(result.arrival_s)
     keep = kept_requests(result, warmup_fraction)
-    span = max(result.makespan_s, 1e-12)
+    span = max(result.makespan_s, TIME_FLOOR_S)
     ttft = result.ttft_s[keep]
     e2e = ttft_scale * ttft + tpot_scale * (result.e2e_s[keep] - ttft)
     itl = {k: v * tpot_scale for k, v in _itl(result, keep).items()}
