@@ -39,7 +39,7 @@ import numpy as np
 from perfmodel import Efficiency
 
 from ._blocks_base import RowScales
-from ._names import OFFSET_FIELDS, fitted_efficiency
+from ._names import OFFSET_FIELDS, PARAM_NAMES, fitted_efficiency
 from ._rows import (  # noqa: F401  (re-exported: the row-side API lives in _rows)
     EFFICIENCY_FIELDS,
     KERNEL_FIELDS,
@@ -110,6 +110,4 @@ def compiled_predict_log(prep: Prepared) -> Callable[..., jnp.ndarray]:
 def default_params(gpus: tuple[str, ...]) -> Efficiency:
     """The default ``Efficiency`` / ``KernelEfficiency`` values, one per GPU."""
     e = Efficiency()
-    return fitted_efficiency(
-        {f: jnp.full(len(gpus), float(getattr(e, f))) for f in EFFICIENCY_FIELDS + KERNEL_FIELDS}
-    )
+    return fitted_efficiency({f: jnp.full(len(gpus), float(getattr(e, f))) for f in PARAM_NAMES})

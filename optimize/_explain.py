@@ -257,12 +257,10 @@ def closest_achievable(
     rounds, whose minima are what the best configuration it reached achieves (a bound the whole
     grid can only lower).  ``exhaustive`` says which (``configurations_scored`` of
     ``configurations_in_grid``), so a report can say "achievable" or "found"."""
-    configs = problem.grid.all_configs(problem.model)
-    coverage = {
-        "exhaustive": len(configs) <= EXHAUSTIVE_CONFIGS,
-        "configurations_in_grid": len(configs),
-    }
+    in_grid = problem.grid.count_configs(problem.model)
+    coverage = {"exhaustive": in_grid <= EXHAUSTIVE_CONFIGS, "configurations_in_grid": in_grid}
     if coverage["exhaustive"]:
+        configs = problem.grid.all_configs(problem.model)
         q = _achievable_rows(problem, configs)
     else:
         none = np.zeros((0, len(KNOBS)), dtype=np.int32)

@@ -212,18 +212,19 @@ def cheapest_per_gpu(
     """
     if found is None:
         found = search(problem)
-    configs = {}
+    configs, every = {}, None
     for g, name in enumerate(gpus):
         row = found.cheapest_on_gpu_type(g)
         if row is not None:
             configs[name] = found.configs[row]
             continue
-        every = problem.grid.all_configs(problem.model)
-        every = every[on_gpu_type(every, g)]
-        _, cost = costs_at_min_replicas(problem, every)
+        if every is None:  # listed once, for every type the search kept nothing on
+            every = problem.grid.all_configs(problem.model)
+        on_type = every[on_gpu_type(every, g)]
+        _, cost = costs_at_min_replicas(problem, on_type)
         cost = np.asarray(cost)
         if np.isfinite(cost.min()):
-            configs[name] = every[int(np.argmin(cost))]
+            configs[name] = on_type[int(np.argmin(cost))]
     return configs
 
 

@@ -25,6 +25,7 @@ attention weights and KV).  A layout whose degrees equal "tp"'s at a TP (every l
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -206,10 +207,28 @@ class Grid(NamedTuple):
         return out
 
     def all_configs(self, model: ModelSpec) -> np.ndarray:
-        """Every legal index vector (canonical, each once), shape (n, len(KNOBS)), int32."""
-        legal, chunk_ok = self.legal_tp(model), self.legal_chunk()
-        # every index vector in lexicographic (``itertools.product``) order, then the legal ones
+        """Every legal index vector (canonical, each once), shape (n, len(KNOBS)), int32, in
+        lexicographic (``itertools.product``) order."""
         c = np.indices(self.sizes(), dtype=np.int32).reshape(len(KNOBS), -1)
+        return np.ascontiguousarray(c[:, self._kept(c, model)].T)
+
+    def count_configs(self, model: ModelSpec) -> int:
+        """``len(all_configs(model))`` without listing them: the legality of a row reads only
+        the ``_CONSTRAINED`` knobs, so the count is the legal combinations of those times the
+        choices of every other knob."""
+        sizes = self.sizes()
+        c = np.indices(
+            [n if k in _CONSTRAINED else 1 for k, n in enumerate(sizes)], dtype=np.int32
+        ).reshape(len(KNOBS), -1)
+        free = math.prod(n for k, n in enumerate(sizes) if k not in _CONSTRAINED)
+        return int(np.count_nonzero(self._kept(c, model))) * free
+
+    def _kept(self, c: np.ndarray, model: ModelSpec) -> np.ndarray:
+        """Boolean per column of index vectors ``c`` (len(KNOBS), n): legal (both pools' TP, the
+        chunk within the budget, a colocated row with the default prefill pool) and canonical
+        (``canonical`` leaves it as it is: a layout that equals "tp" there, a dense model or
+        TP 1, is listed once, as "tp")."""
+        legal, chunk_ok = self.legal_tp(model), self.legal_chunk()
         keep = (
             legal[c[TP]]
             & legal[c[PREFILL_TP]]
@@ -219,9 +238,14 @@ class Grid(NamedTuple):
                 | ((c[PREFILL_GPU] == 0) & (c[PREFILL_TP] == c[TP]) & (c[PREFILL_PP] == c[PP]))
             )
         )
-        rows = np.ascontiguousarray(c[:, keep].T)
-        # a layout that equals "tp" there (a dense model, TP 1) is listed once, as "tp"
-        return rows[self.canonical(rows, model)[:, MOE] == rows[:, MOE]]
+        if "tp" in self.moe_layouts:
+            own = self.distinct_layout()[c[TP], c[MOE]] & self.legal_layout(model)[c[MOE]]
+            keep &= (c[MOE] == self.moe_layouts.index("tp")) | own
+        return keep
+
+
+_CONSTRAINED = frozenset({TP, PREFILL_TP, PP, PREFILL_PP, MNBT, CHUNK, POOL, PREFILL_GPU, MOE})
+"""Knobs whose values decide whether a row is legal and canonical (``Grid._kept``)."""
 
 
 def grid_tables(grid: Grid) -> dict[str, jnp.ndarray]:

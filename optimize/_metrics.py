@@ -319,10 +319,17 @@ def itl_quantiles(
 
 
 def _search_itl(
-    iterations: tuple[Array, Array, Array, Array],
-    batches: tuple[Array, Array],
+    *,
+    t_dec: Array,
+    t_dec_one: Array,
+    t_mean: Array,
+    t_budget: Array,
+    n_op: Array,
+    n_full: Array,
     lam: Array,
-    prompt: tuple[Array, Array, Array],
+    i_len: Array,
+    chunks: Array,
+    budget: Array,
     ca2: Array,
     e: Array | float,
 ) -> Array:
@@ -338,15 +345,15 @@ def _search_itl(
     t_d' sqrt(Var(N)), at most the headroom t_d' (n_sat - n) to the saturated batch.
 
     Args:
-        iterations: (t_dec, t_dec_one, t, t_budget): the operating batch's decode-only
-            iteration, one sequence's, the mean gap and a full budget's iteration, seconds.
-        batches: (n, n_sat): the operating and the saturated batch.
+        t_dec, t_dec_one, t_mean, t_budget: the operating batch's decode-only iteration, one
+            sequence's, the mean gap t and a full budget's iteration, seconds.
+        n_op, n_full: the operating and the saturated batch.
         lam: arrivals per second at one replica.
-        prompt: (I, ceil(I / c), B): uncached prompt tokens, chunks per prompt, token budget.
+        i_len, chunks, budget: uncached prompt tokens I, chunks per prompt ceil(I / c), the
+            token budget B.
+        ca2: squared CV of a replica's inter-arrival gaps.
+        e: tokens per decode step.
     """
-    t_dec, t_dec_one, t_mean, t_budget = iterations
-    n_op, n_full = batches
-    i_len, chunks, budget = prompt
     x = lam * t_mean * chunks
     share = jnp.clip(jnp.maximum(-jnp.expm1(-x), x * i_len / (chunks * budget)), SHARE_FLOOR, 1.0)
     t_long = jnp.clip(t_dec + (t_mean - t_dec) / share, t_dec, jnp.maximum(t_budget, t_mean))
@@ -482,7 +489,18 @@ def slo_metrics(
     cap = jnp.maximum(t_budget, t_mean) / e
     tpot = jnp.where(stable[..., None], jnp.minimum(tpot_q, cap[..., None]), jnp.inf)
     itl = _search_itl(
-        (t_dec, t_dec_one, t_mean, t_budget), (n_op, n_full), lam, (i_len, chunks, budget), ca2, e
+        t_dec=t_dec,
+        t_dec_one=t_dec_one,
+        t_mean=t_mean,
+        t_budget=t_budget,
+        n_op=n_op,
+        n_full=n_full,
+        lam=lam,
+        i_len=i_len,
+        chunks=chunks,
+        budget=budget,
+        ca2=ca2,
+        e=e,
     )
     itl = jnp.where(stable[..., None], itl, jnp.inf)
     # as the engine delivers them (``perfmodel.dynamics.engine_scaled``, the verdict model's)

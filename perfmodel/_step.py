@@ -96,11 +96,15 @@ def _layer_kernels_s(
         model,
         deployment,
         efficiency,
-        (p_tok, p_seq, per_prompt, prefill_context),
-        (d_seq, decode_context),
         peak,
         bw,
         temperature,
+        p_tok=p_tok,
+        p_seq=p_seq,
+        per_prompt=per_prompt,
+        prefill_context=prefill_context,
+        d_seq=d_seq,
+        decode_context=decode_context,
     )
     elementwise_s = _elementwise_s(model, deployment, efficiency, tokens, bw)
     body = gemms_s + model.num_layers * attn_s + elementwise_s
@@ -169,18 +173,21 @@ def _attention_s(
     model: ModelSpec,
     deployment: Deployment,
     efficiency: Efficiency,
-    prefill: tuple,
-    decode: tuple,
     peak: Array,
     bw: Array,
     temperature: float,
+    *,
+    p_tok: Array,
+    p_seq: Array,
+    per_prompt: Array,
+    prefill_context: ArrayLike,
+    d_seq: Array,
+    decode_context: ArrayLike,
 ) -> Array:
     """Fused attention of one layer on one rank (seconds), one call per phase (FlashAttention
-    varlen over the ``prefill`` pieces: tokens, sequences, tokens per sequence, earlier context;
-    paged decode over the ``decode`` sequences at their context); a phase with no sequences
-    launches nothing."""
-    p_tok, p_seq, per_prompt, prefill_context = prefill
-    d_seq, decode_context = decode
+    varlen over the prefill pieces: ``p_tok`` tokens in ``p_seq`` sequences of ``per_prompt``
+    tokens after ``prefill_context`` earlier ones; paged decode over ``d_seq`` sequences at
+    ``decode_context``); a phase with no sequences launches nothing."""
     a = deployment.attention_dp
     attention_tp = deployment.tp / a
     own_p_tok, own_p_seq, own_d_seq = p_tok / a, p_seq / a, d_seq / a

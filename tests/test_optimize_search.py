@@ -231,3 +231,24 @@ def test_smaller_chunk_lowers_p95_tpot_and_chunks_stay_within_the_budget():
     # tp 1|2 x (2048: 512, 2048; 8192: all 3) x k 0|1|3 x (colocated + 3 splits, each with
     # its prefill pool at tp 1|2)
     assert np.all(chunk <= budget) and len(every) == 2 * 5 * 3 * (1 + 3 * 2)
+
+
+@pytest.mark.parametrize("model_id", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B"])
+@pytest.mark.parametrize(
+    "grid",
+    [
+        Grid(num_gpus=2, tp=(1, 2, 3, 4, 8)),
+        Grid(num_gpus=2, pool_ratios=((1, 1), (2, 1)), chunk_sizes=(0, 512, 4096), spec_k=(0, 2)),
+        Grid(num_gpus=1, pool_ratios=((1, 2),), moe_layouts=("tp", "ep", "ep/2", "ep+dp")),
+        Grid(num_gpus=1, tp=(1, 2), pp=(1,), moe_layouts=("ep", "ep+dp")),
+    ],
+    ids=["illegal tp", "pools, chunks, speculation", "pools and layouts", "no tp layout"],
+)
+def test_the_grid_count_is_the_number_of_distinct_canonical_configurations(model_id, grid):
+    """``count_configs`` counts what ``all_configs`` lists: every row legal and canonical (its own
+    ``canonical`` form) and listed once."""
+    model = load_model(model_id)
+    rows = grid.all_configs(model)
+    assert grid.count_configs(model) == len(rows)
+    np.testing.assert_array_equal(grid.canonical(rows, model), rows)
+    assert len(np.unique(rows, axis=0)) == len(rows)

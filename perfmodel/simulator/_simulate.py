@@ -142,24 +142,27 @@ def _iteration_functions(
 
 def _replica_engine_hooks(
     hooks: EngineHooks,
-    replica: tuple[np.ndarray, int, int],
     arrival: np.ndarray,
     trace: Trace,
     limits: EngineLimits,
     counts: FeatureCounts,
     prefix: PrefixCaching | None,
     speculation: Speculation | None,
+    *,
+    requests: np.ndarray,
+    replica: int,
+    seed: int,
 ) -> EngineHooks:
     """The hooks one replica's engine runs with: ``hooks``, with the prefix cache's hits and the
     speculative steps' accepted tokens of this replica's requests in place of theirs where those
-    features are on (``replica_hooks``; ``replica``: its request indices, number and the seed)."""
-    idx, k, seed = replica
+    features are on (``replica_hooks``: ``requests`` are the indices of the replica's requests,
+    ``replica`` its number)."""
     cached, decode_tokens = replica_hooks(
-        idx,
+        requests,
         arrival,
         trace.prompt_tokens,
         trace.output_tokens,
-        k,
+        replica,
         seed,
         limits.total_blocks * limits.block_tokens,
         counts,
@@ -241,7 +244,16 @@ def simulate(
             continue
         share = concurrency // replicas + (1 if k < concurrency % replicas else 0)
         replica_hooks_k = _replica_engine_hooks(
-            hooks, (idx, k, seed), arrival, trace, limits, counts, prefix, speculation
+            hooks,
+            arrival,
+            trace,
+            limits,
+            counts,
+            prefix,
+            speculation,
+            requests=idx,
+            replica=k,
+            seed=seed,
         )
         run = run_engine(
             step_s,
