@@ -20,6 +20,7 @@ import numpy as np
 from perfmodel import (
     Deployment,
     Efficiency,
+    System,
     features as ft,
     load_hardware,
     load_model,
@@ -175,10 +176,7 @@ def prefix_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
         @eqx.filter_jit
         def closed(rate, share, model=model, dep=dep):
             return prefix_serving_metrics(
-                model,
-                H100,
-                dep,
-                EFF,
+                System(model, H100, dep, EFF),
                 _workload(rate),
                 shared_fraction=share,
                 prefix_tokens=float(GRID_PREFIX),
@@ -196,10 +194,7 @@ def prefix_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
                     tr = Trace(_arrivals(rate, n, seed), prompt, np.full(n, GRID_OUTPUT))
                     runs.append(
                         simulate(
-                            model,
-                            H100,
-                            dep,
-                            EFF,
+                            System(model, H100, dep, EFF),
                             tr,
                             prefix=PrefixCaching(hashes, block),
                             seed=seed,
@@ -233,10 +228,7 @@ def spec_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list
         @eqx.filter_jit
         def closed(rate, k, alpha, model=model, dep=dep, draft=draft):
             return speculative_serving_metrics(
-                model,
-                H100,
-                dep,
-                EFF,
+                System(model, H100, dep, EFF),
                 _workload(rate),
                 draft_tokens=k,
                 acceptance=alpha,
@@ -250,10 +242,7 @@ def spec_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list
                 cf = closed(jnp.float64(rate), *knobs)
                 runs = [
                     simulate(
-                        model,
-                        H100,
-                        dep,
-                        EFF,
+                        System(model, H100, dep, EFF),
                         Trace(
                             _arrivals(rate, n, seed),
                             np.full(n, GRID_PROMPT),
@@ -311,7 +300,9 @@ def disagg_grid(quick: bool, requests: int | None = None) -> tuple[list[str], li
 
     for prompt in DISAGG_PROMPTS:
         for load in DISAGG_LOADS:
-            rate = load * 8 / float(prefill_step(model, H100, co, EFF, float(prompt)).total_s)
+            rate = (
+                load * 8 / float(prefill_step(System(model, H100, co, EFF), float(prompt)).total_s)
+            )
             m = n if quick or requests else max(n, int(rate * DISAGG_SPAN_S))
             cf = closed(jnp.float64(rate), jnp.float64(prompt))
             runs = [

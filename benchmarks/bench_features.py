@@ -31,6 +31,7 @@ from perfmodel import (
     Deployment,
     Efficiency,
     GiB,
+    System,
     features as ft,
     load_hardware,
     load_model,
@@ -111,10 +112,7 @@ def prefix(quick):
     long_context = Deployment.create(tp=4, max_model_len=float(L8_CONTEXT_TOKENS))
     for cap in (0, 2000, 10000):
         sim, reused = simulate_prefix_cache(
-            L8,
-            H100,
-            long_context,
-            EFF,
+            System(L8, H100, long_context, EFF),
             engine_trace,
             capacity_blocks=cap,
             block_size_tokens=MOONCAKE_BLOCK_TOKENS,
@@ -158,12 +156,9 @@ def prefix(quick):
             block_size_tokens=16,
             seed=2,
         )
-        sim, _ = simulate_prefix_cache(L8, H100, dep, EFF, reqs, capacity_blocks=10**6)
+        sim, _ = simulate_prefix_cache(System(L8, H100, dep, EFF), reqs, capacity_blocks=10**6)
         cf = ft.prefix_reuse(
-            L8,
-            H100,
-            dep,
-            EFF,
+            System(L8, H100, dep, EFF),
             prompt_tokens=4000.0,
             output_tokens=50.0,
             shared_fraction=share,
@@ -210,10 +205,7 @@ def speculative(quick):
     for batch in (1, 8, 64, 256):
         for alpha in (0.3, 0.6, 0.8):
             cf = ft.speculative_decode(
-                L8,
-                H100,
-                dep,
-                EFF,
+                System(L8, H100, dep, EFF),
                 batch_size=float(batch),
                 context_tokens=1200.0,
                 draft_tokens=4.0,
@@ -222,10 +214,7 @@ def speculative(quick):
             sim = ""
             if batch <= 8:
                 s = simulate_speculative(
-                    L8,
-                    H100,
-                    dep,
-                    EFF,
+                    System(L8, H100, dep, EFF),
                     trace,
                     draft_tokens=4,
                     acceptance=alpha,
@@ -255,10 +244,7 @@ def speculative(quick):
     for batch in (1, 64, 512):
         for alpha in (0.3, 0.7):
             cf = ft.speculative_decode(
-                big,
-                H100,
-                tp4,
-                EFF,
+                System(big, H100, tp4, EFF),
                 batch_size=float(batch),
                 context_tokens=2000.0,
                 draft_tokens=4.0,
@@ -310,7 +296,7 @@ def parallel(quick):
     ):
         m = load_model(name)
         opts = sorted(
-            ft.parallelism_options(m, H100, Deployment.create(), EFF, gpus, 2000.0, 500.0),
+            ft.parallelism_options(System(m, H100, Deployment.create(), EFF), gpus, 2000.0, 500.0),
             key=lambda o: -o.tokens_per_s,
         )
         for o in opts[:3]:
@@ -340,7 +326,7 @@ def disagg(quick):
     n = 500 if quick else 1500
     for prompt in (200, 2000, 8000):
         co = Deployment.create(replicas=8, max_model_len=LONG_LEN)
-        rate = 0.3 * 8 / float(prefill_step(L8, H100, co, EFF, float(prompt)).total_s)
+        rate = 0.3 * 8 / float(prefill_step(System(L8, H100, co, EFF), float(prompt)).total_s)
         pools = {
             "prefill": (H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
             "decode": (H100, Deployment.create(replicas=4, max_model_len=LONG_LEN)),
@@ -358,7 +344,7 @@ def disagg(quick):
         tr = Trace(arrival, np.full(n, prompt), np.full(n, 256))
         keep = slice(n // 10, int(0.9 * n))
         s = simulate_disaggregated(L8, EFF, tr, **pools)
-        c = simulate(L8, H100, co, EFF, tr)
+        c = simulate(System(L8, H100, co, EFF), tr)
         sim_net = float(np.mean(c.e2e_s[keep]) - np.mean(s.e2e_s[keep]))
         rows.append(
             (
@@ -397,7 +383,7 @@ def host(quick):
     for seq in (640.0, 2500.0, 8000.0):
         for bw in (64e9, 16e9):
             dep = Deployment.create(tp=2, host_kv_bytes=256 * GiB, host_kv_bytes_per_s=bw)
-            h = ft.host_tier(m, H100, dep, EFF, sequence_tokens=seq)
+            h = ft.host_tier(System(m, H100, dep, EFF), sequence_tokens=seq)
             rows.append(
                 (
                     int(seq),

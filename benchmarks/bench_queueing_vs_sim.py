@@ -38,7 +38,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from fitting.queueing_corrections import agreement_workload as workload
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel.dynamics import serving_metrics
 from perfmodel.simulator import simulate, summarize
 
@@ -64,7 +64,7 @@ def rate_for(model, gpu, dep, eff, cv, chunked, target):
         mid = np.sqrt(lo * hi)
         u = float(
             serving_metrics(
-                model, gpu, dep, eff, workload(mid, cv), chunked_prefill=chunked
+                System(model, gpu, dep, eff), workload(mid, cv), chunked_prefill=chunked
             ).utilization
         )
         lo, hi = (mid, hi) if u < target else (lo, mid)
@@ -76,7 +76,7 @@ def point_metrics(point, eff, rate):
     model, gpu = load_model(point["model"]), load_hardware(point["gpu"])
     dep = Deployment.create(tp=point["tp"], max_num_batched_tokens=float(point["budget"]))
     return serving_metrics(
-        model, gpu, dep, eff, workload(rate, point["cv"]), chunked_prefill=point["chunked"]
+        System(model, gpu, dep, eff), workload(rate, point["cv"]), chunked_prefill=point["chunked"]
     )
 
 
@@ -267,10 +267,7 @@ def main() -> None:
                         w = workload(rate, cv)
                         sim = summarize(
                             simulate(
-                                model,
-                                gpu,
-                                dep,
-                                eff,
+                                System(model, gpu, dep, eff),
                                 w,
                                 num_requests=args.requests,
                                 seed=args.seed,

@@ -65,7 +65,7 @@ from optimize import (
     simulate_check,
     verdict_engine,
 )
-from perfmodel import max_concurrent_requests
+from perfmodel import System, max_concurrent_requests
 from servingmath.cli import enable_compile_cache
 from servingmath.commands import optimize as optimize_cli
 
@@ -304,7 +304,7 @@ def _failures(model, workload, slo, hw, dep, eff, chunk):
         return jnp.repeat(x, block, axis=0)
 
     m = jax.vmap(
-        lambda h, d, e, c: serving_slo_metrics(model, h, d, e, wl, chunk_tokens=c),
+        lambda h, d, e, c: serving_slo_metrics(System(model, h, d, e), wl, chunk_tokens=c),
     )(
         jax.tree_util.tree_map(rep, hw),
         jax.tree_util.tree_map(rep, dep),

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel as pm
+from perfmodel import System
 
 GPUS = [
     "a100-sxm-40gb",
@@ -111,7 +112,7 @@ def main() -> None:
             compute_dtype_mix=w_mix[i[5]],
             max_model_len=65536.0,
         )
-        s = pm.budget_sheet(model, hw, dep, eff, ins[i[6]], outs[i[7]])
+        s = pm.budget_sheet(System(model, hw, dep, eff), ins[i[6]], outs[i[7]])
         return jnp.stack(
             [
                 s.kv_bytes_per_token,

@@ -16,7 +16,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel.dynamics import Trace, load_trace
 from perfmodel.simulator import simulate, summarize
 
@@ -38,16 +38,13 @@ def main() -> None:
     trace = Trace(full.arrival_s[:n], full.prompt_tokens[:n], full.output_tokens[:n], args.trace)
     t = time.perf_counter()
     simulate(
-        model,
-        gpu,
-        dep,
-        eff,
+        System(model, gpu, dep, eff),
         Trace(trace.arrival_s[:20], trace.prompt_tokens[:20], trace.output_tokens[:20]),
     )
     compile_s = time.perf_counter() - t
     for chunked in (True, False):
         t = time.perf_counter()
-        r = simulate(model, gpu, dep, eff, trace, chunked_prefill=chunked)
+        r = simulate(System(model, gpu, dep, eff), trace, chunked_prefill=chunked)
         wall = time.perf_counter() - t
         s = summarize(r)
         print(

@@ -59,7 +59,7 @@ from fitting import (
     row_skip_reason,
     serving_row_specs,  # the fitting path's own row -> specs, workload
 )
-from perfmodel import Efficiency, Workload
+from perfmodel import Efficiency, System, Workload
 from perfmodel.dynamics import closed_loop_metrics
 from perfmodel.simulator import simulate
 from servingmath.cli import enable_compile_cache
@@ -204,7 +204,7 @@ def held_out_scales(
 
 @jax.jit
 def _closed_form(model, hardware, deployment, efficiency, workload):
-    r = closed_loop_metrics(model, hardware, deployment, efficiency, workload)
+    r = closed_loop_metrics(System(model, hardware, deployment, efficiency), workload)
     return r.ttft_s[0], r.tpot_s[0]  # column 0: the mean
 
 
@@ -227,7 +227,11 @@ def predict(run: dict, eff: Efficiency, max_requests: int, seed: int) -> dict:
     conc = round(f["concurrency"])
     n = int(min(max(f["requests_per_client"] * conc, conc), max(max_requests, conc)))
     r = simulate(
-        model, hardware, deployment, eff, workload, num_requests=n, seed=seed, concurrency=conc
+        System(model, hardware, deployment, eff),
+        workload,
+        num_requests=n,
+        seed=seed,
+        concurrency=conc,
     )
     t2 = time.perf_counter()
     served = ~r.rejected if r.rejected is not None else np.ones(len(r.arrival_s), bool)

@@ -30,7 +30,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 from fitting.queueing_corrections import agreement_workload as workload
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel.dynamics import DecodeCost, EngineConfig, LoadPoint, open_loop
 from perfmodel.simulator import EngineHooks, simulate
 
@@ -49,10 +49,7 @@ def recorded_run(model, gpu, dep, eff, w, requests, seed, chunked):
     log = []
     hooks = EngineHooks(iteration=lambda p_tok, d_seq, dt: log.append((p_tok, d_seq, dt)))
     run = simulate(
-        model,
-        gpu,
-        dep,
-        eff,
+        System(model, gpu, dep, eff),
         w,
         num_requests=requests,
         seed=seed,
@@ -100,10 +97,7 @@ def main() -> None:
         dep = Deployment.create(tp=p["tp"], max_num_batched_tokens=float(p["budget"]))
         w = workload(p["rate"], p["cv"])
         point = LoadPoint(
-            model=model,
-            hardware=gpu,
-            deployment=dep,
-            efficiency=eff,
+            system=System(model, gpu, dep, eff),
             workload=w,
             config=EngineConfig(chunked_prefill=p["chunked"]),
             cost=DecodeCost(),

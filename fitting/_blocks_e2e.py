@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec, Workload
+from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec, System, Workload
 from perfmodel.dynamics import closed_loop_metrics
 
 from ._blocks_base import RowBlock, RowScales, stack_specs
@@ -197,7 +197,7 @@ class ClosedLoopRows(ServingRows):
     ``perfmodel.dynamics.closed_loop_metrics``."""
 
     def summaries(self, m, h, d, e: Efficiency, w: Workload) -> jnp.ndarray:
-        r = closed_loop_metrics(m, h, d, e, w)
+        r = closed_loop_metrics(System(m, h, d, e), w)
         thr = jnp.stack([r.output_tokens_per_s, r.total_tokens_per_s, r.requests_per_s])
         return jnp.concatenate([r.ttft_s, r.tpot_s, r.itl_s, r.e2e_s, thr])
 
@@ -208,7 +208,7 @@ class OpenLoopRows(ServingRows):
     saturated throughput."""
 
     def summaries(self, m, h, d, e: Efficiency, w: Workload) -> jnp.ndarray:
-        s = perfmodel.serving_metrics(m, h, d, e, w, closed_loop=False)
+        s = perfmodel.serving_metrics(System(m, h, d, e), w, closed_loop=False)
         lat = [
             jnp.stack([p.mean, p.p50, p.p90, p.p95, p.p99])
             for p in (s.ttft_s, s.tpot_s, s.tpot_s, s.e2e_s)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec
+from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec, System
 
 from ._blocks_base import RowBlock, RowScales, stack_specs
 
@@ -77,8 +77,8 @@ class StepRows(RowBlock):
         model, hw, dep = self.specs
 
         def one(m, h, d, e, inp, batch, ctx):
-            pre = perfmodel.prefill_step(m, h, d, e, inp, batch).total_s
-            dec = perfmodel.decode_step(m, h, d, e, batch, ctx).total_s
+            pre = perfmodel.prefill_step(System(m, h, d, e), inp, batch).total_s
+            dec = perfmodel.decode_step(System(m, h, d, e), batch, ctx).total_s
             return pre, dec
 
         pre, dec = jax.vmap(one)(

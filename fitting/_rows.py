@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 import perfmodel
-from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, ModelSpec  # noqa: F401  (re-exported)
+from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, ModelSpec, unnamed  # noqa: F401  (re-exported)
 
 from ._blocks import BLOCK_NAMES, BLOCK_TYPES, Blocks
 from ._blocks_e2e import (
@@ -69,13 +69,7 @@ def _hardware(gpu: str) -> HardwareSpec:
 @lru_cache(maxsize=256)
 def _row_specs(model_id: str, gpu: str, tp: float, pp: float, wdt: str, kvdt: str):
     """Specs of one step row, renamed to a common static name so rows stack for ``vmap``."""
-    m, h = _model(model_id), _hardware(gpu)
-    m = ModelSpec(
-        name="row", **{f: getattr(m, f) for f in ModelSpec.__dataclass_fields__ if f != "name"}
-    )
-    h = HardwareSpec(
-        name="row", **{f: getattr(h, f) for f in HardwareSpec.__dataclass_fields__ if f != "name"}
-    )
+    m, h = unnamed(_model(model_id), "row"), unnamed(_hardware(gpu), "row")
     dep = Deployment.create(tp=int(tp), pp=int(pp), weight_dtype=wdt, kv_dtype=kvdt)
     return m, h, dep
 

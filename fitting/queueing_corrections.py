@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel.dynamics import CORRECTIONS, Workload, serving_metrics_with_corrections
 
 AGREEMENT_PROMPT_TOKENS_MEAN = 1000.0
@@ -88,10 +88,7 @@ def _closed_form_and_simulator(key: tuple, points: list[dict]):
     def closed_form(corrections):
         def one(b, c, r):
             m = serving_metrics_with_corrections(
-                model,
-                gpu,
-                Deployment.create(tp=tp, max_num_batched_tokens=b),
-                efficiency,
+                System(model, gpu, Deployment.create(tp=tp, max_num_batched_tokens=b), efficiency),
                 agreement_workload(r, c),
                 chunked_prefill=chunked,
                 closed_loop=False,

@@ -20,6 +20,7 @@ import numpy as np
 from perfmodel import (
     POSITIVE_FLOOR,
     Array,
+    System,
     kv_bytes_per_sequence,
     kv_sequence_share,
     max_concurrent_requests,
@@ -108,10 +109,7 @@ def served_workload(problem: Problem, hardware, deployment, efficiency, workload
     if not problem.prefix_cache:
         return wl, jnp.zeros(())
     served, cost = prefix_workload(
-        problem.model,
-        hardware,
-        deployment,
-        efficiency,
+        System(problem.model, hardware, deployment, efficiency),
         wl,
         shared_fraction=problem.prefix_shared_fraction,
         prefix_tokens=problem.prefix_tokens,
@@ -138,10 +136,7 @@ def colocated_metrics(
     def one(eff):
         wl, cached = served_workload(problem, hardware, deployment, eff)
         m = slo_metrics(
-            problem.model,
-            hardware,
-            deployment,
-            eff,
+            System(problem.model, hardware, deployment, eff),
             wl,
             temperature,
             chunk_tokens=chunk,
@@ -153,7 +148,7 @@ def colocated_metrics(
             return m
         dep = eqx.tree_at(lambda d: d.max_num_batched_tokens, deployment, chunk)
         v = metrics_fn(
-            problem.model, hardware, dep, eff, wl, temperature, cached_prompt_tokens=cached
+            System(problem.model, hardware, dep, eff), wl, temperature, cached_prompt_tokens=cached
         )
         v = context_fit(problem, v, hardware, deployment, temperature)
         if spec is None:

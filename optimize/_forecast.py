@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from perfmodel import System
+
 from ._evaluate import (
     constraint_slacks,
     constraints_hold,
@@ -146,7 +148,7 @@ def replicas_per_draw(problem: Problem, config: jnp.ndarray, rates: jnp.ndarray)
     def ok(e, rate, replicas):
         dep = deployment_from_weights(weights, tables, replicas)
         wl = eqx.tree_at(lambda w: w.arrival_rate_per_s, problem.workload, jnp.maximum(rate, 1e-9))
-        m = slo_metrics(problem.model, hw, dep, e, wl, chunk_tokens=chunk, spec=spec)
+        m = slo_metrics(System(problem.model, hw, dep, e), wl, chunk_tokens=chunk, spec=spec)
         slack = constraint_slacks(problem, jax.tree_util.tree_map(lambda x: x[None], m))
         return constraints_hold(slack)[0]
 

@@ -23,6 +23,8 @@ Both are pure functions of the spec pytrees, exact at ``temperature == 0`` and s
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -33,10 +35,8 @@ from perfmodel import (
     POSITIVE_FLOOR,
     SHARE_FLOOR,
     Array,
-    Deployment,
-    Efficiency,
-    HardwareSpec,
     ModelSpec,
+    System,
     max_concurrent_requests,
     smooth_ceil,
     smooth_min,
@@ -108,10 +108,7 @@ class SpecStep(eqx.Module):
 
 
 def iteration_s(
-    model,
-    hardware,
-    deployment,
-    efficiency,
+    system: System,
     spec,
     *,
     n_decode,
@@ -129,14 +126,12 @@ def iteration_s(
     (their GEMM FLOPs exact; the context KV is read once, by the sequence's decode slot); the
     draft adds k draft forward passes over the decoding sequences (``perfmodel._speculative``).
     """
+    efficiency = system.efficiency
     k = 0.0 if spec is None else spec.draft_tokens
     new = prefill_tokens + n_decode * k
     per_seq = jnp.maximum(tokens_per_prefill_seq, 1.0)
     t = step_total_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=new,
         prefill_seqs=new / per_seq,
         prefill_context=prefill_context,
@@ -147,10 +142,7 @@ def iteration_s(
     if spec is None:
         return t
     draft_s = step_total_s(
-        spec.draft_model,
-        hardware,
-        deployment,
-        efficiency,
+        dataclasses.replace(system, model=spec.draft_model),
         decode_seqs=n_decode,
         decode_context=context,
         temperature=temperature,
@@ -366,10 +358,7 @@ def _search_itl(
 
 
 def slo_metrics(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload: Workload,
     temperature: float = 0.0,
     *,
@@ -400,6 +389,12 @@ def slo_metrics(
     g = n t_d' / t (t_d' the decode-only iteration's slope in the batch), moving the gap by
     t_d' sqrt(Var(N)), at most the headroom t_d' (n_sat - n) to the saturated batch.
     """
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     lam = workload.arrival_rate_per_s / deployment.replicas
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
     cached = jnp.asarray(cached_prompt_tokens)
@@ -412,10 +407,7 @@ def slo_metrics(
 
     def iteration(n_decode, prefill_tokens, per_seq, prefill_context):
         return iteration_s(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             spec,
             n_decode=n_decode,
             prefill_tokens=prefill_tokens,
@@ -541,10 +533,7 @@ def served_max_model_len(workload: Workload, default: float = DEFAULT_MAX_MODEL_
 
 
 def serving_slo_metrics(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload: Workload,
     temperature: float = 0.0,
     *,
@@ -554,11 +543,9 @@ def serving_slo_metrics(
     """The verdict model: ``perfmodel.dynamics.serving_metrics`` (chunked prefill at the token
     budget, ``chunk_tokens`` per sequence; ``cached_prompt_tokens`` of prefix KV read by every
     iteration, as in ``slo_metrics``) as ``SloMetrics``."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     m = serving_metrics(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload,
         temperature=temperature,
         chunk_tokens=chunk_tokens,

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import perfmodel
-from perfmodel import Array, HardwareSpec, ModelSpec, max_concurrent_requests
+from perfmodel import Array, HardwareSpec, ModelSpec, System, max_concurrent_requests
 
 from ._evaluate import cost_per_hour, meets_confidence
 from ._grid import GPU, Grid
@@ -72,7 +72,7 @@ def _closed_loop(problem: Problem, hardware, deployment, efficiency, chunk):
     del chunk  # a closed loop's prefill budget is the token budget itself
     load = eqx.tree_at(lambda w: w.concurrency, problem.workload, deployment.max_num_seqs)
     m = perfmodel.serving_metrics(
-        problem.model, hardware, deployment, efficiency, load, closed_loop=True
+        System(problem.model, hardware, deployment, efficiency), load, closed_loop=True
     )
     return m.output_tokens_per_s, m.tpot_s.mean, m.ttft_s.mean, m.tpot_s.p95, m.ttft_s.p95
 

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from perfmodel import (
@@ -97,11 +98,11 @@ class Problem(eqx.Module):
 
 def stack_hardware(specs: list[HardwareSpec]) -> HardwareSpec:
     """Stack specs on a leading axis; a missing link bandwidth (NaN) becomes 0 so mixing stays finite."""
-    fields = {}
-    for name in (f.name for f in dataclasses.fields(HardwareSpec) if f.name != "name"):
-        fields[name] = jnp.stack([jnp.asarray(getattr(h, name), dtype=float) for h in specs])
-    fields["link_bytes_per_s"] = jnp.nan_to_num(fields["link_bytes_per_s"])
-    return HardwareSpec(name="candidates", **fields)
+    stacked = jax.tree.map(
+        lambda *leaves: jnp.stack([jnp.asarray(x, dtype=float) for x in leaves]),
+        *(unnamed(h, "candidates") for h in specs),
+    )
+    return dataclasses.replace(stacked, link_bytes_per_s=jnp.nan_to_num(stacked.link_bytes_per_s))
 
 
 def anonymous_model(model: ModelSpec) -> ModelSpec:

@@ -21,6 +21,7 @@ import numpy as np
 from perfmodel import (
     BINDING_BUDGETS,
     Efficiency,
+    System,
     budget_sheet,
     weight_bytes_per_gpu,
     workspace_bytes_per_gpu,
@@ -313,10 +314,7 @@ def _explain(
     eff = Efficiency(**{k: jnp.median(getattr(eff, k)) for k in eff.__dataclass_fields__})
     dep = deployment_from_weights(weights, grid_tables(problem.grid), float(replicas))
     sheet = _budget_sheet(
-        problem.model,
-        hw,
-        dep,
-        eff,
+        System(problem.model, hw, dep, eff),
         problem.workload.prompt_tokens_mean,
         problem.workload.output_tokens_mean,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import Efficiency
+from perfmodel import Efficiency, System
 
 from ._describe import _select
 from ._grid import (
@@ -92,10 +92,7 @@ def simulate_check(
                 seed + 2,
             )
         res = simulate(
-            problem.model,
-            _select(problem.hardware, gpu),
-            dep,
-            eff,
+            System(problem.model, _select(problem.hardware, gpu), dep, eff),
             trace,
             seed=seed,
             chunk_tokens=chunk,

@@ -26,6 +26,7 @@ from perfmodel import (
     Efficiency,
     HardwareSpec,
     ModelSpec,
+    System,
     max_concurrent_requests,
     prefill_step,
     smooth_min,
@@ -68,7 +69,7 @@ def split_slo_metrics(
     e = 1.0 if spec is None else spec.tokens_per_step
 
     lam_p = workload.arrival_rate_per_s / dep_p.replicas
-    d_pre = prefill_step(model, hw_p, dep_p, eff_p, i_len, temperature=temperature).total_s
+    d_pre = prefill_step(System(model, hw_p, dep_p, eff_p), i_len, temperature=temperature).total_s
     rho_p = lam_p * d_pre
     stable_p = rho_p < 1.0
     waits_p = queue_waits(rho_p, 1.0 / d_pre, workload.interarrival_cv, 0.0, stable_p)
@@ -86,10 +87,7 @@ def split_slo_metrics(
 
     def iteration(n):
         return iteration_s(
-            model,
-            hw_d,
-            dep_d,
-            eff_d,
+            System(model, hw_d, dep_d, eff_d),
             spec,
             n_decode=n,
             prefill_tokens=0.0,

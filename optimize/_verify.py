@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from perfmodel import max_concurrent_requests
+from perfmodel import System, max_concurrent_requests
 from perfmodel.dynamics import QUANTILES, DecodeCost, serving_metrics
 from perfmodel.features import speculative_serving_metrics, split_serving
 
@@ -146,7 +146,7 @@ def _verdict(problem: Problem, hw, dep, e, chunk) -> SloMetrics:
     """``serving_slo_metrics`` of one colocated engine and draw (its prefix cache, if any)."""
     workload, cached = served_workload(problem, hw, dep, e)
     return serving_slo_metrics(
-        problem.model, hw, dep, e, workload, chunk_tokens=chunk, cached_prompt_tokens=cached
+        System(problem.model, hw, dep, e), workload, chunk_tokens=chunk, cached_prompt_tokens=cached
     )
 
 
@@ -166,10 +166,7 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
 
         def per_draw(e):
             f = speculative_serving_metrics(
-                problem.model,
-                hw,
-                dep,
-                e,
+                System(problem.model, hw, dep, e),
                 wl,
                 draft_tokens=k,
                 acceptance=alpha,
@@ -264,7 +261,7 @@ def _speculative_itl(model, hw, dep, eff, wl, k, alpha, mtp, problem, chunk):
         draft_model=None if mtp else problem.draft_model,
         speculative=True,
     )
-    m = serving_metrics(model, hw, dep, eff, wl, chunk_tokens=chunk, decode_cost=cost)
+    m = serving_metrics(System(model, hw, dep, eff), wl, chunk_tokens=chunk, decode_cost=cost)
     return jnp.stack([m.itl_s.p50, m.itl_s.p95, m.itl_s.p99])
 
 

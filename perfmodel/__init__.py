@@ -93,6 +93,7 @@ from ._specs import (
     Efficiency as Efficiency,
     HardwareSpec as HardwareSpec,
     ModelSpec as ModelSpec,
+    System as System,
     compute_dtype_weights as compute_dtype_weights,
     engine_prefill_first as engine_prefill_first,
     strongly_typed as strongly_typed,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from ._floors import COUNT_FLOOR
 from ._memory import max_concurrent_requests
 from ._smooth import smooth_min
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, HardwareSpec, ModelSpec, System
 from ._speculative import MTP_LAYERS_PER_DRAFT_TOKEN, expected_tokens_per_step
 from ._step import step_total_s
 from ._types import Array, ArrayLike
@@ -78,10 +78,7 @@ class DecodeCost(eqx.Module):
 
 
 def decode_iteration_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     cost: DecodeCost,
     *,
     prefill_tokens: ArrayLike = 0.0,
@@ -98,15 +95,13 @@ def decode_iteration_s(
     the draft paid when any sequence decodes (weight min(n, 1): a decoding sequence always pays
     it; a prefill-only iteration, n = 0, never does).  Plain: ``iteration_s``.
     """
+    model, efficiency = system.model, system.efficiency
     p_ctx = jnp.asarray(prefill_context) + cost.cached_prompt_tokens
     d_ctx = jnp.asarray(decode_context) + cost.cached_prompt_tokens
     n = jnp.asarray(decode_seqs)
     if not cost.speculative:
         return iteration_s(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prefill_tokens=prefill_tokens,
             prefill_seqs=prefill_seqs,
             prefill_context=p_ctx,
@@ -116,10 +111,7 @@ def decode_iteration_s(
         )
     k = cost.draft_tokens
     target_s = step_total_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         decode_seqs=n,
         decode_context=d_ctx,
         temperature=temperature,
@@ -129,10 +121,7 @@ def decode_iteration_s(
         draft = k * MTP_LAYERS_PER_DRAFT_TOKEN * busy / model.num_layers
     else:
         draft = k * iteration_s(
-            cost.draft_model,
-            hardware,
-            deployment,
-            efficiency,
+            dataclasses.replace(system, model=cost.draft_model),
             decode_seqs=n,
             decode_context=d_ctx,
             temperature=temperature,
@@ -141,10 +130,7 @@ def decode_iteration_s(
     seqs = p_seq + n
     ctx = (p_seq * p_ctx + n * d_ctx) / jnp.maximum(seqs, 1.0)
     verify = iteration_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=jnp.asarray(prefill_tokens) + n * (k + 1.0),
         prefill_seqs=seqs,
         prefill_context=ctx,
@@ -165,10 +151,7 @@ class IterationTokens(eqx.Module):
 
 
 def decode_iterations_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     cost: DecodeCost,
     steps: tuple[IterationTokens, ...],
     temperature: float = 0.0,
@@ -194,10 +177,7 @@ def decode_iterations_s(
         for j in range(len(names))
     ]
     total = decode_iteration_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         cost,
         temperature=temperature,
         **dict(zip(names, laid, strict=True)),
@@ -211,10 +191,7 @@ def decode_iterations_s(
 
 
 def iteration_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     **step: ArrayLike,
 ) -> Array:
     """Wall time of one mixed iteration: ``forward_step(..., **step).total_s``.
@@ -223,7 +200,7 @@ def iteration_s(
     decode_seqs, decode_context, temperature); an empty iteration costs only the fixed overhead
     (``forward_step`` guards its 0/0).
     """
-    return step_total_s(model, hardware, deployment, efficiency, **step)
+    return step_total_s(system, **step)
 
 
 def seat_capacity(
@@ -277,10 +254,7 @@ def saturated_batch(
 
 
 def saturated_output_tokens_per_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     prompt_tokens: ArrayLike,
     output_tokens: ArrayLike,
     temperature: float = 0.0,
@@ -294,6 +268,7 @@ def saturated_output_tokens_per_s(
     per iteration time (``decode_iteration_s`` under ``cost``; ``prompt_tokens`` are the served,
     uncached ones).
     """
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     cost = DecodeCost() if cost is None else cost
     p = jnp.asarray(prompt_tokens)
     o = jnp.asarray(output_tokens)
@@ -302,10 +277,7 @@ def saturated_output_tokens_per_s(
     seats = seat_capacity(model, hardware, deployment, p + o / 2.0, temperature)
     n_d, n_p = saturated_batch(deployment.max_num_batched_tokens, p, steps, seats, temperature)
     t = decode_iteration_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         cost,
         prefill_tokens=n_p,
         prefill_seqs=jnp.maximum(n_p / p, COUNT_FLOOR),

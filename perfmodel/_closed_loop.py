@@ -61,7 +61,7 @@ from ._floors import COUNT_FLOOR, RATE_FLOOR_PER_S, SHARE_FLOOR, TIME_FLOOR_S
 from ._memory import max_concurrent_requests
 from ._polling import closed_loop_busy_probability, poll_wait
 from ._serving_tail import PERCENTILE_QUANTILES
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, HardwareSpec, ModelSpec, System
 from ._types import Array
 from ._workload import Workload, lognormal_params
 
@@ -114,9 +114,7 @@ class ClosedLoopState(eqx.Module):
     lockstep_decode_s: Array
 
 
-def _iterations(
-    model, hardware, deployment, efficiency, q, prompt, decodes_per_request, ctx, budget
-):
+def _iterations(system: System, q, prompt, decodes_per_request, ctx, budget):
     """(tau, tau_with, tau_0, f, d, p, chunks) at q prompts per iteration; a prompt's prefill
     spans ``chunks`` iterations of the budget left beside the decodes."""
     d = q * decodes_per_request
@@ -129,10 +127,7 @@ def _iterations(
 
     def step_s(prefill_tokens, prefill_seqs):
         return iteration_s(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prefill_tokens=prefill_tokens,
             prefill_seqs=prefill_seqs,
             decode_seqs=d,
@@ -167,15 +162,13 @@ def lockstep_share(deployment: Deployment, workload: Workload) -> Array:
 
 
 def closed_loop_state(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload: Workload,
     *,
     tokens_per_decode: Array | float = 1.0,
 ) -> ClosedLoopState:
     """Solve the closed loop of one replica (see the module docstring for the equations)."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     replicas = jnp.maximum(deployment.replicas, 1.0)
     clients = jnp.maximum(workload.concurrency, 1.0) / replicas
     prompt = jnp.maximum(workload.prompt_tokens_mean, 1.0)
@@ -189,7 +182,7 @@ def closed_loop_state(
 
     def ttft_and_q(q):
         tau, with_s, without_s, f, d, p, chunks = _iterations(
-            model, hardware, deployment, efficiency, q, prompt, decodes, ctx, budget
+            system, q, prompt, decodes, ctx, budget
         )
         residual = (f * with_s**2 + (1.0 - f) * without_s**2) / (
             2.0 * jnp.maximum(tau, TIME_FLOOR_S)
@@ -215,16 +208,11 @@ def closed_loop_state(
     wave_tokens = n * prompt
     wave_chunks = jnp.maximum(wave_tokens / budget, 1.0)
     full = iteration_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=wave_tokens / wave_chunks,
         prefill_seqs=n / wave_chunks,
     )
-    lockstep_decode_s = iteration_s(
-        model, hardware, deployment, efficiency, decode_seqs=n, decode_context=ctx
-    )
+    lockstep_decode_s = iteration_s(system, decode_seqs=n, decode_context=ctx)
     lockstep = lockstep_share(deployment, workload)
     rate_lockstep = n / (full * wave_chunks + decodes * lockstep_decode_s)
     rate = lockstep * rate_lockstep + (1.0 - lockstep) * rate_desynchronised
@@ -325,10 +313,7 @@ def _lockstep_summaries(s: ClosedLoopState, output: Array, a: Array, probs: Arra
 
 
 def closed_loop_metrics(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload: Workload,
     *,
     tokens_per_decode: Array | float = 1.0,
@@ -344,9 +329,8 @@ def closed_loop_metrics(
     TPOT each without speculation).  A lockstep loop (a prefill-first engine at fixed lengths,
     ``ClosedLoopState.lockstep_share``) takes ``_lockstep_summaries`` instead.
     """
-    s = closed_loop_state(
-        model, hardware, deployment, efficiency, workload, tokens_per_decode=tokens_per_decode
-    )
+    deployment = system.deployment
+    s = closed_loop_state(system, workload, tokens_per_decode=tokens_per_decode)
     a = jnp.maximum(tokens_per_decode, 1.0)
     output = jnp.maximum(workload.output_tokens_mean, 1.0)
     prompt = jnp.maximum(workload.prompt_tokens_mean, 1.0)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from ._memory import kv_bytes_per_token_per_gpu, max_concurrent_requests
 from ._smooth import smooth_ceil
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, System
 from ._step import decode_step, prefill_step, step_total_s
 from ._types import Array, ArrayLike
 
@@ -143,15 +143,12 @@ def disaggregation(
     chunks = smooth_ceil(p / dep_c.max_num_batched_tokens, temperature)
 
     def tau_c(n):
-        return decode_step(model, hw_c, dep_c, efficiency, n, ctx, temperature).total_s
+        return decode_step(System(model, hw_c, dep_c, efficiency), n, ctx, temperature).total_s
 
     def chunk_c(n):
         """One iteration carrying a prompt chunk and the decode batch."""
         return step_total_s(
-            model,
-            hw_c,
-            dep_c,
-            efficiency,
+            System(model, hw_c, dep_c, efficiency),
             prefill_tokens=p / chunks,
             prefill_seqs=1.0,
             prefill_context=(p - p / chunks) / 2.0,
@@ -180,7 +177,7 @@ def disaggregation(
 
     hw_p, dep_p = prefill
     rate_p = jnp.asarray(arrival_rate_per_s) / dep_p.replicas
-    pre_p = prefill_step(model, hw_p, dep_p, eff_p, p, temperature=temperature).total_s
+    pre_p = prefill_step(System(model, hw_p, dep_p, eff_p), p, temperature=temperature).total_s
     bw = hw_p.internode_bytes_per_s if transfer_bytes_per_s is None else transfer_bytes_per_s
     t_kv = kv_transfer_s(model, dep_p, p, bw, transfer_latency_s)
 
@@ -188,7 +185,7 @@ def disaggregation(
     rate_d = jnp.asarray(arrival_rate_per_s) / dep_d.replicas
 
     def step_d(n):
-        return decode_step(model, hw_d, dep_d, eff_d, n, ctx, temperature).total_s
+        return decode_step(System(model, hw_d, dep_d, eff_d), n, ctx, temperature).total_s
 
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
     seats_d = max_concurrent_requests(model, hw_d, dep_d, p + o_dec + 1.0, temperature)
@@ -222,16 +219,19 @@ def disaggregation(
 
 
 def colocated_disaggregation(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     prompt_tokens: ArrayLike,
     output_tokens: ArrayLike,
     arrival_rate_per_s: ArrayLike,
 ) -> Disaggregation:
     """``disaggregation`` with both pools the colocated deployment itself: its own figures under
     the load (the colocated TPOT, the stretch prefill work puts on its decode iterations)."""
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     return disaggregation(
         model,
         efficiency,
@@ -245,10 +245,7 @@ def colocated_disaggregation(
 
 
 def colocated_decode_batch(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     prompt_tokens: float,
     output_tokens: float,
     arrival_rate_per_s: float | None,
@@ -262,6 +259,7 @@ def colocated_decode_batch(
     max_num_seqs), 1) (``VerdictBudgets.decode_batch``); the seats when that TPOT is infinite
     (overloaded), and 1 without a rate (one request at a time).
     """
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     seats = min(
         float(max_concurrent_requests(model, hardware, deployment, prompt_tokens + output_tokens)),
         float(deployment.max_num_seqs),
@@ -269,9 +267,7 @@ def colocated_decode_batch(
     if arrival_rate_per_s is None:
         return 1.0
     rate = arrival_rate_per_s
-    r = colocated_disaggregation(
-        model, hardware, deployment, efficiency, prompt_tokens, output_tokens, rate
-    )
+    r = colocated_disaggregation(system, prompt_tokens, output_tokens, rate)
     tpot = float(r.colocated_tpot_s)
     if not math.isfinite(tpot):
         return max(seats, 1.0)

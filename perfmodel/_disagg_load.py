@@ -52,7 +52,7 @@ from ._queueing import (
     window_mean_variance_factor,
 )
 from ._serving_tail import PERCENTILE_QUANTILES, Percentiles
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, System
 from ._step import prefill_step
 from ._types import Array, ArrayLike
 
@@ -236,9 +236,9 @@ def split_serving(
         [workload.prompt_tokens_mean]
         + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in PERCENTILE_QUANTILES]
     )
-    own = prefill_step(model, hw_p, dep_p, eff_p, prompts).total_s
+    own = prefill_step(System(model, hw_p, dep_p, eff_p), prompts).total_s
     p_mean = workload.prompt_tokens_mean
-    packed_s = prefill_step(model, hw_p, dep_p, eff_p, p_mean, 2.0).total_s - own[0]
+    packed_s = prefill_step(System(model, hw_p, dep_p, eff_p), p_mean, 2.0).total_s - own[0]
     fits = jnp.clip((dep_p.max_num_batched_tokens - p_mean) / p_mean, 0.0, 1.0)
     replicas_p = jnp.maximum(dep_p.replicas, 1.0)
     rate_p = workload.arrival_rate_per_s / replicas_p
@@ -258,7 +258,9 @@ def split_serving(
     e_step = cost.tokens_per_step()
 
     def step_d(n):  # seconds per emitted token of a decode iteration at batch n
-        t = decode_iteration_s(model, hw_d, dep_d, eff_d, cost, decode_seqs=n, decode_context=ctx)
+        t = decode_iteration_s(
+            System(model, hw_d, dep_d, eff_d), cost, decode_seqs=n, decode_context=ctx
+        )
         return t / e_step
 
     rate_d = workload.arrival_rate_per_s / jnp.maximum(dep_d.replicas, COUNT_FLOOR)
@@ -324,7 +326,7 @@ def disaggregation_percentiles(
     from ._serving import serving_metrics  # the dynamics layer, imported where used
 
     hw_c, dep_c = colocated
-    co = serving_metrics(model, hw_c, dep_c, efficiency, workload)
+    co = serving_metrics(System(model, hw_c, dep_c, efficiency), workload)
     eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
     eff_d = efficiency if decode_efficiency is None else decode_efficiency
     split = split_serving(

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from ._batching import DecodeCost
 from ._reuse import prefix_reuse, reuse_rate_per_s
 from ._serving_tail import Percentiles
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import ModelSpec, System
 from ._types import Array, ArrayLike
 
 
@@ -52,10 +52,7 @@ def _loaded(m, tokens_per_step):
 
 
 def prefix_serving_metrics(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload,
     *,
     shared_fraction: ArrayLike,
@@ -66,19 +63,13 @@ def prefix_serving_metrics(
     from ._serving import serving_metrics  # the dynamics layer, imported where used
 
     served, cost = prefix_workload(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload,
         shared_fraction=shared_fraction,
         prefix_tokens=prefix_tokens,
     )
     m = serving_metrics(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         served,
         chunked_prefill=chunked_prefill,
         decode_cost=cost,
@@ -87,10 +78,7 @@ def prefix_serving_metrics(
 
 
 def prefix_workload(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload,
     *,
     shared_fraction: ArrayLike,
@@ -103,10 +91,7 @@ def prefix_workload(
     every iteration still reading wR cached tokens of KV."""
     p = workload.prompt_tokens_mean
     reuse = prefix_reuse(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prompt_tokens=p,
         output_tokens=workload.output_tokens_mean,
         shared_fraction=shared_fraction,
@@ -125,10 +110,7 @@ def prefix_workload(
 
 
 def speculative_serving_metrics(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload,
     *,
     draft_tokens: ArrayLike,
@@ -148,10 +130,7 @@ def speculative_serving_metrics(
         speculative=True,
     )
     m = serving_metrics(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload,
         chunked_prefill=chunked_prefill,
         chunk_tokens=chunk_tokens,

@@ -18,7 +18,7 @@ from ._floors import COUNT_FLOOR
 from ._memory import kv_bytes_per_sequence, kv_sequence_share, max_concurrent_requests
 from ._reuse import monotone_root
 from ._smooth import smooth_max, smooth_min
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import System
 from ._step import decode_step
 from ._types import Array, ArrayLike
 
@@ -40,10 +40,7 @@ class HostTier(eqx.Module):
 
 
 def host_tier(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     *,
     sequence_tokens: ArrayLike,
     temperature: float = 0.0,
@@ -58,6 +55,7 @@ def host_tier(
         ``gain_fraction`` = tokens/s with the tier / without - 1 (``inf`` when the tier is what
         lets a single sequence run at all); ``host_sequences_used`` = 0 when it does not pay.
     """
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     hbm_only = eqx.tree_at(lambda d: d.host_kv_bytes, deployment, jnp.zeros(()))
     cap = deployment.max_num_seqs
     b_h = smooth_min(
@@ -80,10 +78,7 @@ def host_tier(
 
     def tau(n):
         return decode_step(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             jnp.maximum(n, 1.0),
             sequence_tokens,
             temperature,

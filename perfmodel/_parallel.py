@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ._constants import ACTIVATION_BYTES
 from ._smooth import smooth_step
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Efficiency, HardwareSpec, System
 from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 
@@ -59,10 +59,7 @@ def group_link_bytes_per_s(
 
 
 def tp_comm_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     tokens: BatchLike,
     temperature: float = 0.0,
 ) -> BatchArray:
@@ -74,6 +71,12 @@ def tp_comm_s(
     after it, one all-reduce's traffic).  At a = 1: two all-reduces per layer (Megatron-LM).
     Expert parallelism combines the experts' outputs with the same MLP collective.
     """
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     width = model.hidden_size * ACTIVATION_BYTES
     tokens = jnp.asarray(tokens)
     attention_tp = deployment.tp / deployment.attention_dp
@@ -93,14 +96,17 @@ def tp_comm_s(
 
 
 def pp_transfer_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     tokens: BatchLike,
     temperature: float = 0.0,
 ) -> BatchArray:
     """Activation hand-offs between the pp stages of one forward pass: (pp - 1) sends."""
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
     link = group_link_bytes_per_s(hardware, deployment.tp * deployment.pp, temperature)
     return (deployment.pp - 1.0) * point_to_point_s(message, link, efficiency)

@@ -11,6 +11,7 @@ tests check that it emerges from these numbers.  A Python-level search (not trac
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import equinox as eqx
@@ -18,7 +19,7 @@ import equinox as eqx
 from ._fit_check import PP_CHOICES, TP_CHOICES, tp_divides_heads
 from ._memory import max_concurrent_requests
 from ._sheet import decode_tokens_per_s_max
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, System
 from ._step import decode_step
 
 OBJECTIVES = ("throughput", "latency")
@@ -51,10 +52,7 @@ def with_parallelism(
 
 
 def parallelism_options(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     num_gpus: int,
     input_len: float,
     output_len: float,
@@ -65,6 +63,7 @@ def parallelism_options(
     TP must divide the attention heads and PP must not exceed the layer count.  A split fits when
     one replica holds the weights plus one sequence of input_len + output_len tokens.
     """
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     if num_gpus < 1:
         raise ValueError(f"num_gpus = {num_gpus}; give at least one GPU")
     node = int(hardware.gpus_per_node)
@@ -83,9 +82,13 @@ def parallelism_options(
             if concurrent < 1.0:
                 continue
             tps = float(
-                decode_tokens_per_s_max(model, hardware, dep, efficiency, input_len, output_len)
+                decode_tokens_per_s_max(
+                    dataclasses.replace(system, deployment=dep), input_len, output_len
+                )
             )
-            step1 = decode_step(model, hardware, dep, efficiency, 1.0, input_len + output_len / 2.0)
+            step1 = decode_step(
+                dataclasses.replace(system, deployment=dep), 1.0, input_len + output_len / 2.0
+            )
             out.append(
                 ParallelOption(
                     tp,
@@ -102,10 +105,7 @@ def parallelism_options(
 
 
 def best_parallelism(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     num_gpus: int,
     input_len: float,
     output_len: float,
@@ -114,9 +114,7 @@ def best_parallelism(
     """The split with the most decode tokens/s (or the lowest batch-1 TPOT); ``None`` if nothing fits."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    options = parallelism_options(
-        model, hardware, deployment, efficiency, num_gpus, input_len, output_len
-    )
+    options = parallelism_options(system, num_gpus, input_len, output_len)
     if not options:
         return None
     if objective == "throughput":

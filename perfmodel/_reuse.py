@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from ._memory import kv_capacity_tokens
 from ._smooth import smooth_floor, smooth_max, smooth_min
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import System
 from ._step import step_total_s
 from ._types import Array, ArrayLike
 
@@ -150,10 +150,7 @@ class PrefixReuse(eqx.Module):
 
 
 def prefix_reuse(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     *,
     prompt_tokens: ArrayLike,
     output_tokens: ArrayLike,
@@ -176,6 +173,7 @@ def prefix_reuse(
     prefill time is the mixture of a prefill from an empty cache and one that starts from the
     cached prefix (``forward_step`` with ``prefill_context``).
     """
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     b = deployment.block_size_tokens
     prompt = jnp.asarray(prompt_tokens, dtype=float)
     f = jnp.asarray(shared_fraction, dtype=float)
@@ -193,19 +191,13 @@ def prefix_reuse(
     reused_fraction = f * hit
 
     cold = step_total_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=prompt,
         prefill_seqs=1.0,
         temperature=temperature,
     )
     warm = step_total_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=prompt - reusable,
         prefill_seqs=1.0,
         prefill_context=reusable,

@@ -52,8 +52,7 @@ from ._sheet import binding_budget
 from ._specs import (
     Deployment,
     Efficiency,
-    HardwareSpec,
-    ModelSpec,
+    System,
     strongly_typed,
     without_names,
 )
@@ -137,12 +136,9 @@ class ServingMetrics(eqx.Module):
     kv_bound: Array
 
 
-def _binding(model, hardware, deployment, efficiency, workload):
+def _binding(system: System, workload):
     return binding_budget(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload.prompt_tokens_mean,
         workload.output_tokens_mean,
     )
@@ -160,10 +156,7 @@ def is_closed_loop(workload: Workload) -> bool:
 
 
 def serving_metrics(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload: Workload,
     *,
     chunked_prefill: bool = True,
@@ -177,7 +170,7 @@ def serving_metrics(
     """TTFT/TPOT/ITL/E2E percentiles, utilisation and throughput of ``deployment`` under ``workload``.
 
     Args:
-        model, hardware, deployment, efficiency: the static budgets (``perfmodel``).
+        system: the model, GPU, deployment and efficiencies served.
         workload: offered load on all replicas; ``concurrency > 0`` is a closed loop
             (``_closed_loop``: N requests in flight, never overloaded).
         chunked_prefill: Sarathi-style chunked prefill (True) or prefill-only iterations.
@@ -199,17 +192,11 @@ def serving_metrics(
         leaves, also at the kinks and under overload).
     """
     closed_loop = is_closed_loop(workload) if closed_loop is None else bool(closed_loop)
-    model, hardware, decode_cost = without_names(  # one program per structure, not per name
-        (model, hardware, DecodeCost() if decode_cost is None else decode_cost)
-    )
-    model, hardware, deployment, efficiency, workload, decode_cost = strongly_typed(
-        (model, hardware, deployment, efficiency, workload, decode_cost)
+    system, workload, decode_cost = strongly_typed(  # one program per structure, not per name
+        without_names((system, workload, DecodeCost() if decode_cost is None else decode_cost))
     )
     return _serving_metrics(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload,
         chunked_prefill,
         chunk_tokens,
@@ -223,10 +210,7 @@ def serving_metrics(
 
 @eqx.filter_jit
 def _serving_metrics(
-    model,
-    hardware,
-    deployment,
-    efficiency,
+    system: System,
     workload,
     chunked_prefill,
     chunk_tokens,
@@ -237,10 +221,7 @@ def _serving_metrics(
     quadrature_nodes,
 ):
     physics = serving_metrics_with_corrections(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload,
         chunked_prefill=chunked_prefill,
         chunk_tokens=chunk_tokens,
@@ -250,7 +231,7 @@ def _serving_metrics(
         means_only=means_only,
         quadrature_nodes=quadrature_nodes,
     )
-    return engine_scaled(physics, efficiency, closed_loop)
+    return engine_scaled(physics, system.efficiency, closed_loop)
 
 
 def _scaled(p: Percentiles, factor: Array) -> Percentiles:
@@ -291,10 +272,7 @@ def engine_scaled(m: ServingMetrics, efficiency: Efficiency, closed_loop: bool) 
 
 
 def serving_metrics_with_corrections(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload: Workload,
     *,
     chunked_prefill: bool = True,
@@ -306,6 +284,7 @@ def serving_metrics_with_corrections(
     means_only: bool = False,
     quadrature_nodes: tuple[int, int] = (PROMPT_NODES, OUTPUT_NODES),
 ) -> ServingMetrics:
+    deployment = system.deployment
     config = EngineConfig(
         chunked_prefill=chunked_prefill,
         chunk_tokens=float("inf") if chunk_tokens is None else chunk_tokens,
@@ -314,10 +293,7 @@ def serving_metrics_with_corrections(
     ca2 = replica_arrival_scv(workload.interarrival_cv, replicas)
 
     point = LoadPoint(
-        model=model,
-        hardware=hardware,
-        deployment=deployment,
-        efficiency=efficiency,
+        system=system,
         workload=workload,
         config=config,
         cost=DecodeCost() if decode_cost is None else decode_cost,
@@ -333,7 +309,7 @@ def serving_metrics_with_corrections(
     rate_open = workload.arrival_rate_per_s / replicas
     if not closed_loop:
         return _finish(point, replicas, run(rate_open))
-    return _closed_loop_serving(model, hardware, deployment, efficiency, workload, point.cost)
+    return _closed_loop_serving(system, workload, point.cost)
 
 
 def _percentiles(summary: Array) -> Percentiles:
@@ -343,7 +319,7 @@ def _percentiles(summary: Array) -> Percentiles:
     )
 
 
-def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost):
+def _closed_loop_serving(system: System, workload, cost):
     """``ServingMetrics`` of a closed loop (``_closed_loop``: never overloaded, always stable).
 
     ``utilization`` = X(N) / X(seats): the loop's completion rate per replica over the rate of
@@ -354,10 +330,9 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
     cache, the uncached ones (``perfmodel.features.prefix_workload``).  The closed loop's steps
     do not read the cached prefix's KV (``cost.cached_prompt_tokens``): its TPOT leaves out that
     read (a few per cent at thousands of cached tokens)."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     uncached = workload
-    m = closed_loop_metrics(
-        model, hardware, deployment, efficiency, uncached, tokens_per_decode=cost.tokens_per_step()
-    )
+    m = closed_loop_metrics(system, uncached, tokens_per_decode=cost.tokens_per_step())
     s = m.state
     seats_kv, seats = loop_seats(model, hardware, deployment, uncached)
     occupancy = s.admitted / jnp.maximum(seats, COUNT_FLOOR)
@@ -365,7 +340,7 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
     replicas = jnp.maximum(deployment.replicas, 1.0)
     full = eqx.tree_at(lambda w: w.concurrency, uncached, seats * replicas)
     capacity = closed_loop_state(
-        model, hardware, deployment, efficiency, full, tokens_per_decode=cost.tokens_per_step()
+        system, full, tokens_per_decode=cost.tokens_per_step()
     ).completion_rate_per_s
     return ServingMetrics(
         ttft_s=_percentiles(m.ttft_s),
@@ -381,7 +356,7 @@ def _closed_loop_serving(model, hardware, deployment, efficiency, workload, cost
         seat_occupancy=occupancy,
         output_tokens_per_s=m.output_tokens_per_s,
         decode_batch=s.decode_batch,
-        binding_budget=_binding(model, hardware, deployment, efficiency, workload),
+        binding_budget=_binding(system, workload),
         queue_bound=s.waiting > 0,
         kv_bound=is_kv_bound(seats_kv, deployment, occupancy),
     )
@@ -399,7 +374,7 @@ def _with_poll_wait(p: Percentiles, poll: PollWait) -> Percentiles:
 
 def _finish(point, replicas, out: OpenLoop):
     workload = point.workload
-    deployment = point.deployment
+    deployment = point.system.deployment
     s = out.steady
     # rejected prompts: no tokens
     offered = out.rate_per_s * out.accepted_share * workload.output_tokens_mean
@@ -413,7 +388,7 @@ def _finish(point, replicas, out: OpenLoop):
     saturated = out.seat_load / jnp.maximum(out.utilization, POSITIVE_FLOOR)
     occupancy = jnp.clip(jnp.where(out.stable, running, saturated), 0.0, 1.0)
     kv_seats = max_concurrent_requests(
-        point.model, point.hardware, deployment, s.ctx_d, point.temperature
+        point.system.model, point.system.hardware, deployment, s.ctx_d, point.temperature
     )
     # the scheduler's poll delays the first token and so the whole request (``_polling``)
     busy = open_loop_busy_probability(out.running_mean)
@@ -431,9 +406,7 @@ def _finish(point, replicas, out: OpenLoop):
         seat_occupancy=occupancy,
         output_tokens_per_s=tokens,
         decode_batch=s.n_d,
-        binding_budget=_binding(
-            point.model, point.hardware, deployment, point.efficiency, workload
-        ),
+        binding_budget=_binding(point.system, workload),
         queue_bound=(~out.stable) | (out.wait_s > jnp.mean(s.own)),
         kv_bound=is_kv_bound(kv_seats, deployment, occupancy),
     )

@@ -66,7 +66,7 @@ from ._queueing import (
 )
 from ._running_count import Feedback, averaged_gain, running_stiffness
 from ._smooth import smooth_max, smooth_min
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import System
 from ._steady_state import Steady, prompts_present, steady_state
 from ._types import Array
 from ._workload import Workload
@@ -197,7 +197,7 @@ class LoadPoint(eqx.Module):
     """Everything ``open_loop`` needs besides the arrival rate (one replica).
 
     Attributes:
-        model, hardware, deployment, efficiency: the static budgets.
+        system: the model, GPU, deployment and efficiencies served.
         workload: lengths and burstiness (its rate is not read here).
         config: scheduler knobs (``EngineConfig``).
         cost: decode-iteration cost and tokens per iteration (``DecodeCost``; plain by default).
@@ -208,10 +208,7 @@ class LoadPoint(eqx.Module):
             search evaluates the same laws on fewer (``optimize.SEARCH_NODES``).
     """
 
-    model: ModelSpec
-    hardware: HardwareSpec
-    deployment: Deployment
-    efficiency: Efficiency
+    system: System
     workload: Workload
     config: EngineConfig
     cost: DecodeCost
@@ -262,7 +259,7 @@ class LengthLaws(eqx.Module):
 def length_laws(point: LoadPoint) -> LengthLaws:
     """``LengthLaws`` of ``point``'s workload and deployment (``truncated_lognormal``,
     ``prompt_nodes``, ``lognormal_nodes``)."""
-    workload, max_len, cost = point.workload, point.deployment.max_model_len, point.cost
+    workload, max_len, cost = point.workload, point.system.deployment.max_model_len, point.cost
     p_args = (workload.prompt_tokens_mean, workload.prompt_tokens_cv, max_len)
     accept, p_mean, p_var = truncated_lognormal(*p_args)
     p_nodes = prompt_nodes(*p_args[:2], point.nodes[0], max_len)
@@ -290,10 +287,7 @@ def _decode_time(point: LoadPoint, s: Steady):
 
     def decode_s(n):
         return decode_iteration_s(
-            point.model,
-            point.hardware,
-            point.deployment,
-            point.efficiency,
+            point.system,
             point.cost,
             decode_seqs=n,
             decode_context=s.ctx_d[..., None],
@@ -330,10 +324,7 @@ def utilisation(point: LoadPoint, s: Steady, lengths: LengthLaws, rate) -> Utili
     seats = jnp.maximum(s.seats, COUNT_FLOOR)
     rho_s = rate * (jnp.mean(s.own) + lengths.iterations_mean * s.tpot_full) / seats
     capacity = saturated_output_tokens_per_s(
-        point.model,
-        point.hardware,
-        point.deployment,
-        point.efficiency,
+        point.system,
         lengths.prompt_mean,
         workload.output_tokens_mean,
         temperature,
@@ -394,7 +385,7 @@ def running_count(
         # prompts a backlogged iteration packs (those present, as far as the budget holds them,
         # as ``_steady_state`` prices it) start decoding together: the spread at the seats grows
         # with that clump k as k^e (``chunked_seat_clump_exponent`` e)
-        budget = prefill_budget_tokens(point.deployment, config, s.n_d, temperature)
+        budget = prefill_budget_tokens(point.system.deployment, config, s.n_d, temperature)
         clump = smooth_min(
             prompts_present(load.prefill_load), budget / lengths.prompt_mean, temperature
         )
@@ -463,7 +454,7 @@ def _unchunked_stretch(point: LoadPoint, s: Steady, lengths: LengthLaws, rate, w
     per_token = jnp.where(width > 1.0, slope, jnp.mean(s.own) / p_mean)
     behind = rate * (wait_s + s.tau_d / 2.0) * p_mean
     own_and_waste = (1.0 + FIRST_FIT_WASTE_PROMPTS) * p_mean
-    left = point.deployment.max_num_batched_tokens - own_and_waste - rate * wait_s * p_mean
+    left = point.system.deployment.max_num_batched_tokens - own_and_waste - rate * wait_s * p_mean
     room = jnp.maximum(left, 0.0)
     share = room / jnp.maximum(room + behind, COUNT_FLOOR)
     return 1.0 + rate * per_token * p_mean * share
@@ -511,7 +502,7 @@ def waits(
     # pool, the prompt in flight is Kingman's residual already)
     residual = -jnp.expm1(-s.n_d) * s.tau_d / 2.0 * stretch
     if config.chunked_prefill:
-        budget = prefill_budget_tokens(point.deployment, config, s.n_d, temperature)
+        budget = prefill_budget_tokens(point.system.deployment, config, s.n_d, temperature)
         t_carry = jnp.mean(s.own / jnp.maximum(lengths.prompt_nodes / budget, 1.0))
         residual = (1.0 - rho_p) * residual - jnp.expm1(-s.n_d) * rho_p * t_carry / 2.0
     return Waits(
@@ -649,10 +640,7 @@ def open_loop(point: LoadPoint, rate, means_only=False) -> OpenLoop:
     lengths = length_laws(point)
     offered, rate = rate, rate * lengths.accepted_share
     s = steady_state(
-        point.model,
-        point.hardware,
-        point.deployment,
-        point.efficiency,
+        point.system,
         point.config,
         rate,
         lengths.prompt_nodes,

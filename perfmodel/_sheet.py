@@ -7,6 +7,8 @@ hardware budget (elasticities, d log tokens/s / d log budget).
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,7 @@ from ._memory import (
     max_concurrent_requests,
     weight_bytes_per_gpu,
 )
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import HardwareSpec, System
 from ._step import decode_step, prefill_step
 from ._types import Array, ArrayLike
 
@@ -68,28 +70,23 @@ def _decode_batch(model, hardware, deployment, input_len, output_len, temperatur
 
 
 def decode_tokens_per_s_max(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     input_len: ArrayLike,
     output_len: ArrayLike,
     temperature: float = 0.0,
 ) -> Array:
     """Decode tokens/s of all replicas at the largest batch memory and ``max_num_seqs`` allow,
     with the mean decode context input_len + output_len / 2."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     _, batch = _decode_batch(model, hardware, deployment, input_len, output_len, temperature)
     batch = jnp.maximum(batch, 0.0)
     context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
-    step = decode_step(model, hardware, deployment, efficiency, batch, context, temperature)
+    step = decode_step(system, batch, context, temperature)
     return deployment.replicas * batch / step.total_s
 
 
 def binding_budget(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     input_len: ArrayLike,
     output_len: ArrayLike,
 ) -> Array:
@@ -109,17 +106,17 @@ def binding_budget(
     load comes to that capacity is ``ServingMetrics.utilization``, whether requests queue is
     ``ServingMetrics.queue_bound``.
     """
-    concurrent, _, _, step = _capacity_step(
-        model, hardware, deployment, efficiency, input_len, output_len
-    )
+    deployment = system.deployment
+    concurrent, _, _, step = _capacity_step(system, input_len, output_len)
     return _binding_code(concurrent, deployment.max_num_seqs, step)
 
 
-def _capacity_step(model, hardware, deployment, efficiency, input_len, output_len):
+def _capacity_step(system: System, input_len, output_len):
     """(KV seats, largest batch b*, mean decode context, the decode step at max(b*, 1))."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     concurrent, batch = _decode_batch(model, hardware, deployment, input_len, output_len, 0.0)
     context = jnp.asarray(input_len) + jnp.asarray(output_len) / 2.0
-    step = decode_step(model, hardware, deployment, efficiency, jnp.maximum(batch, 1.0), context)
+    step = decode_step(system, jnp.maximum(batch, 1.0), context)
     return concurrent, batch, context, step
 
 
@@ -132,20 +129,16 @@ def _binding_code(concurrent, max_num_seqs, step):
 
 
 def budget_sheet(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     input_len: ArrayLike,
     output_len: ArrayLike,
 ) -> BudgetSheet:
     """Evaluate every static budget at one operating point (exact: no relaxation)."""
-    concurrent, batch, context, step_max = _capacity_step(
-        model, hardware, deployment, efficiency, input_len, output_len
-    )
+    model, hardware, deployment = system.model, system.hardware, system.deployment
+    concurrent, batch, context, step_max = _capacity_step(system, input_len, output_len)
     batch = jnp.maximum(batch, 0.0)
-    step1 = decode_step(model, hardware, deployment, efficiency, 1.0, context)
-    prefill = prefill_step(model, hardware, deployment, efficiency, input_len)
+    step1 = decode_step(system, 1.0, context)
+    prefill = prefill_step(system, input_len)
     tokens_per_s = deployment.replicas * batch / step_max.total_s
     return BudgetSheet(
         kv_bytes_per_token=kv_bytes_per_token(model, deployment.kv_bytes_per_elem),
@@ -177,10 +170,7 @@ def _scale_hardware(hardware: HardwareSpec, log_scales: Array) -> HardwareSpec:
 
 
 def decode_elasticities(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     input_len: ArrayLike,
     output_len: ArrayLike,
     temperature: float = 1e-3,
@@ -190,12 +180,13 @@ def decode_elasticities(
     The batch size is relaxed to a real number (a small ``temperature``) so that extra HBM
     capacity shows up as a larger batch; a 1.0 means tokens/s scales one-for-one with the budget.
     """
+    hardware = system.hardware
 
     def log_tps(log_scales):
         hw = _scale_hardware(hardware, log_scales)
         return jnp.log(
             decode_tokens_per_s_max(
-                model, hw, deployment, efficiency, input_len, output_len, temperature
+                dataclasses.replace(system, hardware=hw), input_len, output_len, temperature
             )
         )
 

@@ -398,3 +398,21 @@ class Deployment(eqx.Module):
             microbatches=float(pp if microbatches is None else microbatches),
             **knobs,
         )
+
+
+class System(eqx.Module):
+    """What every budget is a function of: a model served on a GPU type under a deployment, its
+    kernels and engine priced by an ``Efficiency``.
+
+    One pytree instead of four positional arguments.  ``vmap`` maps it part by part: a
+    posterior's draws with ``in_axes=(System(None, None, None, 0),)`` over a ``System`` whose
+    efficiency leaves carry the draws axis.  The spec names are its only static fields;
+    ``without_names`` drops them, so systems of different GPUs or models stack leaf by leaf with
+    ``jax.tree.map`` and one compiled program serves every spec of the same shapes.  Change one
+    part with ``dataclasses.replace(system, deployment=...)``.
+    """
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    deployment: Deployment
+    efficiency: Efficiency

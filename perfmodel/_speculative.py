@@ -11,6 +11,7 @@ Multi-token prediction (MTP) heads (DeepSeek-V3 report 2024) draft with ~one ext
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 
 from ._catalog import CatalogError, data_dir
 from ._reuse import monotone_root
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import ModelSpec, System
 from ._step import decode_step, step_total_s
 from ._types import Array, ArrayLike, BatchArray, BatchLike
 
@@ -73,10 +74,7 @@ class SpeculativeBudget(eqx.Module):
 
 
 def speculative_decode(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     *,
     batch_size: ArrayLike,
     context_tokens: ArrayLike,
@@ -105,23 +103,19 @@ def speculative_decode(
         (the seed's rule; > 0 exactly when speedup > 1), and ``breakeven_acceptance``, the alpha
         at which speedup = 1 (``inf`` when even alpha = 1 does not pay).
     """
+    model, deployment = system.model, system.deployment
     k = jnp.asarray(draft_tokens, dtype=float)
-    target = decode_step(
-        model, hardware, deployment, efficiency, batch_size, context_tokens, temperature
-    )
+    target = decode_step(system, batch_size, context_tokens, temperature)
     if draft_model is None:
         per_layer = (target.total_s - target.overhead_s) / model.num_layers
         draft_s = k * MTP_LAYERS_PER_DRAFT_TOKEN * per_layer
     else:
         draft = decode_step(
-            draft_model, hardware, deployment, efficiency, batch_size, context_tokens, temperature
+            dataclasses.replace(system, model=draft_model), batch_size, context_tokens, temperature
         )
         draft_s = k * draft.total_s
     verify_s = step_total_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=jnp.asarray(batch_size) * (k + 1.0),
         prefill_seqs=batch_size,
         prefill_context=context_tokens,

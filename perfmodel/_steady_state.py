@@ -31,7 +31,7 @@ from ._batching import (
 )
 from ._floors import COUNT_FLOOR, POSITIVE_FLOOR, SHARE_FLOOR
 from ._smooth import smooth_max, smooth_min
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import System
 from ._types import Array
 
 BUSY_SHARE_CAP = 0.99
@@ -91,10 +91,7 @@ class Pricing(eqx.Module):
     """What prices one iteration at the steady state: the budgets, the scheduler, the decode
     cost, the arrival rate, the served prompt law and the decodes' mean context (tokens)."""
 
-    model: ModelSpec
-    hardware: HardwareSpec
-    deployment: Deployment
-    efficiency: Efficiency
+    system: System
     config: EngineConfig
     cost: DecodeCost
     rate: Array  # arrivals per second at this replica
@@ -112,10 +109,7 @@ class Pricing(eqx.Module):
     def iterations_s(self, *steps: IterationTokens) -> tuple[Array, ...]:
         """Several iterations' times from one forward pass (``decode_iterations_s``)."""
         return decode_iterations_s(
-            self.model,
-            self.hardware,
-            self.deployment,
-            self.efficiency,
+            self.system,
             self.cost,
             steps,
             temperature=self.temperature,
@@ -123,7 +117,7 @@ class Pricing(eqx.Module):
 
     def budget_tokens(self, n_d) -> Array:
         """Prefill tokens an iteration with ``n_d`` decodes has room for."""
-        return prefill_budget_tokens(self.deployment, self.config, n_d, self.temperature)
+        return prefill_budget_tokens(self.system.deployment, self.config, n_d, self.temperature)
 
     def decode_only(self, n_d) -> IterationTokens:
         """tau_d's iteration: ``n_d`` sequences decoding, no prefill."""
@@ -192,7 +186,7 @@ def prefill_costs(x: Pricing, n_d, rho_p, *also: IterationTokens) -> PrefillCost
         delta = jnp.where(fits, small - tau_d, p / budget * (chunk - tau_d))
         busy = rho_p * (p / held * full) + (1.0 - rho_p) * own
         return PrefillCosts(tau_d, own, busy, delta, tuple(extra))
-    b = x.deployment.max_num_batched_tokens
+    b = x.system.deployment.max_num_batched_tokens
     fill = jnp.clip(b - p_mean / 2.0, jnp.minimum(p_mean, b), b)
     tau_d, own, fill_s, *extra = x.iterations_s(
         x.decode_only(n_d),
@@ -337,10 +331,7 @@ def _prefill_rate_slope(x: Pricing, n_d) -> Array:
 
 
 def steady_state(
-    model,
-    hardware,
-    deployment,
-    efficiency,
+    system: System,
     config,
     rate,
     p_nodes,
@@ -365,10 +356,7 @@ def steady_state(
     # E[P] + E[O (O - 1) / 2] / E[O] = E[P] + (E[O] (1 + cv_O^2) - 1) / 2
     ctx_d = p_mean + jnp.maximum(o_mean * (1.0 + jnp.square(o_cv)) - 1.0, 0.0) / 2.0
     x = Pricing(
-        model=model,
-        hardware=hardware,
-        deployment=deployment,
-        efficiency=efficiency,
+        system=system,
         config=config,
         cost=cost,
         rate=rate,
@@ -381,7 +369,7 @@ def steady_state(
     o_dec = jnp.maximum(o_mean - 1.0, 0.0)
     if cost.speculative:
         o_dec = o_dec / cost.tokens_per_step()
-    seats = seat_capacity(model, hardware, deployment, ctx_d, temperature)
+    seats = seat_capacity(system.model, system.hardware, system.deployment, ctx_d, temperature)
 
     def step(_, state):
         n_d, rho_p, tpot = state

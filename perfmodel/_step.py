@@ -23,7 +23,7 @@ from ._floors import COUNT_FLOOR
 from ._memory import kv_bytes_per_sequence, kv_shard_fraction
 from ._ops import attention_tile_flops, attention_time_s, elementwise_time_s, gemm_time_s
 from ._parallel import pipeline_time_factor, pp_transfer_s, tp_comm_s
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import Deployment, Efficiency, ModelSpec, System
 from ._types import Array, ArrayLike, BatchArray, BatchLike
 
 
@@ -59,10 +59,7 @@ def _stacked(kernels: list[tuple]) -> list[Array]:
 
 
 def _layer_kernels_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     tokens: Array,
     p_tok: Array,
     p_seq: Array,
@@ -89,6 +86,12 @@ def _layer_kernels_s(
     ranks: the same expert FLOPs and bytes as TP, in fewer and wider GEMMs (routing taken as
     uniform and balanced).
     """
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     peak = peak_flops_per_s(hardware, deployment)
     bw = hardware.hbm_bytes_per_s
     gemms_s = _gemms_s(model, deployment, efficiency, tokens, p_seq + d_seq, peak, bw, temperature)
@@ -279,10 +282,7 @@ def _elementwise_s(
 
 
 def forward_step(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     *,
     prefill_tokens: ArrayLike = 0.0,
     prefill_seqs: ArrayLike = 0.0,
@@ -306,11 +306,14 @@ def forward_step(
     ``compute_s`` and ``memory_s`` report the whole-model FLOP and byte rooflines (what binds);
     ``total_s`` is the kernels' sum.
     """
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     work, busy, comm_s, factor = _timed(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         (prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context),
         temperature,
     )
@@ -352,10 +355,7 @@ def forward_step(
 
 
 def step_total_s(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     *,
     prefill_tokens: ArrayLike = 0.0,
     prefill_seqs: ArrayLike = 0.0,
@@ -367,11 +367,9 @@ def step_total_s(
     """``forward_step(...).total_s`` alone: the iteration's wall time, without the whole-model
     FLOP and byte rooflines ``forward_step`` reports beside it (what binds), which a load model
     never reads (a fifth of the step's operations, traced and differentiated at every call)."""
+    efficiency = system.efficiency
     _, busy, _, factor = _timed(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         (prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context),
         temperature,
     )
@@ -398,24 +396,20 @@ class _Microbatch(eqx.Module):
 
 
 def _timed(
-    model, hardware, deployment, efficiency, step: tuple, temperature: float
+    system: System, step: tuple, temperature: float
 ) -> tuple[_Microbatch, Array, Array, Array]:
     """The iteration of ``step`` (prefill tokens, prefill sequences, prefill context, decode
     sequences, decode context): (its microbatch; kernels + communication of one microbatch,
     x ``time_scale``; the communication alone; the pipeline factor m (m + p - 1) / p that turns
     one microbatch into the iteration)."""
+    deployment, efficiency = system.deployment, system.efficiency
     prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context = step
     work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
     tokens = work.tokens
-    comm_s = tp_comm_s(
-        model, hardware, deployment, efficiency, tokens, temperature
-    ) + pp_transfer_s(model, hardware, deployment, efficiency, tokens, temperature)
+    comm_s = tp_comm_s(system, tokens, temperature) + pp_transfer_s(system, tokens, temperature)
     comm_s = jnp.where(tokens > 0, comm_s, 0.0)
     kernels_s = _layer_kernels_s(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         tokens,
         work.p_tok,
         work.p_seq,
@@ -432,20 +426,14 @@ def _timed(
 
 
 def prefill_step(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     input_len: ArrayLike,
     batch_size: ArrayLike = 1.0,
     temperature: float = 0.0,
 ) -> StepTime:
     """Prefill of ``batch_size`` prompts of ``input_len`` tokens from an empty cache."""
     return forward_step(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prefill_tokens=jnp.asarray(input_len) * batch_size,
         prefill_seqs=batch_size,
         temperature=temperature,
@@ -453,20 +441,14 @@ def prefill_step(
 
 
 def decode_step(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     batch_size: ArrayLike,
     context_len: ArrayLike,
     temperature: float = 0.0,
 ) -> StepTime:
     """One decode iteration: one new token for each of ``batch_size`` sequences at ``context_len``."""
     return forward_step(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         decode_seqs=batch_size,
         decode_context=context_len,
         temperature=temperature,

@@ -8,6 +8,8 @@ budget, decode roofline, the Che prefix-cache hit rate, the colocated interferen
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,7 @@ from ._memory import max_concurrent_requests
 from ._reuse import prefix_reuse
 from ._serving import KV_BOUND_OCCUPANCY, ServingMetrics, serving_metrics
 from ._sheet import decode_tokens_per_s_max
-from ._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from ._specs import System
 from ._step import decode_step
 from ._workload import Workload
 
@@ -52,27 +54,23 @@ class VerdictBudgets(eqx.Module):
 
 
 def verdict_budgets(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     prompt_tokens,
     output_tokens,
 ) -> VerdictBudgets:
     """The verdicts' budgets as one pure function (jit it once instead of dozens of eager ops):
     ``max_concurrent_requests``, ``decode_step`` and ``decode_tokens_per_s_max`` of the deployment
     and of its two doublings."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     seats = max_concurrent_requests(model, hardware, deployment, prompt_tokens + output_tokens)
     batch = jnp.maximum(jnp.minimum(seats, deployment.max_num_seqs), 1.0)
-    step = decode_step(
-        model, hardware, deployment, efficiency, batch, prompt_tokens + output_tokens / 2.0
-    )
+    step = decode_step(system, batch, prompt_tokens + output_tokens / 2.0)
     doubled_pp = eqx.tree_at(
         lambda d: (d.pp, d.microbatches), deployment, (deployment.pp * 2.0, deployment.pp * 2.0)
     )
     doubled_rep = eqx.tree_at(lambda d: d.replicas, deployment, deployment.replicas * 2.0)
     tps_rep = decode_tokens_per_s_max(
-        model, hardware, doubled_rep, efficiency, prompt_tokens, output_tokens
+        dataclasses.replace(system, deployment=doubled_rep), prompt_tokens, output_tokens
     )
     return VerdictBudgets(
         seats=seats,
@@ -82,7 +80,7 @@ def verdict_budgets(
         decode_comm_s=step.comm_s,
         decode_total_s=step.total_s,
         pp_tokens_per_s=decode_tokens_per_s_max(
-            model, hardware, doubled_pp, efficiency, prompt_tokens, output_tokens
+            dataclasses.replace(system, deployment=doubled_pp), prompt_tokens, output_tokens
         ),
         replica_tokens_per_s=jnp.where(seats >= 1.0, tps_rep, 0.0),
         pp_seats=max_concurrent_requests(
@@ -128,10 +126,7 @@ def _kv_or_queue(seats_at_full, cap, m: ServingMetrics | None):
 
 
 def verdicts(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     *,
     prompt_tokens: float,
     output_tokens: float,
@@ -156,10 +151,9 @@ def verdicts(
     ``prefill_interference`` (``disaggregation``'s, with every pool this deployment, at these
     lengths and ``arrival_rate_per_s``) and ``budgets`` (``verdict_budgets`` at these lengths).
     """
+    deployment = system.deployment
     if budgets is None:
-        budgets = verdict_budgets(
-            model, hardware, deployment, efficiency, prompt_tokens, output_tokens
-        )
+        budgets = verdict_budgets(system, prompt_tokens, output_tokens)
     seats = float(budgets.seats)
     cap = float(deployment.max_num_seqs)
     out: dict[str, str] = {}
@@ -176,10 +170,7 @@ def verdicts(
             metrics
             if metrics is not None
             else serving_metrics(
-                model,
-                hardware,
-                deployment,
-                efficiency,
+                system,
                 workload,
                 chunked_prefill=chunked_prefill,
                 chunk_tokens=chunk_tokens,
@@ -193,10 +184,7 @@ def verdicts(
         stretch = float(prefill_interference)
     elif arrival_rate_per_s is not None and seats >= 1.0:
         co = colocated_disaggregation(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prompt_tokens,
             output_tokens,
             arrival_rate_per_s,
@@ -214,10 +202,7 @@ def verdicts(
 
     if shared_fraction > 0.0 and prefix_tokens > 0.0:
         r = prefix_reuse(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             shared_fraction=shared_fraction,

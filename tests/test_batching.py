@@ -4,7 +4,7 @@ import jax
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from perfmodel import Deployment, Efficiency, forward_step, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, forward_step, load_hardware, load_model
 from perfmodel.dynamics import (
     DecodeCost,
     EngineConfig,
@@ -33,10 +33,16 @@ def test_iteration_is_forward_step():
         "decode_seqs": 30.0,
         "decode_context": 900.0,
     }
-    assert float(iteration_s(MODEL, GPU, d, EFF, **kw)) == float(
-        forward_step(MODEL, GPU, d, EFF, **kw).total_s
+    assert float(iteration_s(System(MODEL, GPU, d, EFF), **kw)) == float(
+        forward_step(System(MODEL, GPU, d, EFF), **kw).total_s
     )
-    assert np.isfinite(float(iteration_s(MODEL, GPU, d, EFF)))  # empty iteration: overhead, no NaN
+    assert np.isfinite(
+        float(
+            iteration_s(
+                System(MODEL, GPU, d, EFF),
+            )
+        )
+    )  # empty iteration: overhead, no NaN
 
 
 @settings(max_examples=5, deadline=None)
@@ -74,9 +80,9 @@ def test_iterations_in_one_pass_equal_one_call_each(steps, model_name):
                 decode_context=d_ctx * grow,
             )
         )
-    laid = decode_iterations_s(model, GPU, d, EFF, cost, tuple(tokens))
+    laid = decode_iterations_s(System(model, GPU, d, EFF), cost, tuple(tokens))
     for step, time_s in zip(tokens, laid, strict=True):
-        one = decode_iteration_s(model, GPU, d, EFF, cost, **vars(step))
+        one = decode_iteration_s(System(model, GPU, d, EFF), cost, **vars(step))
         assert time_s.shape == one.shape
         np.testing.assert_allclose(np.asarray(time_s), np.asarray(one), rtol=1e-12)
 
@@ -114,7 +120,7 @@ def test_lower_max_model_len_raises_static_concurrency():
 @jax.jit
 def _capacity(budget):
     d = Deployment.create(tp=1, max_num_batched_tokens=budget, max_num_seqs=1024.0)
-    return saturated_output_tokens_per_s(MODEL, GPU, d, EFF, 1000.0, 200.0)
+    return saturated_output_tokens_per_s(System(MODEL, GPU, d, EFF), 1000.0, 200.0)
 
 
 @settings(max_examples=15, deadline=None)
@@ -135,7 +141,9 @@ def test_bigger_budget_worsens_tpot_tail_at_the_same_load():
         output_tokens_cv=0.5,
     )
     small, big = (
-        serving_metrics(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, w)
+        serving_metrics(
+            System(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF), w
+        )
         for b in (512.0, 16384.0)
     )
     assert bool(small.stable) and bool(big.stable)
@@ -143,7 +151,9 @@ def test_bigger_budget_worsens_tpot_tail_at_the_same_load():
     cap_small, cap_big = (
         float(
             saturated_output_tokens_per_s(
-                MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, 3000.0, 200.0
+                System(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF),
+                3000.0,
+                200.0,
             )
         )
         for b in (512.0, 16384.0)
@@ -164,7 +174,10 @@ def test_more_flops_same_bandwidth_barely_helps_decode():
         internode_bytes_per_s=GPU.internode_bytes_per_s,
         price_per_gpu_hour=GPU.price_per_gpu_hour,
     )
-    base, more = serving_metrics(MODEL, GPU, d, EFF, w), serving_metrics(MODEL, fast, d, EFF, w)
+    base, more = (
+        serving_metrics(System(MODEL, GPU, d, EFF), w),
+        serving_metrics(System(MODEL, fast, d, EFF), w),
+    )
     assert float(more.tpot_s.mean) > 0.95 * float(base.tpot_s.mean)
     assert float(more.ttft_s.mean) < 0.75 * float(
         base.ttft_s.mean
@@ -174,7 +187,10 @@ def test_more_flops_same_bandwidth_barely_helps_decode():
 def test_saturated_throughput_gradient_finite():
     g = jax.grad(
         lambda b: saturated_output_tokens_per_s(
-            MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, 1000.0, 200.0, 1e-2
+            System(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF),
+            1000.0,
+            200.0,
+            1e-2,
         )
     )(512.0)
     assert np.isfinite(float(g)) and float(g) > 0

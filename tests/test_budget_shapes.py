@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import perfmodel
-from perfmodel import COLLECTIVE_KINDS, Deployment, Efficiency, KernelEfficiency
+from perfmodel import COLLECTIVE_KINDS, Deployment, Efficiency, KernelEfficiency, System
 from perfmodel._compute import attention_flops, compute_fraction, linear_flops
 from perfmodel._memory import (
     kv_bytes_per_sequence,
@@ -52,6 +52,7 @@ BY_TYPE = {
     "Efficiency": Efficiency(),
     "KernelEfficiency": KernelEfficiency(launch_overhead_s=3e-6, gemm_half_width=64.0),
 }
+BY_TYPE["System"] = System(MODEL, HARDWARE, DEPLOYMENT, BY_TYPE["Efficiency"])
 VALUES = {  # a plausible value for each real argument (the rest take 2.0 scaled)
     "kind": float(COLLECTIVE_KINDS["all_reduce"]),
     "acceptance": 0.6,

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import perfmodel as pm
+from perfmodel import System
 from perfmodel._smooth import smooth_ceil, smooth_max, smooth_min
 
 EXACT = pm.Efficiency(
@@ -54,7 +55,7 @@ def llama8b():
 def test_decode_batch1_is_weight_read_time(h100, llama8b):
     """Batch-1 decode at tiny context: weights / HBM bandwidth (Pope et al. 2022)."""
     dep = pm.Deployment.create()
-    step = pm.decode_step(llama8b, h100, dep, EXACT, 1.0, 0.0)
+    step = pm.decode_step(System(llama8b, h100, dep, EXACT), 1.0, 0.0)
     weights = float(llama8b.total_params) * 2
     kv = 131072 * 1.0  # the token's own KV
     assert float(step.memory_s) == pytest.approx((weights + kv) / 3.35e12, rel=1e-9)
@@ -72,7 +73,7 @@ def test_prefill_flops_match_kaplan(h100, llama8b):
     n_body = float(llama8b.active_params - llama8b.embedding_params - llama8b.lm_head_params)
     attn = 2 * 32 * 128 * 2 * 32 * (s * (s + 1) / 2)  # 2 * heads * (d_qk + d_v) per pair, 32 layers
     flops = 2 * n_body * s + 2 * float(llama8b.lm_head_params) + attn
-    step = pm.prefill_step(llama8b, h100, dep, EXACT, s)
+    step = pm.prefill_step(System(llama8b, h100, dep, EXACT), s)
     assert float(step.compute_s) == pytest.approx(flops / 989e12, rel=1e-9)
     # the GEMMs and attention are compute-bound; the elementwise kernels stream their bytes
     # (2 fused add + norms, rope, activation per layer; the embedding gather) at the HBM peak;
@@ -87,8 +88,10 @@ def test_prefill_flops_match_kaplan(h100, llama8b):
 
 
 def test_fp8_weights_use_fp8_peak(h100, llama8b):
-    bf16 = pm.prefill_step(llama8b, h100, pm.Deployment.create(), EXACT, 4096.0)
-    fp8 = pm.prefill_step(llama8b, h100, pm.Deployment.create(weight_dtype="fp8"), EXACT, 4096.0)
+    bf16 = pm.prefill_step(System(llama8b, h100, pm.Deployment.create(), EXACT), 4096.0)
+    fp8 = pm.prefill_step(
+        System(llama8b, h100, pm.Deployment.create(weight_dtype="fp8"), EXACT), 4096.0
+    )
     assert float(bf16.compute_s / fp8.compute_s) == pytest.approx(1979 / 989, rel=1e-3)
 
 
@@ -117,15 +120,15 @@ def test_ring_all_reduce_anchor():
 def test_tp_comm_two_all_reduces_per_layer(h100, llama8b):
     dep = pm.Deployment.create(tp=4)
     eff = pm.Efficiency(collective_bandwidth_fraction=1.0, collective_latency_s=0.0)
-    t = pm.tp_comm_s(llama8b, h100, dep, eff, 1024.0)
+    t = pm.tp_comm_s(System(llama8b, h100, dep, eff), 1024.0)
     message = 1024 * 4096 * 2
     assert float(t) == pytest.approx(2 * 32 * 2 * 3 / 4 * message / 450e9, rel=1e-12)
 
 
 def test_tp_beyond_a_node_uses_the_network(h100, llama8b):
     eff = pm.Efficiency()
-    in_node = pm.tp_comm_s(llama8b, h100, pm.Deployment.create(tp=8), eff, 4096.0)
-    cross = pm.tp_comm_s(llama8b, h100, pm.Deployment.create(tp=16), eff, 4096.0)
+    in_node = pm.tp_comm_s(System(llama8b, h100, pm.Deployment.create(tp=8), eff), 4096.0)
+    cross = pm.tp_comm_s(System(llama8b, h100, pm.Deployment.create(tp=16), eff), 4096.0)
     assert float(cross) > 5 * float(in_node)
 
 
@@ -141,7 +144,7 @@ def test_moe_decode_reads_only_routed_experts(h100):
     assert float(pm.expected_experts_touched(mixtral, 1.0)) == pytest.approx(2.0)
     assert float(pm.expected_experts_touched(mixtral, 512.0)) == pytest.approx(8.0)
     dep = pm.Deployment.create(tp=2)
-    b1 = pm.decode_step(mixtral, h100, dep, EXACT, 1.0, 0.0)
+    b1 = pm.decode_step(System(mixtral, h100, dep, EXACT), 1.0, 0.0)
     active_bytes = float(mixtral.active_params) * 2 / 2
     assert float(b1.memory_s) == pytest.approx(active_bytes / 3.35e12, rel=0.01)
 
@@ -163,10 +166,10 @@ def test_more_bandwidth_never_slows_decode(scale, batch, context):
     model = pm.load_model("meta-llama/Llama-3.1-8B")
     dep, eff = pm.Deployment.create(), pm.Efficiency()
     faster = eqx.tree_at(lambda h: h.hbm_bytes_per_s, hw, hw.hbm_bytes_per_s * scale)
-    base = pm.decode_step(model, hw, dep, eff, batch, context).total_s
-    assert float(pm.decode_step(model, faster, dep, eff, batch, context).total_s) <= float(base) * (
-        1 + 1e-12
-    )
+    base = pm.decode_step(System(model, hw, dep, eff), batch, context).total_s
+    assert float(pm.decode_step(System(model, faster, dep, eff), batch, context).total_s) <= float(
+        base
+    ) * (1 + 1e-12)
 
 
 def test_step_gradients_match_finite_differences(h100, llama8b):
@@ -176,11 +179,11 @@ def test_step_gradients_match_finite_differences(h100, llama8b):
         eff = pm.Efficiency(
             compute_fraction_max=flops_frac, bandwidth_fraction=bw_frac, step_overhead_s=overhead
         )
-        return pm.decode_step(llama8b, h100, dep, eff, batch, 2048.0).total_s
+        return pm.decode_step(System(llama8b, h100, dep, eff), batch, 2048.0).total_s
 
     def prefill(bw_frac, flops_frac, length):
         eff = pm.Efficiency(compute_fraction_max=flops_frac, bandwidth_fraction=bw_frac)
-        return pm.prefill_step(llama8b, h100, dep, eff, length).total_s
+        return pm.prefill_step(System(llama8b, h100, dep, eff), length).total_s
 
     check_grads(decode, (0.8, 0.7, 1e-3, 64.0), order=1, modes=("rev",), eps=1e-4)
     check_grads(prefill, (0.8, 0.7, 3000.0), order=1, modes=("rev",), eps=1e-3)
@@ -191,13 +194,10 @@ def test_vmap_over_configurations_equals_loop(h100, llama8b):
     tps = jnp.asarray([1.0, 2.0, 4.0, 8.0])
     kv_bytes = jnp.asarray([2.0, 1.0, 2.0, 0.5])
     deps = jax.vmap(lambda t, k: pm.Deployment(tp=t, kv_bytes_per_elem=k))(tps, kv_bytes)
-    sheet = jax.vmap(lambda d: pm.budget_sheet(llama8b, h100, d, eff, 2000.0, 200.0))(deps)
+    sheet = jax.vmap(lambda d: pm.budget_sheet(System(llama8b, h100, d, eff), 2000.0, 200.0))(deps)
     for i in range(4):
         one = pm.budget_sheet(
-            llama8b,
-            h100,
-            pm.Deployment(tp=tps[i], kv_bytes_per_elem=kv_bytes[i]),
-            eff,
+            System(llama8b, h100, pm.Deployment(tp=tps[i], kv_bytes_per_elem=kv_bytes[i]), eff),
             2000.0,
             200.0,
         )
@@ -217,23 +217,25 @@ def test_elasticities_name_the_bottleneck(h100):
     ~0 to peak FLOP/s; a KV-limited batch responds to HBM capacity."""
     model = pm.load_model("meta-llama/Llama-3.1-70B")
     dep = pm.Deployment.create(tp=2, max_num_seqs=1024.0)
-    el = pm.decode_elasticities(model, h100, dep, pm.Efficiency(), 8000.0, 1000.0)
+    el = pm.decode_elasticities(System(model, h100, dep, pm.Efficiency()), 8000.0, 1000.0)
     flops, bw, hbm, _link = (float(x) for x in el)
     assert abs(flops) < 0.05
     assert bw > 0.5
     assert hbm > 0.5  # more HBM -> larger batch -> more tokens/s
-    sheet = pm.budget_sheet(model, h100, dep, pm.Efficiency(), 8000.0, 1000.0)
+    sheet = pm.budget_sheet(System(model, h100, dep, pm.Efficiency()), 8000.0, 1000.0)
     assert pm.BINDING_BUDGETS[int(sheet.binding_budget)] == "memory_capacity"
 
 
 def test_long_prefill_binding_is_compute(h100, llama8b):
     """A one-sequence, 8k-prompt prefill is compute-bound on any datacenter GPU."""
-    step = pm.prefill_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency(), 8192.0)
+    step = pm.prefill_step(System(llama8b, h100, pm.Deployment.create(), pm.Efficiency()), 8192.0)
     assert float(step.compute_s) > 3 * float(step.memory_s)
 
 
 def test_empty_iteration_costs_only_overhead(h100, llama8b):
-    step = pm.forward_step(llama8b, h100, pm.Deployment.create(), pm.Efficiency())
+    step = pm.forward_step(
+        System(llama8b, h100, pm.Deployment.create(), pm.Efficiency()),
+    )
     assert float(step.compute_s) == 0.0
     assert float(step.total_s) == pytest.approx(
         float(pm.Efficiency().step_overhead_s) + float(step.memory_s)
@@ -241,7 +243,7 @@ def test_empty_iteration_costs_only_overhead(h100, llama8b):
     grad = jax.grad(
         lambda n: (
             pm.forward_step(
-                llama8b, h100, pm.Deployment.create(), pm.Efficiency(), decode_seqs=n
+                System(llama8b, h100, pm.Deployment.create(), pm.Efficiency()), decode_seqs=n
             ).total_s
         )
     )(0.0)
@@ -264,6 +266,6 @@ def test_step_total_is_the_forward_steps_total(h100, model_id, tp, pp):
         "decode_seqs": jnp.array([0.0, 64.0, 0.0, 17.0]),
         "decode_context": jnp.array([0.0, 1500.0, 0.0, 2200.0]),
     }
-    whole = pm.forward_step(model, h100, d, pm.Efficiency(), **tokens).total_s
-    total = pm.step_total_s(model, h100, d, pm.Efficiency(), **tokens)
+    whole = pm.forward_step(System(model, h100, d, pm.Efficiency()), **tokens).total_s
+    total = pm.step_total_s(System(model, h100, d, pm.Efficiency()), **tokens)
     np.testing.assert_array_equal(np.asarray(total), np.asarray(whole))

@@ -219,7 +219,9 @@ def test_disagg_pools_on_other_gpus_run_at_those_gpus_efficiencies(monkeypatch):
     )
     model = pm.load_model("meta-llama/Llama-3.1-8B")
     with pytest.raises(StopIteration):
-        features._disagg(args, model, h100, pm.Deployment.create(), own, 2000.0, 200.0, 1.0)
+        features._disagg(
+            args, pm.System(model, h100, pm.Deployment.create(), own), 2000.0, 200.0, 1.0
+        )
     assert asked == [a100.name]
     assert passed["efficiency"] is own and passed["decode_efficiency"] is own
     assert passed["prefill_efficiency"] is a100_eff

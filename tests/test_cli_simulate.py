@@ -7,6 +7,7 @@ import math
 import pytest
 
 import perfmodel as pm
+from perfmodel import System
 from perfmodel.dynamics import Workload
 from servingmath.cli import main
 from servingmath.evaluation.load import dynamics_report
@@ -169,7 +170,7 @@ def test_simulate_runs_at_the_posterior_median_like_explain(capsys):
     model, gpu = load_model("meta-llama/Llama-3.1-8B"), load_hardware("h100-sxm")
     prefill = float(
         forward_step(
-            model, gpu, Deployment.create(), median, prefill_tokens=512.0, prefill_seqs=1.0
+            System(model, gpu, Deployment.create(), median), prefill_tokens=512.0, prefill_seqs=1.0
         ).total_s
     )
     # as the engine delivers it: the fitted end-to-end TTFT offset's median (as explain's)
@@ -183,7 +184,9 @@ def test_simulate_runs_at_the_posterior_median_like_explain(capsys):
     assert one["ttft_s"]["p50"] == pytest.approx(
         float(
             forward_step(
-                model, gpu, Deployment.create(), draw7, prefill_tokens=512.0, prefill_seqs=1.0
+                System(model, gpu, Deployment.create(), draw7),
+                prefill_tokens=512.0,
+                prefill_seqs=1.0,
             ).total_s
         )
         * float(draw7.ttft_scale),
@@ -240,7 +243,7 @@ def test_p95_ttft_load_elasticity_and_its_flag():
             output_tokens_mean=200.0,
             output_tokens_cv=0.5,
         )
-        return dynamics_report(args, model, gpu, dep, pm.Efficiency(), w)
+        return dynamics_report(args, System(model, gpu, dep, pm.Efficiency()), w)
 
     # the edge of stability, found on the closed form itself (bisection on whether p95 TTFT is
     # finite), then 1 % inside it: near the seats' saturation

@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from perfmodel import (
     Deployment,
     Efficiency,
+    System,
     kv_bytes_per_token,
     load_hardware,
     load_model,
@@ -26,7 +27,7 @@ EFF = Efficiency()
 def _compare(prompt, output, load, prefill_gpus=4, decode_gpus=4, **kw):
     """``load`` = colocated prefill utilisation lambda * prefill_s / 8 replicas."""
     colocated = Deployment.create(replicas=8)
-    rate = load * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, prompt).total_s)
+    rate = load * 8.0 / float(prefill_step(System(LLAMA8B, H100, colocated, EFF), prompt).total_s)
     return disaggregation(
         LLAMA8B,
         EFF,
@@ -88,8 +89,8 @@ def test_each_pool_runs_at_its_own_gpus_efficiency():
     assert float(r.split_tpot_s) == float(base.split_tpot_s)
     assert float(r.colocated_e2e_s) == float(base.colocated_e2e_s)
     dep = Deployment.create(replicas=4)
-    extra_s = float(prefill_step(LLAMA8B, H100, dep, slow, 2000.0).total_s) - float(
-        prefill_step(LLAMA8B, H100, dep, EFF, 2000.0).total_s
+    extra_s = float(prefill_step(System(LLAMA8B, H100, dep, slow), 2000.0).total_s) - float(
+        prefill_step(System(LLAMA8B, H100, dep, EFF), 2000.0).total_s
     )
     assert extra_s > 0 and float(r.split_ttft_s - base.split_ttft_s) >= extra_s
     # and a slower decode GPU moves the split's TPOT only
@@ -118,7 +119,7 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
     from perfmodel.simulator._disagg import simulate_disaggregated
 
     colocated = Deployment.create(replicas=8, max_model_len=16384.0)  # 8000 + 256 tokens fit
-    rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, prompt).total_s)
+    rate = 0.3 * 8.0 / float(prefill_step(System(LLAMA8B, H100, colocated, EFF), prompt).total_s)
     n = 800
     arrival = np.cumsum(np.random.default_rng(0).exponential(1.0 / rate, n))
     trace = Trace(arrival, np.full(n, int(prompt)), np.full(n, 256))
@@ -127,7 +128,7 @@ def test_simulator_agrees_on_who_wins_and_roughly_on_e2e(prompt, split_wins):
         "decode": (H100, Deployment.create(replicas=4, max_model_len=16384.0)),
     }
     split = simulate_disaggregated(LLAMA8B, EFF, trace, **pools)
-    coloc = simulate(LLAMA8B, H100, colocated, EFF, trace)
+    coloc = simulate(System(LLAMA8B, H100, colocated, EFF), trace)
     keep = slice(n // 10, int(0.9 * n))
     sim_net = np.mean(coloc.e2e_s[keep]) - np.mean(split.e2e_s[keep])
     closed = _compare(prompt, 256.0, 0.3)
@@ -148,7 +149,7 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
     from perfmodel.simulator._disagg import simulate_disaggregated
 
     colocated = Deployment.create(replicas=8)
-    rate = 0.3 * 8.0 / float(prefill_step(LLAMA8B, H100, colocated, EFF, 2000.0).total_s)
+    rate = 0.3 * 8.0 / float(prefill_step(System(LLAMA8B, H100, colocated, EFF), 2000.0).total_s)
     pools = {
         "prefill": (H100, Deployment.create(replicas=4)),
         "decode": (H100, Deployment.create(replicas=4)),
@@ -176,8 +177,8 @@ def test_split_percentiles_under_load_agree_with_the_simulator():
     assert float(both.split_tpot_s.mean) == float(closed.split_tpot_s.mean)
     assert float(both.colocated_tpot_s.mean) > 1.5 * float(closed.colocated_tpot_s.mean)
     p_dep = pools["prefill"][1]
-    extra_s = float(prefill_step(LLAMA8B, H100, p_dep, slow, 2000.0).total_s) - float(
-        prefill_step(LLAMA8B, H100, p_dep, EFF, 2000.0).total_s
+    extra_s = float(prefill_step(System(LLAMA8B, H100, p_dep, slow), 2000.0).total_s) - float(
+        prefill_step(System(LLAMA8B, H100, p_dep, EFF), 2000.0).total_s
     )
     assert extra_s > 0 and float(both.split_ttft_s.mean - closed.split_ttft_s.mean) >= extra_s
     n = 800
@@ -244,8 +245,8 @@ def test_prefill_pool_wait_is_the_packing_mg1_one():
     from perfmodel._workload import Workload
 
     pool, big = Deployment.create(replicas=4), Deployment.create(replicas=1000)
-    d_s = float(prefill_step(LLAMA8B, H100, pool, EFF, 2000.0).total_s)
-    m_s = float(prefill_step(LLAMA8B, H100, pool, EFF, 2000.0, 2.0).total_s) - d_s
+    d_s = float(prefill_step(System(LLAMA8B, H100, pool, EFF), 2000.0).total_s)
+    m_s = float(prefill_step(System(LLAMA8B, H100, pool, EFF), 2000.0, 2.0).total_s) - d_s
 
     def mean_ttft(rate):
         wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=2000.0, output_tokens_mean=1.0)
@@ -287,7 +288,9 @@ def test_split_serving_speculative_decode_pool_emits_e_tokens_per_iteration():
     ctx = 2000.0 + 255.0 / 2.0
     dep = Deployment.create(replicas=4)
     one = float(
-        decode_iteration_s(LLAMA8B, H100, dep, EFF, cost, decode_seqs=1.0, decode_context=ctx)
+        decode_iteration_s(
+            System(LLAMA8B, H100, dep, EFF), cost, decode_seqs=1.0, decode_context=ctx
+        )
     )
     assert float(spec.tpot_s.mean) == pytest.approx(one / e_step, rel=1e-4)
     assert float(spec.tpot_s.mean) < 0.6 * float(plain.tpot_s.mean)
@@ -334,10 +337,10 @@ def test_colocated_decode_batch_is_littles_law_capped_at_the_seats():
     # 2 req/s per replica, each decoding 200 tokens at tpot seconds
     expected = 2.0 * 200.0 * tpot
     seats = min(float(max_concurrent_requests(model, H100, dep, prompt + output)), 256.0)
-    got = colocated_decode_batch(model, H100, dep, eff, prompt, output, rate)
+    got = colocated_decode_batch(System(model, H100, dep, eff), prompt, output, rate)
     assert got == pytest.approx(expected, rel=1e-12)
     # a trickle of requests: Little's law gives far below one sequence, the floor holds it at 1
-    assert colocated_decode_batch(model, H100, dep, eff, prompt, output, 1e-3) == 1.0
-    assert colocated_decode_batch(model, H100, dep, eff, prompt, output, None) == 1.0
-    flood = colocated_decode_batch(model, H100, dep, eff, prompt, output, 1e6)
+    assert colocated_decode_batch(System(model, H100, dep, eff), prompt, output, 1e-3) == 1.0
+    assert colocated_decode_batch(System(model, H100, dep, eff), prompt, output, None) == 1.0
+    flood = colocated_decode_batch(System(model, H100, dep, eff), prompt, output, 1e6)
     assert flood == pytest.approx(seats)  # overloaded: the seats (max_num_seqs 256 here)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import perfmodel as pm
+from perfmodel import System
 from perfmodel.dynamics import Workload, serving_metrics
 
 MODEL = pm.load_model("meta-llama/Llama-3.1-8B")
@@ -29,8 +30,8 @@ def _pct(p):
 
 def test_serving_metrics_scale_ttft_and_tpot_and_compose_e2e():
     workload = Workload(concurrency=16.0, prompt_tokens_mean=1024.0, output_tokens_mean=512.0)
-    base = serving_metrics(MODEL, H100, DEP, pm.Efficiency(), workload)
-    got = serving_metrics(MODEL, H100, DEP, SCALED, workload)
+    base = serving_metrics(System(MODEL, H100, DEP, pm.Efficiency()), workload)
+    got = serving_metrics(System(MODEL, H100, DEP, SCALED), workload)
     np.testing.assert_allclose(_pct(got.ttft_s), 2.5 * _pct(base.ttft_s), rtol=1e-12)
     np.testing.assert_allclose(_pct(got.tpot_s), 0.8 * _pct(base.tpot_s), rtol=1e-12)
     np.testing.assert_allclose(_pct(got.itl_s), 0.8 * _pct(base.itl_s), rtol=1e-12)
@@ -52,7 +53,7 @@ def test_serving_metrics_scale_ttft_and_tpot_and_compose_e2e():
 
 def test_unit_scales_are_the_physics():
     w = Workload(concurrency=8.0, prompt_tokens_mean=2048.0, output_tokens_mean=128.0)
-    base = serving_metrics(MODEL, H100, DEP, pm.Efficiency(), w)
+    base = serving_metrics(System(MODEL, H100, DEP, pm.Efficiency()), w)
     same = pm.dynamics.engine_scaled(base, pm.Efficiency(), closed_loop=True)
     for field in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         np.testing.assert_array_equal(_pct(getattr(same, field)), _pct(getattr(base, field)))
@@ -63,8 +64,8 @@ def test_search_model_scales_as_the_verdict_model():
     from optimize._metrics import slo_metrics
 
     w = Workload(arrival_rate_per_s=6.0, prompt_tokens_mean=1500.0, output_tokens_mean=300.0)
-    base = slo_metrics(MODEL, H100, DEP, pm.Efficiency(), w)
-    got = slo_metrics(MODEL, H100, DEP, SCALED, w)
+    base = slo_metrics(System(MODEL, H100, DEP, pm.Efficiency()), w)
+    got = slo_metrics(System(MODEL, H100, DEP, SCALED), w)
     np.testing.assert_allclose(got.ttft_quantiles_s, 2.5 * np.asarray(base.ttft_quantiles_s))
     np.testing.assert_allclose(got.tpot_quantiles_s, 0.8 * np.asarray(base.tpot_quantiles_s))
     np.testing.assert_allclose(got.itl_quantiles_s, 0.8 * np.asarray(base.itl_quantiles_s))

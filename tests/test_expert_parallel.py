@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from perfmodel import (
     Deployment,
     Efficiency,
+    System,
     forward_step,
     kv_bytes_per_sequence,
     kv_bytes_per_token_per_gpu,
@@ -83,8 +84,8 @@ def test_mla_capacity_grows_by_the_dp_degree_less_the_weight_copies():
 
 def test_full_attention_dp_drops_the_attention_all_reduce():
     tokens = 512.0
-    tp_only = tp_comm_s(LLAMA, H100, _dep(), EFF, tokens)
-    dp = tp_comm_s(LLAMA, H100, _dep(a=8), EFF, tokens)
+    tp_only = tp_comm_s(System(LLAMA, H100, _dep(), EFF), tokens)
+    dp = tp_comm_s(System(LLAMA, H100, _dep(a=8), EFF), tokens)
     one = ring_all_reduce_s(tokens * 4096 * 2.0, 8.0, group_link_bytes_per_s(H100, 8.0), EFF)
     assert float(tp_only) == pytest.approx(2 * 32 * float(one), rel=1e-6)
     assert float(dp) == pytest.approx(32 * float(one), rel=1e-6)
@@ -92,16 +93,16 @@ def test_full_attention_dp_drops_the_attention_all_reduce():
 
 def test_defaults_are_tp_only():
     kw = {"decode_seqs": 64.0, "decode_context": 2000.0}
-    base = forward_step(R1, H100, Deployment.create(tp=8, weight_dtype="fp8"), EFF, **kw)
-    same = forward_step(R1, H100, _dep(ep=1, a=1, weight_dtype="fp8"), EFF, **kw)
+    base = forward_step(System(R1, H100, Deployment.create(tp=8, weight_dtype="fp8"), EFF), **kw)
+    same = forward_step(System(R1, H100, _dep(ep=1, a=1, weight_dtype="fp8"), EFF), **kw)
     assert float(same.total_s) == float(base.total_s)
 
 
 def test_mla_decode_reads_one_eighth_of_the_kv_under_attention_dp():
     seqs, ctx = 256.0, 4000.0
     kw = {"decode_seqs": seqs, "decode_context": ctx}
-    tp = forward_step(R1, H100, _dep(weight_dtype="fp8"), EFF, **kw)
-    dp = forward_step(R1, H100, _dep(a=8, weight_dtype="fp8"), EFF, **kw)
+    tp = forward_step(System(R1, H100, _dep(weight_dtype="fp8"), EFF), **kw)
+    dp = forward_step(System(R1, H100, _dep(a=8, weight_dtype="fp8"), EFF), **kw)
     bw = H100.hbm_bytes_per_s * EFF.bandwidth_fraction
     kv = seqs * kv_bytes_per_sequence(R1, 2.0, ctx + 1.0)
     copies = 61 * float(R1.attention_params) * 7.0 * 1.0 / 8.0  # fp8 attention copies per rank
@@ -113,8 +114,8 @@ def test_mla_decode_reads_one_eighth_of_the_kv_under_attention_dp():
 def test_expert_parallel_runs_fewer_wider_expert_gemms_no_slower():
     for seqs in (8.0, 64.0, 512.0):
         kw = {"decode_seqs": seqs, "decode_context": 1000.0}
-        tp = forward_step(R1, H100, _dep(weight_dtype="fp8"), EFF, **kw)
-        ep = forward_step(R1, H100, _dep(ep=8, weight_dtype="fp8"), EFF, **kw)
+        tp = forward_step(System(R1, H100, _dep(weight_dtype="fp8"), EFF), **kw)
+        ep = forward_step(System(R1, H100, _dep(ep=8, weight_dtype="fp8"), EFF), **kw)
         assert float(ep.total_s) <= float(tp.total_s)
         assert float(ep.compute_s) == pytest.approx(float(tp.compute_s), rel=1e-9)
         assert float(ep.memory_s) == pytest.approx(float(tp.memory_s), rel=1e-9)
@@ -136,8 +137,8 @@ def test_flops_per_rank_do_not_depend_on_how_the_group_splits(tp, ep_share, a_sh
         "prefill_tokens": prompt,
         "prefill_seqs": 1.0 if prompt > 0 else 0.0,
     }
-    base = forward_step(R1, H100, _dep(tp=tp, weight_dtype="fp8"), EFF, **kw)
-    split = forward_step(R1, H100, _dep(tp=tp, ep=ep, a=a, weight_dtype="fp8"), EFF, **kw)
+    base = forward_step(System(R1, H100, _dep(tp=tp, weight_dtype="fp8"), EFF), **kw)
+    split = forward_step(System(R1, H100, _dep(tp=tp, ep=ep, a=a, weight_dtype="fp8"), EFF), **kw)
     assert float(split.compute_s) == pytest.approx(float(base.compute_s), rel=1e-6)
     assert jnp.isfinite(split.total_s) and float(split.total_s) > 0
 
@@ -153,7 +154,9 @@ def test_step_gradient_in_the_degrees_matches_finite_differences():
     def total(ep, a):
         dep = Deployment.create(tp=8, weight_dtype="fp8")
         dep = Deployment(**{**vars(dep), "expert_parallel": ep, "attention_dp": a})
-        return forward_step(R1, H100, dep, EFF, decode_seqs=128.0, decode_context=3000.0).total_s
+        return forward_step(
+            System(R1, H100, dep, EFF), decode_seqs=128.0, decode_context=3000.0
+        ).total_s
 
     x = (jnp.asarray(4.0), jnp.asarray(2.0))
     grads = jax.grad(total, argnums=(0, 1))(*x)

@@ -5,7 +5,7 @@ hand-derived costs, enumeration and Little's law."""
 import jax
 import pytest
 
-from perfmodel import Deployment, Efficiency, features as ft, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, features as ft, load_hardware, load_model
 from perfmodel._batching import DecodeCost, decode_iteration_s, iteration_s
 from perfmodel._features_under_load import (
     prefix_serving_metrics,
@@ -31,15 +31,19 @@ MIXED = {
 
 
 def test_default_cost_is_the_plain_iteration_bit_for_bit():
-    plain = iteration_s(LLAMA8B, H100, DEP, EFF, **MIXED)
-    assert float(decode_iteration_s(LLAMA8B, H100, DEP, EFF, DecodeCost(), **MIXED)) == float(plain)
+    plain = iteration_s(System(LLAMA8B, H100, DEP, EFF), **MIXED)
+    assert float(
+        decode_iteration_s(System(LLAMA8B, H100, DEP, EFF), DecodeCost(), **MIXED)
+    ) == float(plain)
 
 
 def test_cached_prefix_is_read_by_decodes_and_chunks():
     cost = DecodeCost(cached_prompt_tokens=1536.0)
     shifted = dict(MIXED, prefill_context=300.0 + 1536.0, decode_context=1500.0 + 1536.0)
-    got = decode_iteration_s(LLAMA8B, H100, DEP, EFF, cost, **MIXED)
-    assert float(got) == pytest.approx(float(iteration_s(LLAMA8B, H100, DEP, EFF, **shifted)))
+    got = decode_iteration_s(System(LLAMA8B, H100, DEP, EFF), cost, **MIXED)
+    assert float(got) == pytest.approx(
+        float(iteration_s(System(LLAMA8B, H100, DEP, EFF), **shifted))
+    )
 
 
 @pytest.mark.parametrize("draft", [None, DRAFT1B])
@@ -47,12 +51,11 @@ def test_speculative_decode_iteration_is_draft_plus_verify(draft):
     # no prefill: the iteration is speculative_decode's step (draft + verify over k + 1 tokens),
     # the draft paid once any sequence decodes
     cost = DecodeCost(draft_tokens=3.0, acceptance=0.7, draft_model=draft, speculative=True)
-    got = decode_iteration_s(LLAMA8B, H100, DEP, EFF, cost, decode_seqs=64.0, decode_context=2100.0)
+    got = decode_iteration_s(
+        System(LLAMA8B, H100, DEP, EFF), cost, decode_seqs=64.0, decode_context=2100.0
+    )
     step = speculative_decode(
-        LLAMA8B,
-        H100,
-        DEP,
-        EFF,
+        System(LLAMA8B, H100, DEP, EFF),
         batch_size=64.0,
         context_tokens=2100.0,
         draft_tokens=3.0,
@@ -86,7 +89,7 @@ WORK = Workload(arrival_rate_per_s=2.0, prompt_tokens_mean=2000.0, output_tokens
 def test_speculation_obeys_littles_law_in_tokens():
     # a request decodes (O - 1) / E iterations of gap E x TPOT: n_d = lambda (O - 1) TPOT
     spec = speculative_serving_metrics(
-        LLAMA8B, H100, DEP, EFF, WORK, draft_tokens=2.0, acceptance=0.8
+        System(LLAMA8B, H100, DEP, EFF), WORK, draft_tokens=2.0, acceptance=0.8
     )
     assert float(spec.tokens_per_step) == pytest.approx(2.44)
     little = 2.0 * 199.0 * float(spec.tpot_s.mean)
@@ -94,12 +97,9 @@ def test_speculation_obeys_littles_law_in_tokens():
     # (``CORRECTIONS``' running_jensen_gain, fitted to the simulator) that the mean TPOT lacks
     assert float(spec.decode_batch) == pytest.approx(little, rel=0.08)
     # light load: against plain decoding TPOT falls by the speedup of one speculative step
-    plain = serving_metrics(LLAMA8B, H100, DEP, EFF, WORK)
+    plain = serving_metrics(System(LLAMA8B, H100, DEP, EFF), WORK)
     step = speculative_decode(
-        LLAMA8B,
-        H100,
-        DEP,
-        EFF,
+        System(LLAMA8B, H100, DEP, EFF),
         batch_size=float(spec.decode_batch),
         context_tokens=2100.0,
         draft_tokens=2.0,
@@ -112,10 +112,10 @@ def test_speculation_obeys_littles_law_in_tokens():
 
 def test_prefix_cache_cuts_ttft_not_the_decode_kv_reads():
     none = prefix_serving_metrics(
-        LLAMA8B, H100, DEP, EFF, WORK, shared_fraction=0.0, prefix_tokens=1536.0
+        System(LLAMA8B, H100, DEP, EFF), WORK, shared_fraction=0.0, prefix_tokens=1536.0
     )
     shared = prefix_serving_metrics(
-        LLAMA8B, H100, DEP, EFF, WORK, shared_fraction=0.9, prefix_tokens=1536.0
+        System(LLAMA8B, H100, DEP, EFF), WORK, shared_fraction=0.9, prefix_tokens=1536.0
     )
     assert float(shared.ttft_s.p50) < 0.5 * float(none.ttft_s.p50)
     # decodes still read the whole 2000-token prompt: TPOT moves only by the shorter prefill
@@ -141,7 +141,7 @@ def test_a_closed_loop_prefix_cache_is_judged_at_the_reference_rate():
     )
     assert float(ft.reuse_rate_per_s(closed)) == ft.REUSE_REFERENCE_RATE_PER_S
     assert float(ft.reuse_rate_per_s(WORK)) == 2.0
-    c_served, c_cost = ft.prefix_workload(LLAMA8B, H100, DEP, EFF, closed, **kw)
-    r_served, r_cost = ft.prefix_workload(LLAMA8B, H100, DEP, EFF, reference, **kw)
+    c_served, c_cost = ft.prefix_workload(System(LLAMA8B, H100, DEP, EFF), closed, **kw)
+    r_served, r_cost = ft.prefix_workload(System(LLAMA8B, H100, DEP, EFF), reference, **kw)
     assert float(c_cost.cached_prompt_tokens) == float(r_cost.cached_prompt_tokens) > 0
     assert float(c_served.prompt_tokens_mean) == float(r_served.prompt_tokens_mean) < 2000.0

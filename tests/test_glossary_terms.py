@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import perfmodel as pm
+from perfmodel import System
 from perfmodel._verdicts import verdicts
 from perfmodel.dynamics import KV_BOUND_OCCUPANCY, Workload, serving_metrics
 from perfmodel.simulator import (
@@ -37,7 +38,7 @@ def _open(rate, prompt=1000.0, output=500.0, deployment=DEP):
         prompt_tokens_mean=jnp.asarray(prompt),
         output_tokens_mean=jnp.asarray(output),
     )
-    return serving_metrics(MODEL, GPU, deployment, EFF, w)
+    return serving_metrics(System(MODEL, GPU, deployment, EFF), w)
 
 
 def _closed(concurrency, prompt=3000.0, output=200.0):
@@ -47,7 +48,7 @@ def _closed(concurrency, prompt=3000.0, output=200.0):
         prompt_tokens_mean=jnp.asarray(prompt),
         output_tokens_mean=jnp.asarray(output),
     )
-    return serving_metrics(MODEL, GPU, DEP, EFF, w)
+    return serving_metrics(System(MODEL, GPU, DEP, EFF), w)
 
 
 def _full_iteration_tokens_per_s(prompt, output, deployment=DEP):
@@ -60,10 +61,7 @@ def _full_iteration_tokens_per_s(prompt, output, deployment=DEP):
     n_d = min(budget * output / (prompt + output), seats)
     n_p = n_d * prompt / output
     step = pm.forward_step(
-        MODEL,
-        GPU,
-        deployment,
-        EFF,
+        System(MODEL, GPU, deployment, EFF),
         prefill_tokens=n_p,
         prefill_seqs=n_p / prompt,
         prefill_context=prompt / 2.0,
@@ -166,7 +164,7 @@ def test_verdict_says_kv_bound_only_when_the_load_fills_the_seats():
             prompt_tokens_mean=3000.0,
             output_tokens_mean=200.0,
         )
-        return verdicts(MODEL, GPU, DEP, EFF, workload=load, **kw)["kv_or_queue"]
+        return verdicts(System(MODEL, GPU, DEP, EFF), workload=load, **kw)["kv_or_queue"]
 
     few = verdict(8)
     assert not few.startswith("KV-bound") and few.startswith("neither")
@@ -179,8 +177,8 @@ def test_verdict_says_kv_bound_only_when_the_load_fills_the_seats():
 
 def test_binding_budget_is_the_same_with_and_without_a_load():
     for prompt, output in ((3000.0, 200.0), (200.0, 100.0)):
-        sheet = int(pm.budget_sheet(MODEL, GPU, DEP, EFF, prompt, output).binding_budget)
-        assert sheet == int(pm.binding_budget(MODEL, GPU, DEP, EFF, prompt, output))
+        sheet = int(pm.budget_sheet(System(MODEL, GPU, DEP, EFF), prompt, output).binding_budget)
+        assert sheet == int(pm.binding_budget(System(MODEL, GPU, DEP, EFF), prompt, output))
         for m in (
             _open(1.0, prompt, output),
             _open(500.0, prompt, output),  # overloaded: queueing is ``queue_bound``, not this
@@ -188,12 +186,12 @@ def test_binding_budget_is_the_same_with_and_without_a_load():
         ):
             assert int(m.binding_budget) == sheet
     # long prompts: the KV cache caps a bandwidth-bound batch; short ones: it does not
-    assert pm.BINDING_BUDGETS[int(pm.binding_budget(MODEL, GPU, DEP, EFF, 3000.0, 200.0))] == (
-        "memory_capacity"
-    )
-    assert pm.BINDING_BUDGETS[int(pm.binding_budget(MODEL, GPU, DEP, EFF, 200.0, 100.0))] != (
-        "memory_capacity"
-    )
+    assert pm.BINDING_BUDGETS[
+        int(pm.binding_budget(System(MODEL, GPU, DEP, EFF), 3000.0, 200.0))
+    ] == ("memory_capacity")
+    assert pm.BINDING_BUDGETS[
+        int(pm.binding_budget(System(MODEL, GPU, DEP, EFF), 200.0, 100.0))
+    ] != ("memory_capacity")
 
 
 # ---------------------------------------------------------------- simulator's stable -------

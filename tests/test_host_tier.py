@@ -3,7 +3,7 @@ decode step (short contexts, fast link) and not when it does not (long contexts,
 
 import pytest
 
-from perfmodel import Deployment, Efficiency, GiB, decode_step, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, GiB, System, decode_step, load_hardware, load_model
 from perfmodel._host_tier import host_tier
 
 H100 = load_hardware("h100-sxm")
@@ -13,7 +13,7 @@ EFF = Efficiency()
 
 def _tier(seq, bw, host=256 * GiB):
     dep = Deployment.create(tp=2, host_kv_bytes=host, host_kv_bytes_per_s=bw)
-    return host_tier(LLAMA70B, H100, dep, EFF, sequence_tokens=seq)
+    return host_tier(System(LLAMA70B, H100, dep, EFF), sequence_tokens=seq)
 
 
 def test_no_tier_no_change():
@@ -37,7 +37,9 @@ def test_does_not_pay_for_long_contexts_on_a_slow_link():
     assert float(r.host_sequences_used) == 0.0 and float(r.gain_fraction) == 0.0
     # the reason, from the budgets: one sequence's transfer outlasts the step it would join
     dep = Deployment.create(tp=2)
-    step = decode_step(LLAMA70B, H100, dep, EFF, float(r.hbm_sequences) + 1.0, 8000.0).total_s
+    step = decode_step(
+        System(LLAMA70B, H100, dep, EFF), float(r.hbm_sequences) + 1.0, 8000.0
+    ).total_s
     assert 8000 * 327680 / 2 / 16e9 > float(step)
 
 

@@ -14,6 +14,7 @@ import pytest
 import perfmodel as pm
 from optimize import Workload
 from optimize._metrics import slo_metrics
+from perfmodel import System
 from perfmodel.dynamics import serving_metrics
 from servingmath.cli import main
 
@@ -38,18 +39,18 @@ def test_itl_tail_is_above_the_tpot_tail_where_most_gaps_carry_prefill():
             output_tokens_cv=1.0,
         )
 
-    busy = serving_metrics(model, hw, dep, eff, workload(10.0))
+    busy = serving_metrics(System(model, hw, dep, eff), workload(10.0))
     assert float(busy.utilization) < 0.8
     assert float(busy.itl_s.p95) >= float(busy.tpot_s.p95)
     assert float(busy.itl_s.p99) >= float(busy.itl_s.p95) >= float(busy.itl_s.p50)
     # the mean gap over gaps is the steady state's mean gap, as TPOT's before its tail terms
     assert float(busy.itl_s.mean) == pytest.approx(float(busy.tpot_s.mean), rel=0.05)
-    fast = slo_metrics(model, hw, dep, eff, workload(10.0))
+    fast = slo_metrics(System(model, hw, dep, eff), workload(10.0))
     assert float(fast.itl_p95_s) >= float(fast.tpot_p95_s)
     # one point (19 % apart here); the grid-wide median is held to 15 % below
     assert float(fast.itl_p95_s) == pytest.approx(float(busy.itl_s.p95), rel=0.25)
 
-    light = serving_metrics(model, hw, dep, eff, workload(2.0))
+    light = serving_metrics(System(model, hw, dep, eff), workload(2.0))
     assert float(light.itl_s.p95) < 1.1 * float(light.itl_s.p50)  # decode-only gaps
     assert float(light.itl_s.p99) > 2.0 * float(light.itl_s.p95)  # the chunk-carrying ones
 
@@ -71,9 +72,11 @@ def test_the_simulator_measures_the_same_itl_laws():
             output_tokens_mean=256.0,
             output_tokens_cv=1.0,
         )
-        sim = summarize(simulate(model, hw, dep, eff, requests_from_workload(load, 1000, seed=3)))
+        sim = summarize(
+            simulate(System(model, hw, dep, eff), requests_from_workload(load, 1000, seed=3))
+        )
         itl, tpot = sim["itl_s"], sim["tpot_s"]
-        closed = serving_metrics(model, hw, dep, eff, load)
+        closed = serving_metrics(System(model, hw, dep, eff), load)
         assert itl["mean"] == pytest.approx(tpot["mean"], rel=0.05)
         assert itl["mean"] == pytest.approx(float(closed.itl_s.mean), rel=0.05)
         assert itl["p99"] >= itl["p95"] >= itl["p50"] > 0.0

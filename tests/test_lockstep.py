@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fitting._groups import prefill_first
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel._step import forward_step
 from perfmodel.dynamics import Workload, closed_loop_metrics
 
@@ -27,10 +27,12 @@ def test_lockstep_cycle_is_the_wave_then_the_decodes_by_hand():
     """64 clients x 1024 tokens = 65,536 prompt tokens: 8 prefill-only iterations of 8,192
     (the default budget), then 127 decode iterations of all 64 at context P + O / 2."""
     clients, prompt, output = 64.0, 1024.0, 128.0
-    m = closed_loop_metrics(MODEL, GPU, FIRST, EFF, _fixed(clients, prompt, output))
-    chunk = forward_step(MODEL, GPU, FIRST, EFF, prefill_tokens=8192.0, prefill_seqs=8.0).total_s
+    m = closed_loop_metrics(System(MODEL, GPU, FIRST, EFF), _fixed(clients, prompt, output))
+    chunk = forward_step(
+        System(MODEL, GPU, FIRST, EFF), prefill_tokens=8192.0, prefill_seqs=8.0
+    ).total_s
     decode = forward_step(
-        MODEL, GPU, FIRST, EFF, decode_seqs=clients, decode_context=prompt + output / 2
+        System(MODEL, GPU, FIRST, EFF), decode_seqs=clients, decode_context=prompt + output / 2
     ).total_s
     cycle = 8.0 * chunk + 127.0 * decode
     assert float(m.e2e_s[0]) == pytest.approx(float(cycle), rel=1e-9)
@@ -46,9 +48,9 @@ def test_lockstep_cycle_is_the_wave_then_the_decodes_by_hand():
 
 def test_any_length_spread_or_a_mixing_engine_is_the_desynchronised_loop():
     spread = eqx.tree_at(lambda w: w.output_tokens_cv, _fixed(64.0), jnp.asarray(0.05))
-    a = closed_loop_metrics(MODEL, GPU, FIRST, EFF, spread)
-    b = closed_loop_metrics(MODEL, GPU, MIXED, EFF, spread)
-    c = closed_loop_metrics(MODEL, GPU, MIXED, EFF, _fixed(64.0))
+    a = closed_loop_metrics(System(MODEL, GPU, FIRST, EFF), spread)
+    b = closed_loop_metrics(System(MODEL, GPU, MIXED, EFF), spread)
+    c = closed_loop_metrics(System(MODEL, GPU, MIXED, EFF), _fixed(64.0))
     for x, y in ((a.ttft_s, b.ttft_s), (a.tpot_s, b.tpot_s), (a.e2e_s, b.e2e_s)):
         assert [float(v) for v in x] == pytest.approx([float(v) for v in y], rel=1e-12)
     assert float(c.state.lockstep_share) == 0.0
@@ -58,9 +60,11 @@ def test_lockstep_ttft_is_the_waves_and_grows_with_the_clients_while_tpot_is_pur
     """A burst wave makes the mean TTFT grow about linearly with the clients past one budget,
     and well above the desynchronised loop's; the decode iterations carry no prompt, so TPOT is
     below the mixing engine's at the same load."""
-    few, many = (closed_loop_metrics(MODEL, GPU, FIRST, EFF, _fixed(n)) for n in (16.0, 128.0))
+    few, many = (
+        closed_loop_metrics(System(MODEL, GPU, FIRST, EFF), _fixed(n)) for n in (16.0, 128.0)
+    )
     assert float(many.ttft_s[0]) / float(few.ttft_s[0]) > 4.0
-    mixed = closed_loop_metrics(MODEL, GPU, MIXED, EFF, _fixed(128.0))
+    mixed = closed_loop_metrics(System(MODEL, GPU, MIXED, EFF), _fixed(128.0))
     assert float(many.ttft_s[0]) > 3.0 * float(mixed.ttft_s[0])
     assert float(many.itl_s[3]) < float(mixed.tpot_s[0])
 
@@ -69,7 +73,7 @@ def test_lockstep_ttft_is_the_waves_and_grows_with_the_clients_while_tpot_is_pur
 @given(st.floats(1.0, 256.0), st.floats(64.0, 8192.0), st.floats(2.0, 2048.0))
 def test_lockstep_keeps_littles_law_and_ordered_percentiles(clients, prompt, output):
     """N = X E[E2E] over every client, those waiting for a seat included."""
-    m = closed_loop_metrics(MODEL, GPU, FIRST, EFF, _fixed(clients, prompt, output))
+    m = closed_loop_metrics(System(MODEL, GPU, FIRST, EFF), _fixed(clients, prompt, output))
     assert float(m.requests_per_s * m.e2e_s[0]) == pytest.approx(clients, rel=1e-6)
     for summary in (m.ttft_s, m.tpot_s, m.e2e_s):
         q = [float(x) for x in summary[1:]]
@@ -171,7 +175,9 @@ def test_the_simulator_prefilling_first_reproduces_the_lockstep_closed_form(clie
         output_tokens_mean=128.0,
         requests_per_client=10.0,
     )
-    cf = closed_loop_metrics(MODEL, GPU, FIRST, EFF, w)
-    r = simulate(MODEL, GPU, FIRST, EFF, w, num_requests=10 * clients, seed=0, concurrency=clients)
+    cf = closed_loop_metrics(System(MODEL, GPU, FIRST, EFF), w)
+    r = simulate(
+        System(MODEL, GPU, FIRST, EFF), w, num_requests=10 * clients, seed=0, concurrency=clients
+    )
     for measured, closed in ((r.ttft_s, cf.ttft_s), (r.tpot_s, cf.tpot_s), (r.e2e_s, cf.e2e_s)):
         assert float(measured.mean()) == pytest.approx(float(closed[0]), rel=0.01)

@@ -11,7 +11,7 @@ from optimize import KNOBS, Grid, Workload, make_problem
 from optimize._evaluate import draw_metrics, served_workload
 from optimize._grid import deployment_from_weights, grid_tables, one_hot_weights
 from optimize._simcheck import simulate_check
-from perfmodel import load_model
+from perfmodel import System, load_model
 
 GRID = Grid(
     num_gpus=1,
@@ -85,7 +85,7 @@ def test_search_model_prices_the_served_prompt_and_the_cached_kv(problems):
     for d in (0, cached.num_draws - 1):
         eff = jax.tree.map(lambda x, d=d: x[0, d], cached.efficiency)
         served, tokens = served_workload(cached, hw, dep, eff)
-        want = slo_metrics(cached.model, hw, dep, eff, served, cached_prompt_tokens=tokens)
+        want = slo_metrics(System(cached.model, hw, dep, eff), served, cached_prompt_tokens=tokens)
         assert float(got.ttft_p95_s[d]) == pytest.approx(float(want.ttft_p95_s), rel=1e-9)
         assert float(got.tpot_p95_s[d]) == pytest.approx(float(want.tpot_p95_s), rel=1e-9)
 

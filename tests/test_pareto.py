@@ -21,6 +21,7 @@ import perfmodel as pm
 from optimize import ParetoResult, non_dominated, pareto_frontier, pareto_problem
 from optimize._draws import efficiency_draws_for
 from optimize._grid import KNOBS, MOE, PP, SEQS, TP, layout_degrees
+from perfmodel import System
 from perfmodel.dynamics import Workload
 from servingmath import cli
 
@@ -186,10 +187,12 @@ def _per_draw(model, hardware, deployment, efficiency, load, num_draws):
     ``num_draws`` draws of GPU 0's ``efficiency`` (leaves (gpus, draws))."""
     return [
         pm.serving_metrics(
-            model,
-            hardware,
-            deployment,
-            jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
+            System(
+                model,
+                hardware,
+                deployment,
+                jax.tree_util.tree_map(lambda x, d=d: x[0, d], efficiency),
+            ),
             load,
             closed_loop=True,
         )

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel._polling import (
     closed_loop_busy_probability,
     open_loop_busy_probability,
@@ -120,8 +120,8 @@ def test_closed_loop_ttft_and_e2e_move_by_half_of_k_minus_1_gaps_and_tpot_does_n
     d TTFT / d k = TPOT / 2 against a central finite difference."""
     w, plain = _closed(1.0, 16.0)
     _, polled = _closed(21.0, 16.0)
-    a = closed_loop_metrics(MODEL, GPU, plain, EFF, w)
-    b = closed_loop_metrics(MODEL, GPU, polled, EFF, w)
+    a = closed_loop_metrics(System(MODEL, GPU, plain, EFF), w)
+    b = closed_loop_metrics(System(MODEL, GPU, polled, EFF), w)
     tpot = float(a.tpot_s[0])
     assert float(b.ttft_s[0]) == pytest.approx(float(a.ttft_s[0]) + 10.0 * tpot, rel=1e-9)
     assert float(b.e2e_s[0]) == pytest.approx(float(a.e2e_s[0]) + 10.0 * tpot, rel=1e-9)
@@ -130,12 +130,12 @@ def test_closed_loop_ttft_and_e2e_move_by_half_of_k_minus_1_gaps_and_tpot_does_n
     assert np.all(np.asarray(b.ttft_s[1:]) > np.asarray(a.ttft_s[1:]))
     w1, lone = _closed(21.0, 1.0)
     np.testing.assert_array_equal(
-        closed_loop_metrics(MODEL, GPU, lone, EFF, w1).ttft_s,
-        closed_loop_metrics(MODEL, GPU, _closed(1.0, 1.0)[1], EFF, w1).ttft_s,
+        closed_loop_metrics(System(MODEL, GPU, lone, EFF), w1).ttft_s,
+        closed_loop_metrics(System(MODEL, GPU, _closed(1.0, 1.0)[1], EFF), w1).ttft_s,
     )
 
     def ttft(k):
-        return closed_loop_metrics(MODEL, GPU, _closed(k, 16.0)[1], EFF, w).ttft_s[0]
+        return closed_loop_metrics(System(MODEL, GPU, _closed(k, 16.0)[1], EFF), w).ttft_s[0]
 
     grad = float(jax.grad(ttft)(jnp.asarray(21.0)))
     fd = float(ttft(jnp.asarray(21.5)) - ttft(jnp.asarray(20.5)))
@@ -149,8 +149,10 @@ def test_open_loop_wait_grows_with_load_toward_half_of_k_minus_1_gaps():
     shifts = []
     for rate in (0.05, 2.0):
         w = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=500.0, output_tokens_mean=400.0)
-        a = serving_metrics(MODEL, GPU, Deployment.create(tp=1), EFF, w)
-        b = serving_metrics(MODEL, GPU, Deployment.create(tp=1, scheduler_polls=21.0), EFF, w)
+        a = serving_metrics(System(MODEL, GPU, Deployment.create(tp=1), EFF), w)
+        b = serving_metrics(
+            System(MODEL, GPU, Deployment.create(tp=1, scheduler_polls=21.0), EFF), w
+        )
         assert float(b.tpot_s.p95) == float(a.tpot_s.p95)
         gap = float(a.tpot_s.mean)
         shifts.append((float(b.ttft_s.mean) - float(a.ttft_s.mean)) / (10.0 * gap))
@@ -179,8 +181,8 @@ def test_simulator_running_sglangs_poll_counter_agrees_with_the_closed_form(work
     once when idle (``SchedulerRecvSkipper``): at k = 21 its mean and p95 TTFT agree with the
     closed form's within 10 % in a closed loop of 16 clients and an open loop at 2 req/s."""
     dep = Deployment.create(tp=1, scheduler_polls=21.0)
-    r = simulate(MODEL, GPU, dep, EFF, workload, num_requests=400, seed=3)
-    cf = serving_metrics(MODEL, GPU, dep, EFF, workload)
+    r = simulate(System(MODEL, GPU, dep, EFF), workload, num_requests=400, seed=3)
+    cf = serving_metrics(System(MODEL, GPU, dep, EFF), workload)
     assert float(cf.ttft_s.mean) == pytest.approx(float(np.mean(r.ttft_s)), rel=0.1)
     assert float(cf.ttft_s.p95) == pytest.approx(float(np.percentile(r.ttft_s, 95)), rel=0.1)
 
@@ -197,8 +199,8 @@ def test_the_search_model_prices_the_poll_its_grid_fixes():
     dep = deployment_from_weights(one_hot_weights(config, grid), grid_tables(grid), 1.0)
     assert float(dep.scheduler_polls) == 21.0
     w = Workload(arrival_rate_per_s=2.0, prompt_tokens_mean=500.0, output_tokens_mean=400.0)
-    plain = slo_metrics(MODEL, GPU, Deployment.create(tp=1), EFF, w)
-    polled = slo_metrics(MODEL, GPU, Deployment.create(tp=1, scheduler_polls=21.0), EFF, w)
+    plain = slo_metrics(System(MODEL, GPU, Deployment.create(tp=1), EFF), w)
+    polled = slo_metrics(System(MODEL, GPU, Deployment.create(tp=1, scheduler_polls=21.0), EFF), w)
     np.testing.assert_array_equal(polled.tpot_quantiles_s, plain.tpot_quantiles_s)
     shift = np.asarray(polled.ttft_quantiles_s) - np.asarray(plain.ttft_quantiles_s)
     assert np.all(shift > 0.0)
@@ -228,7 +230,7 @@ def test_a_speculative_engine_waits_iterations_not_tokens():
     wait at k = 21 is 10 iterations, 25 mean per-token gaps, in the closed loop."""
     w, plain = _closed(1.0, 16.0)
     _, polled = _closed(21.0, 16.0)
-    a = closed_loop_metrics(MODEL, GPU, plain, EFF, w, tokens_per_decode=2.5)
-    b = closed_loop_metrics(MODEL, GPU, polled, EFF, w, tokens_per_decode=2.5)
+    a = closed_loop_metrics(System(MODEL, GPU, plain, EFF), w, tokens_per_decode=2.5)
+    b = closed_loop_metrics(System(MODEL, GPU, polled, EFF), w, tokens_per_decode=2.5)
     shift = float(b.ttft_s[0]) - float(a.ttft_s[0])
     assert shift == pytest.approx(25.0 * float(a.tpot_s[0]), rel=1e-9)

@@ -18,6 +18,7 @@ from fitting._predict import (
     predict_log,
     prepare,
 )
+from perfmodel import System
 from perfmodel._ops import KernelEfficiency, collective_time_s, elementwise_time_s, gemm_time_s
 
 EFF, KER = perfmodel.Efficiency(), KernelEfficiency()
@@ -186,8 +187,8 @@ def test_step_rows_use_prefill_and_decode_step():
             row(scenario="static_batch", metric="output_throughput", unit="tokens/s", **common),
         ]
     )
-    pre = perfmodel.prefill_step(model, hw, dep, EFF, 512.0, 8.0).total_s
-    dec = perfmodel.decode_step(model, hw, dep, EFF, 8.0, 512.0 + 64.0).total_s
+    pre = perfmodel.prefill_step(System(model, hw, dep, EFF), 512.0, 8.0).total_s
+    dec = perfmodel.decode_step(System(model, hw, dep, EFF), 8.0, 512.0 + 64.0).total_s
     thr = 8 * 128 / (pre + 127 * dec)
     np.testing.assert_allclose(y, [pre, dec, thr], rtol=1e-10)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel._queueing import mg1_conditional_wait_scv
 from perfmodel.dynamics import (
     Workload,
@@ -148,7 +148,7 @@ BASE = Workload(prompt_tokens_mean=1000.0, output_tokens_mean=200.0, output_toke
 def _metrics(rate, prompt_cv, budget, chunked=True):
     w = eqx.tree_at(lambda x: (x.arrival_rate_per_s, x.prompt_tokens_cv), BASE, (rate, prompt_cv))
     d = Deployment.create(tp=1, max_num_batched_tokens=budget)
-    return serving_metrics(MODEL, GPU, d, EFF, w, chunked_prefill=chunked)
+    return serving_metrics(System(MODEL, GPU, d, EFF), w, chunked_prefill=chunked)
 
 
 def test_low_load_ttft_is_one_prefill():
@@ -159,7 +159,7 @@ def test_low_load_ttft_is_one_prefill():
     # nobody ahead, nothing decoding: TTFT = one 1000-token prefill (within 1 %: the vanishing
     # decode batch, ~1e-6 sequences, still launches the decode-attention kernel of every layer)
     assert float(m.ttft_s.p50) == pytest.approx(
-        float(prefill_step(MODEL, GPU, alone, EFF, 1000.0).total_s), rel=1e-2
+        float(prefill_step(System(MODEL, GPU, alone, EFF), 1000.0).total_s), rel=1e-2
     )
     assert bool(m.stable) and float(m.utilization) < 1e-5
 
@@ -229,10 +229,10 @@ def test_vmap_over_efficiency_draws_equals_loop():
     effs = [Efficiency(bandwidth_fraction=b) for b in (0.6, 0.75, 0.9)]
     stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *effs)
     w = OPEN_LOAD
-    f = jax.jit(jax.vmap(lambda e: serving_metrics(MODEL, GPU, DEP, e, w)))
+    f = jax.jit(jax.vmap(lambda e: serving_metrics(System(MODEL, GPU, DEP, e), w)))
     batched = f(stacked)
     for i, e in enumerate(effs):
-        one = serving_metrics(MODEL, GPU, DEP, e, w)
+        one = serving_metrics(System(MODEL, GPU, DEP, e), w)
         assert float(batched.ttft_s.p95[i]) == pytest.approx(float(one.ttft_s.p95), rel=1e-9)
         assert float(batched.tpot_s.p99[i]) == pytest.approx(float(one.tpot_s.p99), rel=1e-9)
 
@@ -248,8 +248,8 @@ def test_specs_of_python_numbers_and_of_arrays_share_one_compiled_program():
     assert weak_eff.bandwidth_fraction.weak_type and not strong_eff.bandwidth_fraction.weak_type
     strong_load = jax.tree.map(lambda x: jnp.asarray(np.asarray(x, dtype=np.float64)), OPEN_LOAD)
     _serving_metrics._cached.clear_cache()
-    a = serving_metrics(MODEL, GPU, DEP, weak_eff, OPEN_LOAD)
-    b = serving_metrics(MODEL, GPU, DEP, strong_eff, strong_load)
+    a = serving_metrics(System(MODEL, GPU, DEP, weak_eff), OPEN_LOAD)
+    b = serving_metrics(System(MODEL, GPU, DEP, strong_eff), strong_load)
     assert _serving_metrics._cached._cache_size() == 1
     assert float(a.ttft_s.p95) == float(b.ttft_s.p95)
     assert float(a.tpot_s.p50) == float(b.tpot_s.p50)
@@ -259,7 +259,7 @@ def test_closed_loop_obeys_littles_law():
     w = Workload(
         concurrency=32.0, prompt_tokens_mean=1000.0, prompt_tokens_cv=0.5, output_tokens_mean=200.0
     )
-    m = serving_metrics(MODEL, GPU, DEP, EFF, w)
+    m = serving_metrics(System(MODEL, GPU, DEP, EFF), w)
     rate = float(m.output_tokens_per_s) / 200.0
     assert rate * float(m.e2e_s.mean) == pytest.approx(32.0, rel=1e-4)
 
@@ -268,8 +268,8 @@ def test_means_only_skips_the_percentiles_and_keeps_every_mean():
     """``means_only`` (calibration rows read means) returns the same means, utilisation,
     throughput and binding budget, with p50/p95/p99 NaN rather than a made-up value."""
     w = OPEN_LOAD
-    full = serving_metrics(MODEL, GPU, DEP, EFF, w)
-    lean = serving_metrics(MODEL, GPU, DEP, EFF, w, means_only=True)
+    full = serving_metrics(System(MODEL, GPU, DEP, EFF), w)
+    lean = serving_metrics(System(MODEL, GPU, DEP, EFF), w, means_only=True)
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         # two compiled programs: equal up to the rounding of their fused multiply-adds
         assert float(getattr(lean, name).mean) == pytest.approx(
@@ -300,8 +300,8 @@ def test_giant_prompts_hurt_p95_ttft_far_more_than_throughput():
 
 def test_temperature_zero_is_exact_and_small_temperature_close():
     w = OPEN_LOAD
-    exact = serving_metrics(MODEL, GPU, DEP, EFF, w)
-    soft = serving_metrics(MODEL, GPU, DEP, EFF, w, temperature=1e-3)
+    exact = serving_metrics(System(MODEL, GPU, DEP, EFF), w)
+    soft = serving_metrics(System(MODEL, GPU, DEP, EFF), w, temperature=1e-3)
     assert float(soft.ttft_s.p95) == pytest.approx(float(exact.ttft_s.p95), rel=0.05)
     assert float(soft.tpot_s.mean) == pytest.approx(float(exact.tpot_s.mean), rel=0.05)
 
@@ -313,10 +313,7 @@ def test_corrections_of_the_wrong_length_are_refused():
     from perfmodel._serving_tail import CORRECTIONS, LoadPoint, open_loop
 
     point = LoadPoint(
-        model=MODEL,
-        hardware=GPU,
-        deployment=Deployment.create(tp=1),
-        efficiency=Efficiency(),
+        system=System(MODEL, GPU, Deployment.create(tp=1), Efficiency()),
         workload=Workload(arrival_rate_per_s=5.0, prompt_tokens_mean=1000.0),
         config=EngineConfig(chunked_prefill=True),
         cost=DecodeCost(),
@@ -351,8 +348,8 @@ def test_closed_loop_ttft_does_not_depend_on_the_output_spread():
     dep, eff = Deployment(), Efficiency()
     fixed = Workload(concurrency=16.0, prompt_tokens_mean=512.0, output_tokens_mean=1000.0)
     spread = eqx.tree_at(lambda w: w.output_tokens_cv, fixed, jnp.asarray(0.1))
-    a = closed_loop_state(model, hw, dep, eff, fixed)
-    b = closed_loop_state(model, hw, dep, eff, spread)
+    a = closed_loop_state(System(model, hw, dep, eff), fixed)
+    b = closed_loop_state(System(model, hw, dep, eff), spread)
     assert float(a.ttft_steady_s) == pytest.approx(float(b.ttft_steady_s), rel=1e-9)
     assert float(a.iteration_s) == pytest.approx(float(b.iteration_s), rel=1e-9)
 
@@ -362,11 +359,12 @@ def test_closed_loop_keeps_littles_law_and_a_near_single_client_ttft():
     and a mean TTFT within 2x of one client's (their prompts arrive one by one)."""
     base = Workload(concurrency=8.0, prompt_tokens_mean=1000.0, output_tokens_mean=200.0)
     spread = eqx.tree_at(lambda w: w.output_tokens_cv, base, jnp.asarray(0.3))
-    together = serving_metrics(MODEL, GPU, DEP, EFF, base)
-    apart = serving_metrics(MODEL, GPU, DEP, EFF, spread)
+    together = serving_metrics(System(MODEL, GPU, DEP, EFF), base)
+    apart = serving_metrics(System(MODEL, GPU, DEP, EFF), spread)
     one = float(
         serving_metrics(
-            MODEL, GPU, DEP, EFF, eqx.tree_at(lambda w: w.concurrency, base, jnp.asarray(1.0))
+            System(MODEL, GPU, DEP, EFF),
+            eqx.tree_at(lambda w: w.concurrency, base, jnp.asarray(1.0)),
         ).ttft_s.mean
     )
     assert float(together.ttft_s.mean) < 2.0 * one and float(apart.ttft_s.mean) < 2.0 * one
@@ -384,9 +382,11 @@ def test_fewer_quadrature_nodes_are_the_same_laws_coarser_in_the_tails():
     from perfmodel.dynamics import OUTPUT_NODES, PROMPT_NODES
 
     w = OPEN_LOAD
-    full = serving_metrics(MODEL, GPU, DEP, EFF, w)
-    same = serving_metrics(MODEL, GPU, DEP, EFF, w, quadrature_nodes=(PROMPT_NODES, OUTPUT_NODES))
-    coarse = serving_metrics(MODEL, GPU, DEP, EFF, w, quadrature_nodes=(8, 4))
+    full = serving_metrics(System(MODEL, GPU, DEP, EFF), w)
+    same = serving_metrics(
+        System(MODEL, GPU, DEP, EFF), w, quadrature_nodes=(PROMPT_NODES, OUTPUT_NODES)
+    )
+    coarse = serving_metrics(System(MODEL, GPU, DEP, EFF), w, quadrature_nodes=(8, 4))
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         a, b, c = getattr(full, name), getattr(same, name), getattr(coarse, name)
         assert float(b.p95) == float(a.p95) and float(b.mean) == float(a.mean)
@@ -411,14 +411,16 @@ def test_one_program_serves_every_model_and_gpu_of_the_same_structure():
     call, so another dense model on another GPU reuses the program (no new trace) and still gets
     its own numbers."""
     load = OPEN_LOAD  # the program the tests above compiled for the 8B model on an H100
-    first = serving_metrics(MODEL, GPU, DEP, EFF, load)
+    first = serving_metrics(System(MODEL, GPU, DEP, EFF), load)
     _TRACING.update(on=True, traces=0)
     try:
         other = serving_metrics(
-            load_model("meta-llama/Llama-3.1-70B"),
-            load_hardware("a100-sxm-80gb"),
-            Deployment.create(tp=4, replicas=4),
-            EFF,
+            System(
+                load_model("meta-llama/Llama-3.1-70B"),
+                load_hardware("a100-sxm-80gb"),
+                Deployment.create(tp=4, replicas=4),
+                EFF,
+            ),
             load,
         )
     finally:

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel.dynamics import Workload, serving_metrics
 from perfmodel.simulator import simulate, summarize
 
@@ -47,7 +47,7 @@ def _rate_at(util, model=MODEL, gpu=GPU, dep=DEP, cv=1.0, chunked=True):
         mid = (lo * hi) ** 0.5
         u = float(
             serving_metrics(
-                model, gpu, dep, EFF, _workload(mid, cv), chunked_prefill=chunked
+                System(model, gpu, dep, EFF), _workload(mid, cv), chunked_prefill=chunked
             ).utilization
         )
         lo, hi = (mid, hi) if u < util else (lo, mid)
@@ -67,11 +67,17 @@ POINTS = [
 def test_closed_form_tracks_simulator_up_to_utilisation_0p9(chunked, cv, util):
     rate = _rate_at(util, cv=cv, chunked=chunked)
     w = _workload(rate, cv)
-    cf = serving_metrics(MODEL, GPU, DEP, EFF, w, chunked_prefill=chunked)
+    cf = serving_metrics(System(MODEL, GPU, DEP, EFF), w, chunked_prefill=chunked)
     assert bool(cf.stable)
     assert float(cf.utilization) == pytest.approx(util, abs=0.02)
     sim = summarize(
-        simulate(MODEL, GPU, DEP, EFF, w, num_requests=REQUESTS, seed=SEED, chunked_prefill=chunked)
+        simulate(
+            System(MODEL, GPU, DEP, EFF),
+            w,
+            num_requests=REQUESTS,
+            seed=SEED,
+            chunked_prefill=chunked,
+        )
     )
     for q in ("p50", "p95"):
         assert float(getattr(cf.tpot_s, q)) == pytest.approx(sim["tpot_s"][q], rel=TPOT_REL), q
@@ -88,9 +94,9 @@ def test_small_budget_caps_the_tpot_tail():
     model, gpu = load_model("meta-llama/Llama-2-70b-hf"), load_hardware("a100-sxm-80gb")
     dep = Deployment.create(tp=4, max_num_batched_tokens=512.0)
     w = _workload(_rate_at(0.9, model, gpu, dep, cv=2.0), 2.0)
-    cf = serving_metrics(model, gpu, dep, EFF, w)
+    cf = serving_metrics(System(model, gpu, dep, EFF), w)
     assert float(cf.utilization) == pytest.approx(0.9, abs=0.02)
-    sim = summarize(simulate(model, gpu, dep, EFF, w, num_requests=REQUESTS, seed=SEED))
+    sim = summarize(simulate(System(model, gpu, dep, EFF), w, num_requests=REQUESTS, seed=SEED))
     assert float(cf.tpot_s.p95) == pytest.approx(sim["tpot_s"]["p95"], rel=0.15)
 
 
@@ -98,13 +104,10 @@ def test_slot_utilisation_reaches_one_where_the_slots_saturate():
     # unchunked, the running slots bind first: just past the closed form's utilisation 1 the
     # simulated queue grows without bound (TTFT of late arrivals far above early ones)
     over = 1.05 * _rate_at(1.0, chunked=False)
-    cf = serving_metrics(MODEL, GPU, DEP, EFF, _workload(over, 1.0), chunked_prefill=False)
+    cf = serving_metrics(System(MODEL, GPU, DEP, EFF), _workload(over, 1.0), chunked_prefill=False)
     assert float(cf.utilization) > 1.0
     r = simulate(
-        MODEL,
-        GPU,
-        DEP,
-        EFF,
+        System(MODEL, GPU, DEP, EFF),
         _workload(over, 1.0),
         num_requests=REQUESTS,
         seed=SEED,
@@ -122,7 +125,7 @@ def test_chunked_budget_packs_several_prompts():
     p95 = [
         float(
             serving_metrics(
-                MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF, w
+                System(MODEL, GPU, Deployment.create(tp=1, max_num_batched_tokens=b), EFF), w
             ).ttft_s.p95
         )
         for b in (2048.0, 16384.0)

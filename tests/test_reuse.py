@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel._reuse import che_hit_rate, prefix_reuse, reusable_prefix_tokens
 from perfmodel.simulator._prefix_cache import (
     MOONCAKE_BLOCK_TOKENS,
@@ -96,10 +96,7 @@ def test_lru_pins_live_blocks_and_evicts_oldest_released():
 def _reuse(shared_fraction, capacity_scale=1.0):
     dep = Deployment.create(gpu_memory_utilization=0.9 * capacity_scale)
     return prefix_reuse(
-        LLAMA8B,
-        H100,
-        dep,
-        EFF,
+        System(LLAMA8B, H100, dep, EFF),
         prompt_tokens=3000.0,
         output_tokens=200.0,
         shared_fraction=shared_fraction,
@@ -150,8 +147,8 @@ def test_hit_rate_falls_when_live_requests_take_the_cache():
         "arrival_rate_per_s": 50.0,
         "num_prefixes": 200.0,
     }
-    idle = prefix_reuse(LLAMA8B, H100, dep, EFF, live_requests=0.0, **kw)
-    busy = prefix_reuse(LLAMA8B, H100, dep, EFF, live_requests=120.0, **kw)
+    idle = prefix_reuse(System(LLAMA8B, H100, dep, EFF), live_requests=0.0, **kw)
+    busy = prefix_reuse(System(LLAMA8B, H100, dep, EFF), live_requests=120.0, **kw)
     assert float(busy.cache_tokens) < float(idle.cache_tokens)
     assert float(busy.hit_rate) < float(idle.hit_rate)
     assert float(jnp.asarray(busy.prefill_s)) > float(idle.prefill_s)
@@ -173,13 +170,10 @@ def test_simulated_engine_with_prefix_cache_agrees_with_the_closed_form():
             seed=2,
         )
         sim, reused = simulate_prefix_cache(
-            LLAMA8B, H100, dep, EFF, requests, capacity_blocks=10**6
+            System(LLAMA8B, H100, dep, EFF), requests, capacity_blocks=10**6
         )
         closed = prefix_reuse(
-            LLAMA8B,
-            H100,
-            dep,
-            EFF,
+            System(LLAMA8B, H100, dep, EFF),
             prompt_tokens=4000.0,
             output_tokens=50.0,
             shared_fraction=share,
@@ -202,14 +196,14 @@ def test_prefix_under_load_reduces_to_serving_metrics_without_sharing():
 
     dep = Deployment.create()
     w = Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=2000.0, output_tokens_mean=200.0)
-    plain = serving_metrics(LLAMA8B, H100, dep, EFF, w)
+    plain = serving_metrics(System(LLAMA8B, H100, dep, EFF), w)
     none = prefix_serving_metrics(
-        LLAMA8B, H100, dep, EFF, w, shared_fraction=0.0, prefix_tokens=1536.0
+        System(LLAMA8B, H100, dep, EFF), w, shared_fraction=0.0, prefix_tokens=1536.0
     )
     assert float(none.ttft_s.p95) == pytest.approx(float(plain.ttft_s.p95), rel=1e-9)
     assert float(none.tpot_s.p95) == pytest.approx(float(plain.tpot_s.p95), rel=1e-9)
     shared = prefix_serving_metrics(
-        LLAMA8B, H100, dep, EFF, w, shared_fraction=0.9, prefix_tokens=1536.0
+        System(LLAMA8B, H100, dep, EFF), w, shared_fraction=0.9, prefix_tokens=1536.0
     )
     # 90 % of prefills shrink from 2000 to 464 tokens: TTFT falls, utilisation falls
     assert float(shared.ttft_s.mean) < 0.7 * float(plain.ttft_s.mean)

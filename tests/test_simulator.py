@@ -4,7 +4,7 @@ with the closed forms on a small grid."""
 import numpy as np
 import pytest
 
-from perfmodel import Deployment, Efficiency, kv_capacity_tokens, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, kv_capacity_tokens, load_hardware, load_model
 from perfmodel.dynamics import Trace, Workload, serving_metrics
 from perfmodel.simulator import EngineHooks, simulate, summarize
 
@@ -25,9 +25,9 @@ def _workload(rate, prompt_cv=1.0):
 
 
 def test_deterministic_for_a_seed_and_different_across_seeds():
-    a = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=7)
-    b = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=7)
-    c = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=8)
+    a = simulate(System(MODEL, GPU, DEP, EFF), _workload(10.0), num_requests=300, seed=7)
+    b = simulate(System(MODEL, GPU, DEP, EFF), _workload(10.0), num_requests=300, seed=7)
+    c = simulate(System(MODEL, GPU, DEP, EFF), _workload(10.0), num_requests=300, seed=8)
     np.testing.assert_array_equal(a.finish_s, b.finish_s)
     assert not np.array_equal(a.finish_s, c.finish_s)
 
@@ -35,7 +35,11 @@ def test_deterministic_for_a_seed_and_different_across_seeds():
 @pytest.mark.parametrize("chunked", [True, False])
 def test_records_are_causal_and_complete(chunked):
     r = simulate(
-        MODEL, GPU, DEP, EFF, _workload(15.0), num_requests=400, seed=1, chunked_prefill=chunked
+        System(MODEL, GPU, DEP, EFF),
+        _workload(15.0),
+        num_requests=400,
+        seed=1,
+        chunked_prefill=chunked,
     )
     assert np.isfinite(r.finish_s).all()
     assert (r.first_token_s >= r.arrival_s).all() and (r.finish_s >= r.first_token_s).all()
@@ -48,7 +52,7 @@ def test_littles_law_for_the_decode_batch():
     # chunked, no preemption: a request decodes in every iteration between its first token and
     # its finish, so sum(decode batch x iteration time) = sum over requests of (finish - first)
     # (a prompt over max_model_len is rejected at arrival and never decodes)
-    r = simulate(MODEL, GPU, DEP, EFF, _workload(20.0), num_requests=500, seed=2)
+    r = simulate(System(MODEL, GPU, DEP, EFF), _workload(20.0), num_requests=500, seed=2)
     assert r.preemptions.sum() == 0
     served = ~r.rejected
     assert r.decode_area_s == pytest.approx(
@@ -61,14 +65,18 @@ def test_single_request_matches_step_times():
     from perfmodel import forward_step
 
     trace = Trace([0.0], [512], [4])
-    r = simulate(MODEL, GPU, DEP, EFF, trace)
+    r = simulate(System(MODEL, GPU, DEP, EFF), trace)
     prefill = float(
         forward_step(
-            MODEL, GPU, DEP, EFF, prefill_tokens=512.0, prefill_seqs=1.0, decode_seqs=0.0
+            System(MODEL, GPU, DEP, EFF), prefill_tokens=512.0, prefill_seqs=1.0, decode_seqs=0.0
         ).total_s
     )
     decodes = sum(
-        float(forward_step(MODEL, GPU, DEP, EFF, decode_seqs=1.0, decode_context=512.0 + k).total_s)
+        float(
+            forward_step(
+                System(MODEL, GPU, DEP, EFF), decode_seqs=1.0, decode_context=512.0 + k
+            ).total_s
+        )
         for k in range(3)
     )
     assert r.ttft_s[0] == pytest.approx(prefill, rel=1e-6)
@@ -87,7 +95,7 @@ def test_scarce_kv_preempts_and_still_finishes():
     tight = Deployment.create(tp=1, gpu_memory_utilization=need / float(GPU.hbm_bytes))
     cap = float(kv_capacity_tokens(MODEL, GPU, tight))
     assert cap == pytest.approx(5000.0, rel=1e-6)
-    r = simulate(MODEL, GPU, tight, EFF, _workload(20.0, 0.5), num_requests=200, seed=3)
+    r = simulate(System(MODEL, GPU, tight, EFF), _workload(20.0, 0.5), num_requests=200, seed=3)
     assert r.preemptions.sum() > 0
     assert np.isfinite(r.finish_s).all()
 
@@ -95,10 +103,7 @@ def test_scarce_kv_preempts_and_still_finishes():
 def test_closed_loop_keeps_n_in_flight():
     n = 16
     r = simulate(
-        MODEL,
-        GPU,
-        DEP,
-        EFF,
+        System(MODEL, GPU, DEP, EFF),
         Workload(concurrency=float(n), prompt_tokens_mean=500.0, output_tokens_mean=100.0),
         num_requests=300,
         seed=4,
@@ -111,9 +116,11 @@ def test_closed_loop_keeps_n_in_flight():
 
 def test_prefix_hook_skips_prefill_work():
     trace = Trace([0.0], [2048], [2])
-    plain = simulate(MODEL, GPU, DEP, EFF, trace)
+    plain = simulate(System(MODEL, GPU, DEP, EFF), trace)
     cached = simulate(
-        MODEL, GPU, DEP, EFF, trace, hooks=EngineHooks(cached_prefix_tokens=lambda rid, p: 2000)
+        System(MODEL, GPU, DEP, EFF),
+        trace,
+        hooks=EngineHooks(cached_prefix_tokens=lambda rid, p: 2000),
     )
     assert cached.ttft_s[0] < 0.5 * plain.ttft_s[0]
 
@@ -130,10 +137,7 @@ def test_chunked_prefill_protects_short_requests_behind_long_ones():
     ttft, tpot = {}, {}
     for chunked in (True, False):
         r = simulate(
-            MODEL,
-            GPU,
-            dep,
-            EFF,
+            System(MODEL, GPU, dep, EFF),
             trace,
             chunked_prefill=chunked,
             chunk_tokens=512 if chunked else None,
@@ -151,9 +155,11 @@ def test_chunked_prefill_protects_short_requests_behind_long_ones():
 def test_closed_form_agrees_with_simulator_small_grid(rate, cv, chunked):
     w = _workload(rate, cv)
     sim = summarize(
-        simulate(MODEL, GPU, DEP, EFF, w, num_requests=2500, seed=11, chunked_prefill=chunked)
+        simulate(
+            System(MODEL, GPU, DEP, EFF), w, num_requests=2500, seed=11, chunked_prefill=chunked
+        )
     )
-    cf = serving_metrics(MODEL, GPU, DEP, EFF, w, chunked_prefill=chunked)
+    cf = serving_metrics(System(MODEL, GPU, DEP, EFF), w, chunked_prefill=chunked)
     assert bool(cf.stable)
     for key, got in (("ttft_s", cf.ttft_s), ("tpot_s", cf.tpot_s)):
         for q in ("p50", "p95"):
@@ -169,7 +175,9 @@ def test_max_model_len_rejects_and_caps_like_vllm():
     np.testing.assert_array_equal(rejected, [False, True, False, False, False])
     np.testing.assert_array_equal(served, [50, 0, 724, 1, 1])
     dep = Deployment.create(tp=1, max_model_len=1024.0)
-    r = simulate(MODEL, GPU, dep, EFF, Trace([0.0, 0.1, 0.2], [100, 5000, 300], [50, 50, 900]))
+    r = simulate(
+        System(MODEL, GPU, dep, EFF), Trace([0.0, 0.1, 0.2], [100, 5000, 300], [50, 50, 900])
+    )
     np.testing.assert_array_equal(r.rejected, [False, True, False])
     assert np.isnan(r.finish_s[1]) and np.isfinite(r.finish_s[[0, 2]]).all()
     np.testing.assert_array_equal(r.output_tokens, [50, 0, 724])
@@ -177,7 +185,9 @@ def test_max_model_len_rejects_and_caps_like_vllm():
     assert s["rejected"] == 1 and np.isfinite(s["ttft_s"]["p95"])
     # closed loop: a rejected request frees its slot at once, the rest still run
     c = simulate(
-        MODEL, GPU, dep, EFF, Trace([0.0] * 4, [5000, 100, 5000, 100], [5, 5, 5, 5]), concurrency=1
+        System(MODEL, GPU, dep, EFF),
+        Trace([0.0] * 4, [5000, 100, 5000, 100], [5, 5, 5, 5]),
+        concurrency=1,
     )
     assert c.num_rejected == 2 and np.isfinite(c.finish_s[[1, 3]]).all()
 
@@ -202,11 +212,13 @@ def test_cached_prefix_blocks_are_shared_not_copied():
     tight = Deployment.create(tp=1, gpu_memory_utilization=need / float(GPU.hbm_bytes))
     prompt = np.full(6, 2048)
     trace = Trace(np.arange(6) * 0.01, prompt, np.full(6, 200))
-    plain = simulate(MODEL, GPU, tight, EFF, trace)
+    plain = simulate(System(MODEL, GPU, tight, EFF), trace)
     hashes = synthetic_prefix_hashes(prompt, np.ones(6, bool), 1536, 16)
-    shared = simulate(MODEL, GPU, tight, EFF, trace, prefix=PrefixCaching(hashes, 16, 10**6))
+    shared = simulate(
+        System(MODEL, GPU, tight, EFF), trace, prefix=PrefixCaching(hashes, 16, 10**6)
+    )
     decode_200 = 199 * float(
-        forward_step(MODEL, GPU, tight, EFF, decode_seqs=2.0, decode_context=2100.0).total_s
+        forward_step(System(MODEL, GPU, tight, EFF), decode_seqs=2.0, decode_context=2100.0).total_s
     )
     assert plain.first_token_s[2] > decode_200
     assert shared.first_token_s[2] < 0.2 * decode_200 and shared.preemptions.sum() == 0
@@ -245,8 +257,10 @@ def test_the_iteration_hook_sees_every_iteration_and_changes_no_time():
     # time, and (chunked, no preemption) every served prompt token prefilled exactly once
     log = []
     hooks = EngineHooks(iteration=lambda p_tok, d_seq, dt: log.append((p_tok, d_seq, dt)))
-    plain = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=3)
-    seen = simulate(MODEL, GPU, DEP, EFF, _workload(10.0), num_requests=300, seed=3, hooks=hooks)
+    plain = simulate(System(MODEL, GPU, DEP, EFF), _workload(10.0), num_requests=300, seed=3)
+    seen = simulate(
+        System(MODEL, GPU, DEP, EFF), _workload(10.0), num_requests=300, seed=3, hooks=hooks
+    )
     np.testing.assert_allclose(seen.first_token_s, plain.first_token_s, rtol=1e-12)
     np.testing.assert_allclose(seen.finish_s, plain.finish_s, rtol=1e-12)
     it = np.asarray(log)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
-from perfmodel import Deployment, Efficiency, load_hardware, load_model
+from perfmodel import Deployment, Efficiency, System, load_hardware, load_model
 from perfmodel._speculative import (
     acceptance_from_length,
     acceptance_prior,
@@ -69,10 +69,7 @@ def test_acceptance_loader_inverts_every_measured_length():
 
 def _spec(batch, alpha, draft=DRAFT1B, k=4.0):
     return speculative_decode(
-        LLAMA70B,
-        H100,
-        TP4,
-        EFF,
+        System(LLAMA70B, H100, TP4, EFF),
         batch_size=batch,
         context_tokens=2000.0,
         draft_tokens=k,
@@ -139,10 +136,7 @@ def test_simulated_speculation_agrees_with_the_closed_form():
     for batch, tol in ((1, 0.03), (8, 0.15)):
         for alpha in (0.3, 0.8):
             sim = simulate_speculative(
-                llama8b,
-                H100,
-                dep,
-                EFF,
+                System(llama8b, H100, dep, EFF),
                 trace,
                 draft_tokens=4,
                 acceptance=alpha,
@@ -150,10 +144,7 @@ def test_simulated_speculation_agrees_with_the_closed_form():
                 seed=1,
             )
             closed = speculative_decode(
-                llama8b,
-                H100,
-                dep,
-                EFF,
+                System(llama8b, H100, dep, EFF),
                 batch_size=float(batch),
                 context_tokens=prompt + output / 2,
                 draft_tokens=4.0,
@@ -171,16 +162,15 @@ def test_speculation_under_load_at_zero_acceptance_only_adds_the_spec_cost():
 
     llama8b, dep = load_model("meta-llama/Llama-3.1-8B"), Deployment.create()
     w = Workload(arrival_rate_per_s=4.0, prompt_tokens_mean=2000.0, output_tokens_mean=200.0)
-    plain = serving_metrics(llama8b, H100, dep, EFF, w)
-    spec = speculative_serving_metrics(llama8b, H100, dep, EFF, w, draft_tokens=4.0, acceptance=0.0)
+    plain = serving_metrics(System(llama8b, H100, dep, EFF), w)
+    spec = speculative_serving_metrics(
+        System(llama8b, H100, dep, EFF), w, draft_tokens=4.0, acceptance=0.0
+    )
     n = float(plain.decode_batch)
 
     def step(batch):
         return speculative_decode(
-            llama8b,
-            H100,
-            dep,
-            EFF,
+            System(llama8b, H100, dep, EFF),
             batch_size=batch,
             context_tokens=2100.0,
             draft_tokens=4.0,
@@ -194,13 +184,16 @@ def test_speculation_under_load_at_zero_acceptance_only_adds_the_spec_cost():
     assert n2 > n
     r, spec_step_s = 1.0, float(step(n2).step_s)
     for _ in range(8):  # the plain step's context 2000 + O'/2 moves with r (converged by 6)
-        tau = decode_step(llama8b, H100, dep, EFF, n2, 2000.0 + (1.0 + 199.0 * r) / 2.0)
+        tau = decode_step(System(llama8b, H100, dep, EFF), n2, 2000.0 + (1.0 + 199.0 * r) / 2.0)
         r = spec_step_s / float(tau.total_s)
     stretched = serving_metrics(
-        llama8b, H100, dep, EFF, eqx.tree_at(lambda x: x.output_tokens_mean, w, 1.0 + 199.0 * r)
+        System(llama8b, H100, dep, EFF),
+        eqx.tree_at(lambda x: x.output_tokens_mean, w, 1.0 + 199.0 * r),
     )
     assert float(spec.tpot_s.mean) == pytest.approx(float(stretched.tpot_s.mean) * r, rel=0.03)
     assert r > 1.0  # draft + verify cost more than a plain step
     assert float(spec.tpot_s.mean) > float(plain.tpot_s.mean)  # loses at zero acceptance
-    good = speculative_serving_metrics(llama8b, H100, dep, EFF, w, draft_tokens=4.0, acceptance=0.8)
+    good = speculative_serving_metrics(
+        System(llama8b, H100, dep, EFF), w, draft_tokens=4.0, acceptance=0.8
+    )
     assert float(good.tpot_s.p95) < 0.6 * float(plain.tpot_s.p95)

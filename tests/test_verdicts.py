@@ -6,6 +6,7 @@ import re
 from perfmodel import (
     Deployment,
     Efficiency,
+    System,
     decode_step,
     load_hardware,
     load_model,
@@ -23,7 +24,7 @@ KEYS = {"kv_or_queue", "decode_bandwidth", "prefix_reuse", "pp_or_interference"}
 def test_kv_limited_seats_without_a_load_quote_the_memory_budget():
     # without a load nothing says the seats are full: KV-limited, not KV-bound
     dep = Deployment.create()
-    v = verdicts(LLAMA8B, H100, dep, EFF, prompt_tokens=3000.0, output_tokens=200.0)
+    v = verdicts(System(LLAMA8B, H100, dep, EFF), prompt_tokens=3000.0, output_tokens=200.0)
     assert set(v) == KEYS
     seats = float(max_concurrent_requests(LLAMA8B, H100, dep, 3200.0))
     assert (
@@ -34,16 +35,15 @@ def test_kv_limited_seats_without_a_load_quote_the_memory_budget():
 
 
 def test_short_sequences_are_not_kv_bound():
-    v = verdicts(LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=200.0, output_tokens=100.0)
+    v = verdicts(
+        System(LLAMA8B, H100, Deployment.create(), EFF), prompt_tokens=200.0, output_tokens=100.0
+    )
     assert v["kv_or_queue"].startswith("not KV-bound")
 
 
 def test_overload_by_prefill_is_queue_bound():
     v = verdicts(
-        LLAMA8B,
-        H100,
-        Deployment.create(),
-        EFF,
+        System(LLAMA8B, H100, Deployment.create(), EFF),
         prompt_tokens=8000.0,
         output_tokens=50.0,
         arrival_rate_per_s=50.0,
@@ -53,9 +53,9 @@ def test_overload_by_prefill_is_queue_bound():
 
 def test_decode_bandwidth_verdict_matches_the_roofline():
     dep = Deployment.create(tp=4)
-    v = verdicts(LLAMA70B, H100, dep, EFF, prompt_tokens=2000.0, output_tokens=500.0)
+    v = verdicts(System(LLAMA70B, H100, dep, EFF), prompt_tokens=2000.0, output_tokens=500.0)
     batch = min(float(max_concurrent_requests(LLAMA70B, H100, dep, 2500.0)), 256.0)
-    step = decode_step(LLAMA70B, H100, dep, EFF, batch, 2250.0)
+    step = decode_step(System(LLAMA70B, H100, dep, EFF), batch, 2250.0)
     word = "bandwidth-limited" if step.memory_s >= step.compute_s else "compute-limited"
     assert word in v["decode_bandwidth"]
     assert f"{float(step.memory_s) * 1e3:.2f} ms" in v["decode_bandwidth"]
@@ -68,8 +68,8 @@ def test_prefix_reuse_real_with_a_shared_system_prompt_and_not_without():
         "arrival_rate_per_s": 1.0,
         "prefix_tokens": 2000.0,
     }
-    real = verdicts(LLAMA8B, H100, Deployment.create(), EFF, shared_fraction=0.9, **kw)
-    rare = verdicts(LLAMA8B, H100, Deployment.create(), EFF, shared_fraction=0.02, **kw)
+    real = verdicts(System(LLAMA8B, H100, Deployment.create(), EFF), shared_fraction=0.9, **kw)
+    rare = verdicts(System(LLAMA8B, H100, Deployment.create(), EFF), shared_fraction=0.02, **kw)
     assert real["prefix_reuse"].startswith("Prefix reuse is real")
     assert rare["prefix_reuse"].startswith("Prefix reuse is negligible")
     speedup = float(re.search(r"prefill ([0-9.]+)x faster", real["prefix_reuse"]).group(1))
@@ -78,21 +78,20 @@ def test_prefix_reuse_real_with_a_shared_system_prompt_and_not_without():
 
 def test_interference_named_for_long_prompts_and_pp_for_a_kv_starved_replica():
     long = verdicts(
-        LLAMA8B,
-        H100,
-        Deployment.create(),
-        EFF,
+        System(LLAMA8B, H100, Deployment.create(), EFF),
         prompt_tokens=8000.0,
         output_tokens=256.0,
         arrival_rate_per_s=1.7,
     )
     assert long["pp_or_interference"].startswith("Interference is the issue")
     starved = verdicts(
-        LLAMA70B, H100, Deployment.create(tp=2), EFF, prompt_tokens=2000.0, output_tokens=500.0
+        System(LLAMA70B, H100, Deployment.create(tp=2), EFF),
+        prompt_tokens=2000.0,
+        output_tokens=500.0,
     )
     assert starved["pp_or_interference"].startswith("PP would help")  # 12 seats -> ~200 with PP=2
     roomy = verdicts(
-        LLAMA8B, H100, Deployment.create(), EFF, prompt_tokens=3000.0, output_tokens=200.0
+        System(LLAMA8B, H100, Deployment.create(), EFF), prompt_tokens=3000.0, output_tokens=200.0
     )
     assert roomy["pp_or_interference"].startswith("Neither")
 
@@ -205,14 +204,14 @@ def test_given_metrics_are_the_ones_judged():
     light = Workload(arrival_rate_per_s=2.0, prompt_tokens_mean=200.0, output_tokens_mean=100.0)
     heavy = Workload(arrival_rate_per_s=50.0, prompt_tokens_mean=8000.0, output_tokens_mean=50.0)
     kw = {"prompt_tokens": 200.0, "output_tokens": 100.0, "workload": light}
-    own = verdicts(LLAMA8B, H100, dep, EFF, **kw)
-    given = serving_metrics(LLAMA8B, H100, dep, EFF, light)
-    assert verdicts(LLAMA8B, H100, dep, EFF, **kw, metrics=given) == own
-    overloaded = serving_metrics(LLAMA8B, H100, dep, EFF, heavy)
+    own = verdicts(System(LLAMA8B, H100, dep, EFF), **kw)
+    given = serving_metrics(System(LLAMA8B, H100, dep, EFF), light)
+    assert verdicts(System(LLAMA8B, H100, dep, EFF), **kw, metrics=given) == own
+    overloaded = serving_metrics(System(LLAMA8B, H100, dep, EFF), heavy)
     assert not own["kv_or_queue"].startswith("queue-bound")
-    assert verdicts(LLAMA8B, H100, dep, EFF, **kw, metrics=overloaded)["kv_or_queue"].startswith(
-        "queue-bound"
-    )
+    assert verdicts(System(LLAMA8B, H100, dep, EFF), **kw, metrics=overloaded)[
+        "kv_or_queue"
+    ].startswith("queue-bound")
 
 
 def test_given_prefill_interference_is_the_one_quoted():
@@ -222,7 +221,7 @@ def test_given_prefill_interference_is_the_one_quoted():
 
     dep = Deployment.create()
     kw = {"prompt_tokens": 2000.0, "output_tokens": 200.0, "arrival_rate_per_s": 4.0}
-    own = verdicts(LLAMA8B, H100, dep, EFF, **kw)
+    own = verdicts(System(LLAMA8B, H100, dep, EFF), **kw)
     pools = (H100, dep)
     stretch = float(
         disaggregation(
@@ -237,8 +236,8 @@ def test_given_prefill_interference_is_the_one_quoted():
         ).prefill_interference
     )
     assert f"{stretch:.2f}x" in own["pp_or_interference"]
-    assert verdicts(LLAMA8B, H100, dep, EFF, **kw, prefill_interference=stretch) == own
-    other = verdicts(LLAMA8B, H100, dep, EFF, **kw, prefill_interference=stretch + 0.5)
+    assert verdicts(System(LLAMA8B, H100, dep, EFF), **kw, prefill_interference=stretch) == own
+    other = verdicts(System(LLAMA8B, H100, dep, EFF), **kw, prefill_interference=stretch + 0.5)
     assert f"{stretch + 0.5:.2f}x" in other["pp_or_interference"]
 
 
@@ -251,14 +250,16 @@ def test_verdict_budgets_jitted_are_the_budgets_the_sentences_quote():
 
     dep = Deployment.create(tp=2)
     b = eqx.filter_jit(verdict_budgets)(
-        LLAMA70B, H100, dep, EFF, jnp.asarray(1000.0), jnp.asarray(500.0)
+        System(LLAMA70B, H100, dep, EFF), jnp.asarray(1000.0), jnp.asarray(500.0)
     )
     seats = float(max_concurrent_requests(LLAMA70B, H100, dep, 1500.0))
     batch = max(min(seats, float(dep.max_num_seqs)), 1.0)
-    step = decode_step(LLAMA70B, H100, dep, EFF, batch, 1250.0)
+    step = decode_step(System(LLAMA70B, H100, dep, EFF), batch, 1250.0)
     assert abs(float(b.seats) - seats) <= 1e-9 * seats
     assert abs(float(b.decode_total_s) - float(step.total_s)) <= 1e-9 * float(step.total_s)
     # doubling PP halves the weights per GPU, so the doubled-PP replica holds more seats
     assert float(b.pp_seats) > seats
-    v = verdicts(LLAMA70B, H100, dep, EFF, prompt_tokens=1000.0, output_tokens=500.0, budgets=b)
+    v = verdicts(
+        System(LLAMA70B, H100, dep, EFF), prompt_tokens=1000.0, output_tokens=500.0, budgets=b
+    )
     assert f"step {float(step.total_s) * 1e3:.2f} ms" in v["decode_bandwidth"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._disagg import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY_S, kv_transfer_s
-from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, System
 from .._traces import Trace
 from ._engine import EngineHooks
 from ._features import PrefixCaching, Speculation
@@ -51,10 +51,7 @@ def simulate_disaggregated(
     hw_d, dep_d = decode
     ones = np.ones_like(trace.output_tokens)
     first = simulate(
-        model,
-        hw_p,
-        dep_p,
-        efficiency,
+        System(model, hw_p, dep_p, efficiency),
         Trace(trace.arrival_s, trace.prompt_tokens, ones, "prefill"),
         seed=seed,
         prefix=prefix,
@@ -67,10 +64,7 @@ def simulate_disaggregated(
     passed = np.flatnonzero(~first.rejected)
     order = passed[np.argsort(ready[passed], kind="stable")]
     second = simulate(
-        model,
-        hw_d,
-        dep_d,
-        decode_efficiency or efficiency,
+        System(model, hw_d, dep_d, decode_efficiency or efficiency),
         Trace(ready[order], trace.prompt_tokens[order], trace.output_tokens[order], "decode"),
         seed=seed + 1,
         hooks=EngineHooks(cached_prefix_tokens=_received_kv),

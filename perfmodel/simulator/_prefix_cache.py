@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._catalog import data_dir
+from .._specs import System
 
 MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per ``hash_ids`` entry in the Mooncake trace (its README, FAST'25 release)."""
@@ -203,10 +204,7 @@ def prefix_cache_hook(
 
 
 def simulate_prefix_cache(
-    model,
-    hardware,
-    deployment,
-    efficiency,
+    system: System,
     requests: Sequence[TraceRequest],
     *,
     capacity_blocks: int,
@@ -218,6 +216,7 @@ def simulate_prefix_cache(
     Returns:
         (SimResult, prompt tokens each request reused).
     """
+    deployment = system.deployment
     from .._traces import Trace
     from ._features import PrefixCaching
     from ._simulate import simulate
@@ -230,10 +229,7 @@ def simulate_prefix_cache(
         "prefix",
     )
     result = simulate(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         trace,
         prefix=PrefixCaching([r.block_hashes for r in requests], block, capacity_blocks * block),
     )

@@ -9,7 +9,7 @@ import numpy as np
 
 from .._batching import iteration_s
 from .._memory import kv_capacity_tokens
-from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from .._specs import Deployment, HardwareSpec, ModelSpec, System
 from .._traces import Trace
 from .._workload import Workload, sample_arrivals, sample_lengths
 from ._engine import EngineHooks, EngineLimits, run_engine
@@ -41,16 +41,13 @@ def requests_from_workload(workload: Workload, num_requests: int, seed: int = 0)
     return Trace(arrivals, prompts, outputs, name="workload")
 
 
-def step_function(model, hardware, deployment, efficiency) -> Callable[..., float]:
+def step_function(system: System) -> Callable[..., float]:
     """A jitted scalar iteration time (``perfmodel._batching.iteration_s`` = forward_step)."""
 
     @jax.jit
     def f(x):
         return iteration_s(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prefill_tokens=x[0],
             prefill_seqs=x[1],
             prefill_context=x[2],
@@ -67,18 +64,14 @@ def step_function(model, hardware, deployment, efficiency) -> Callable[..., floa
     return step_s
 
 
-def decode_run_function(
-    model, hardware, deployment, efficiency
-) -> Callable[[int, float, int], np.ndarray]:
+def decode_run_function(system: System) -> Callable[[int, float, int], np.ndarray]:
     """Times of k <= ``DECODE_RUN_CHUNK`` consecutive decode-only iterations at context c, c + 1,
     ... (one vmapped ``iteration_s`` call, always padded to ``DECODE_RUN_CHUNK`` rows: one shape,
     so one trace and compile per run)."""
 
     @jax.jit
     def f(seqs, contexts):
-        return iteration_s(
-            model, hardware, deployment, efficiency, decode_seqs=seqs, decode_context=contexts
-        )
+        return iteration_s(system, decode_seqs=seqs, decode_context=contexts)
 
     def run(seqs, context, k):
         ctx = context + np.arange(DECODE_RUN_CHUNK, dtype=np.float64)
@@ -115,10 +108,7 @@ def engine_limits(
 
 
 def _iteration_functions(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     speculation: Speculation | None,
 ) -> tuple[Callable, Callable | None]:
     """(iteration time, decode-run time) the engine loop calls: the step model's, or with
@@ -126,14 +116,15 @@ def _iteration_functions(
     acceptance is sampled)."""
     if speculation is None:
         return (
-            step_function(model, hardware, deployment, efficiency),
-            decode_run_function(model, hardware, deployment, efficiency),
+            step_function(
+                system,
+            ),
+            decode_run_function(
+                system,
+            ),
         )
     step_s = speculative_step_function(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         int(speculation.draft_tokens),
         speculation.draft_model,
     )
@@ -178,10 +169,7 @@ def _replica_engine_hooks(
 
 
 def simulate(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     requests: Workload | Trace,
     *,
     num_requests: int = 2000,
@@ -211,6 +199,7 @@ def simulate(
         ``SimResult``; replicas get requests by a seeded random split.  Prompts longer than
         ``deployment.max_model_len`` are rejected and outputs capped at it (vLLM).
     """
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     hooks = hooks if hooks is not None else EngineHooks()
     if isinstance(requests, Workload):
         if concurrency is None and float(requests.concurrency) > 0:
@@ -222,7 +211,7 @@ def simulate(
     if concurrency == 0 and not trace.has_arrivals:
         raise ValueError(f"trace {trace.name!r} has no arrival times; give a concurrency or a rate")
     limits = engine_limits(model, hardware, deployment, chunked_prefill, chunk_tokens)
-    step_s, decode_run = _iteration_functions(model, hardware, deployment, efficiency, speculation)
+    step_s, decode_run = _iteration_functions(system, speculation)
     replicas = max(round(float(deployment.replicas)), 1)
     n = len(trace)
     owner = (

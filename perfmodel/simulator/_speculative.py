@@ -10,12 +10,13 @@ per decoding sequence, riding with any prefill chunks, the same costs as
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
 import numpy as np
 
-from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec
+from .._specs import ModelSpec, System
 from .._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
 from .._step import decode_step, step_total_s
 from .._traces import Trace
@@ -38,20 +39,18 @@ def accepted_tokens_sampler(
 
 
 def speculative_step_function(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     draft_tokens: int,
     draft_model: ModelSpec | None = None,
 ) -> Callable[[float, float, float, float, float], float]:
     """Iteration time with speculation: draft cost + one target pass in which each decoding
     sequence contributes k + 1 tokens (a short prefill at its own context)."""
+    model = system.model
     k = float(draft_tokens)
 
     @jax.jit
     def f(p_tok, p_seq, p_ctx, d_seq, d_ctx):
-        target = decode_step(model, hardware, deployment, efficiency, d_seq, d_ctx)
+        target = decode_step(system, d_seq, d_ctx)
         if draft_model is None:
             draft = (
                 k
@@ -61,15 +60,13 @@ def speculative_step_function(
             )
         else:
             draft = (
-                k * decode_step(draft_model, hardware, deployment, efficiency, d_seq, d_ctx).total_s
+                k
+                * decode_step(dataclasses.replace(system, model=draft_model), d_seq, d_ctx).total_s
             )
         seqs = p_seq + d_seq
         ctx = (p_seq * p_ctx + d_seq * d_ctx) / jax.numpy.maximum(seqs, 1.0)
         verify = step_total_s(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prefill_tokens=p_tok + d_seq * (k + 1.0),
             prefill_seqs=seqs,
             prefill_context=ctx,
@@ -83,10 +80,7 @@ def speculative_step_function(
 
 
 def simulate_speculative(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     trace: Trace,
     *,
     draft_tokens: int,
@@ -101,10 +95,7 @@ def simulate_speculative(
     from ._simulate import simulate
 
     return simulate(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         trace,
         concurrency=concurrency,
         seed=seed,

@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 
+from perfmodel import System
+
 from ..errors import UsageError
 from ..evaluation.features import feature_load, feature_report
 from ..evaluation.load import dynamics_report, load_metrics
@@ -61,9 +63,8 @@ def run(args: argparse.Namespace) -> int:
     efficiency, draws, source = resolve_efficiency(
         args, hardware, args.weight_dtype, lockstep=is_lockstep(deployment, load)
     )
-    report = sheet_report(
-        model, hardware, deployment, efficiency, float(args.input_len), float(args.output_len)
-    )
+    system = System(model, hardware, deployment, efficiency)
+    report = sheet_report(system, float(args.input_len), float(args.output_len))
     report["efficiency_source"] = source
     if draws is not None:
         report["intervals"] = sheet_intervals(
@@ -71,35 +72,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if not all(math.isfinite(v) for v in report.values() if isinstance(v, float)):
         raise UsageError("the budget sheet came out non-finite; check the hardware row's numbers")
-    served, cost = (
-        (None, None)
-        if load is None
-        else feature_load(args, model, hardware, deployment, efficiency, load)
-    )
+    served, cost = (None, None) if load is None else feature_load(args, system, load)
     # one evaluation of the load model serves the verdicts and the latency report
-    metrics = (
-        None
-        if load is None
-        else load_metrics(args, model, hardware, deployment, efficiency, served, cost)
-    )
+    metrics = None if load is None else load_metrics(args, system, served, cost)
     features = feature_report(
-        args,
-        model,
-        hardware,
-        deployment,
-        efficiency,
-        load=load,
-        served=served,
-        decode_cost=cost,
-        metrics=metrics,
+        args, system, load=load, served=served, decode_cost=cost, metrics=metrics
     )
     report.update(features)
     if load is not None:
-        report.update(
-            dynamics_report(
-                args, model, hardware, deployment, efficiency, served, draws, cost, metrics
-            )
-        )
+        report.update(dynamics_report(args, system, served, draws, cost, metrics))
     print(
         json.dumps(report, indent=2)
         if args.json

@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 import perfmodel as pm
+from perfmodel import System
 from perfmodel.dynamics import workload_from_trace
 from perfmodel.simulator import Speculation, engine_summary, simulate
 
@@ -86,9 +87,8 @@ def run(args: argparse.Namespace) -> int:
     if trace is not None and requests.has_arrivals and concurrency == 0 and len(requests) > 2:
         workload = workload_from_trace(requests)  # the closed form sees the simulated requests
     measured = trace_reuse(requests if trace is not None else None, model, hardware, deployment)
-    features = feature_report(
-        args, model, hardware, deployment, efficiency, workload, trace_reuse=measured
-    )
+    system = System(model, hardware, deployment, efficiency)
+    features = feature_report(args, system, workload, trace_reuse=measured)
     block = round(float(deployment.block_size_tokens))
     prefix = prefix_caching(args, requests, block)
     spec = features.get("speculative")
@@ -98,10 +98,7 @@ def run(args: argparse.Namespace) -> int:
         speculation = Speculation(int(args.spec_k), float(spec["acceptance"]), draft)
     phases = phases_for(args)
     result = simulate(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         requests,
         num_requests=args.requests,
         seed=args.seed,
@@ -136,15 +133,7 @@ def run(args: argparse.Namespace) -> int:
         simulated["trace_reuse_replay"] = measured
     if args.disagg:
         simulated["disaggregation"] = simulate_disagg(
-            args,
-            model,
-            hardware,
-            deployment,
-            efficiency,
-            requests,
-            concurrency,
-            prefix,
-            speculation,
+            args, system, requests, concurrency, prefix, speculation
         )
     if simulated:
         report["simulated"] = simulated

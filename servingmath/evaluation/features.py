@@ -10,13 +10,14 @@ step, no transfer); ``feature_load`` is the load the latency model serves with t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 
 import equinox as eqx
 import jax.numpy as jnp
 
 from optimize import cached_jit
-from perfmodel import Deployment, Efficiency, HardwareSpec, ModelSpec, features as ft
+from perfmodel import System, features as ft
 from perfmodel.dynamics import DecodeCost
 
 from ..options.disagg import disagg_pools, pool_deployment, pool_efficiency
@@ -48,21 +49,19 @@ def _spec_params(args, model) -> tuple:
     return draft, alpha, source
 
 
-def feature_load(args, model, hardware, deployment, efficiency, load):
+def feature_load(args, system: System, load):
     """(the ``Workload`` the prefill path serves, the ``DecodeCost`` of each iteration) of ``load``
     under the feature flags, for the latency percentiles: a prefix cache serves the uncached
     prompts and every iteration reads the cached prefix's KV (``prefix_workload``); speculative
     decoding drafts --spec-k tokens per sequence and emits E per iteration.  Without either, the
     load as given and None (plain decoding: the program the plain load compiles)."""
+    model = system.model
     if not ((args.prefix_reuse is not None and args.prefix_len) or args.spec_draft):
         return load, None
     served, cost = load, DecodeCost()
     if args.prefix_reuse is not None and args.prefix_len:
         reduced, cost = ft.prefix_workload(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             load,
             shared_fraction=float(args.prefix_reuse),
             prefix_tokens=float(args.prefix_len),
@@ -84,14 +83,12 @@ def feature_load(args, model, hardware, deployment, efficiency, load):
     return served, cost
 
 
-def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) -> dict:
+def _spec(args, system: System, prompt, output, batch) -> dict:
+    model = system.model
     mtp = args.spec_draft.lower() == "mtp"
     draft, alpha, source = _spec_params(args, model)
     s = ft.speculative_decode(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         batch_size=batch,
         context_tokens=prompt + output / 2.0,
         draft_tokens=float(args.spec_k),
@@ -113,9 +110,15 @@ def _spec(args, model, hardware, deployment, efficiency, prompt, output, batch) 
 
 
 @cached_jit
-def _colocated_interference(model, hardware, deployment, efficiency, prompt, output, rate):
+def _colocated_interference(system: System, prompt, output, rate):
     """``disaggregation``'s prefill interference of one colocated deployment (what the verdicts
     read), as one program whose trace is kept on disk (op by op: ~1.8 s of every warm run)."""
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     pools = (hardware, deployment)
     return ft.disaggregation(
         model,
@@ -135,10 +138,7 @@ _verdict_budgets = cached_jit(ft.verdict_budgets)
 
 def feature_report(
     args: argparse.Namespace,
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    deployment: Deployment,
-    efficiency: Efficiency,
+    system: System,
     workload=None,
     trace_reuse: dict | None = None,
     load=None,
@@ -158,6 +158,7 @@ def feature_report(
     with the features on, which the verdicts' latency metrics read; ``metrics``: its
     ``load_metrics`` when the caller has them already (the latency report's own numbers).
     """
+    deployment = system.deployment
     prompt, output, rate = _lengths(args, workload)
     validate_feature_arguments(args, prompt)
     share, prefix = 0.0, 0.0
@@ -173,10 +174,7 @@ def feature_report(
     )
     if share > 0:
         reuse = ft.prefix_reuse(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             prompt_tokens=prompt,
             output_tokens=output,
             shared_fraction=share,
@@ -189,10 +187,8 @@ def feature_report(
 
     spec = None
     if args.spec_draft:  # the decode batch (a fixed point under load) matters only here
-        batch = ft.colocated_decode_batch(
-            model, hardware, deployment, efficiency, prompt, output, rate
-        )
-        spec = _spec(args, model, hardware, deployment, efficiency, prompt, output, batch)
+        batch = ft.colocated_decode_batch(system, prompt, output, rate)
+        spec = _spec(args, system, prompt, output, batch)
     out["spec_tokens_per_step"] = spec["tokens_per_step"] if spec else 1.0
     out["spec_speedup"] = spec["speedup"] if spec else 1.0
     if spec:
@@ -200,7 +196,7 @@ def feature_report(
 
     out["kv_transfer_s"] = 0.0
     if args.disagg:
-        out.update(_disagg(args, model, hardware, deployment, efficiency, prompt, output, rate))
+        out.update(_disagg(args, system, prompt, output, rate))
 
     if args.host_kv_bytes is not None:
         tier_dep = eqx.tree_at(
@@ -208,15 +204,14 @@ def feature_report(
             deployment,
             (args.host_kv_bytes, args.host_kv_bw),
         )
-        h = ft.host_tier(model, hardware, tier_dep, efficiency, sequence_tokens=prompt + output)
+        h = ft.host_tier(
+            dataclasses.replace(system, deployment=tier_dep), sequence_tokens=prompt + output
+        )
         out["host_tier"] = {k: float(v) for k, v in h.__dict__.items()}
 
     judged = load if load is not None else workload
     out["verdicts"] = ft.verdicts(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         prompt_tokens=prompt,
         output_tokens=output,
         arrival_rate_per_s=rate,
@@ -229,34 +224,31 @@ def feature_report(
         if metrics is not None or judged is None
         else load_metrics(
             args,
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             judged if served is None else served,
             decode_cost,
         ),
         prefill_interference=None
         if rate is None
         else _colocated_interference(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             *(jnp.asarray(float(v)) for v in (prompt, output, rate)),
         ),
         budgets=_verdict_budgets(
-            model,
-            hardware,
-            deployment,
-            efficiency,
+            system,
             *(jnp.asarray(float(v)) for v in (prompt, output)),
         ),
     )
     return out
 
 
-def _disagg(args, model, hardware, deployment, efficiency, prompt, output, rate) -> dict:
+def _disagg(args, system: System, prompt, output, rate) -> dict:
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
     block = {
         "prefill_gpus": p_gpus,

@@ -10,6 +10,7 @@ import numpy as np
 import perfmodel as pm
 from fitting import predictive_quantiles
 from optimize import cached_jit
+from perfmodel import System
 from perfmodel.dynamics import (
     Workload,
     is_closed_loop,
@@ -23,18 +24,13 @@ _serving_metrics = cached_jit(serving_metrics)
 """``serving_metrics`` whose traced program a second run loads instead of tracing."""
 
 
-def load_metrics(
-    args, model, hardware, deployment, efficiency, workload: Workload, decode_cost=None
-):
+def load_metrics(args, system: System, workload: Workload, decode_cost=None):
     """``serving_metrics`` of ``workload`` under the parsed scheduler options (--chunked-prefill,
     --chunk-tokens) and the features' ``decode_cost`` (a cached prefix, speculation; the
     workload then the one the prefill path serves: ``evaluation.features.feature_load``), its traced
     program loaded from disk when an earlier run kept it."""
     return _serving_metrics(
-        model,
-        hardware,
-        deployment,
-        efficiency,
+        system,
         workload,
         chunked_prefill=getattr(args, "chunked_prefill", True),
         chunk_tokens=getattr(args, "chunk_tokens", None),
@@ -62,10 +58,7 @@ def p95_intervals(
     for i in range(n):
         m = load_metrics(
             args,
-            model,
-            hardware,
-            deployment,
-            jax.tree.map(lambda x, i=i: x[i], host),
+            System(model, hardware, deployment, jax.tree.map(lambda x, i=i: x[i], host)),
             workload,
             decode_cost,
         )
@@ -84,10 +77,7 @@ def p95_intervals(
 
 def dynamics_report(
     args,
-    model,
-    hardware,
-    deployment,
-    efficiency,
+    system: System,
     workload: Workload,
     draws=None,
     decode_cost=None,
@@ -104,9 +94,15 @@ def dynamics_report(
     to hundreds near the running slots' saturation, where a 1 % load error moves the p95 by half
     or more (docs/benchmarks-history.md, the queueing section).  ``metrics``: the
     ``load_metrics`` of ``workload`` when the caller has them already."""
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
 
     def at(w):
-        return load_metrics(args, model, hardware, deployment, efficiency, w, decode_cost)
+        return load_metrics(args, system, w, decode_cost)
 
     m = at(workload) if metrics is None else metrics
     elasticity = ttft_p95_load_elasticity(at, workload, m)

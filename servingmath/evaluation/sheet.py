@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 import perfmodel as pm
 from optimize import cached_jit
+from perfmodel import System
 
 from ..options.posterior import quantiles
 
@@ -30,7 +31,7 @@ _decode_elasticities = cached_jit(pm.decode_elasticities)
 @cached_jit
 def _sheets_over_draws(model, hardware, deployment, draws, input_len, output_len):
     return jax.vmap(
-        lambda e: pm.budget_sheet(model, hardware, deployment, e, input_len, output_len)
+        lambda e: pm.budget_sheet(System(model, hardware, deployment, e), input_len, output_len)
     )(draws)
 
 
@@ -43,17 +44,15 @@ def sheet_intervals(model, hardware, deployment, draws, input_len, output_len) -
 
 
 def sheet_report(
-    model: pm.ModelSpec,
-    hardware: pm.HardwareSpec,
-    deployment: pm.Deployment,
-    efficiency: pm.Efficiency,
+    system: System,
     input_len: float,
     output_len: float,
 ) -> dict:
     """The static budget sheet as a JSON-ready dict (keys listed in the README's command table)."""
+    model, hardware, deployment = system.model, system.hardware, system.deployment
     lengths = jnp.asarray(float(input_len)), jnp.asarray(float(output_len))
-    sheet = _budget_sheet(model, hardware, deployment, efficiency, *lengths)
-    elasticities = _decode_elasticities(model, hardware, deployment, efficiency, *lengths)
+    sheet = _budget_sheet(system, *lengths)
+    elasticities = _decode_elasticities(system, *lengths)
     return {
         "model": model.name,
         "gpu": hardware.name,

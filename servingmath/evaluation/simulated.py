@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import perfmodel as pm
-from perfmodel import features as ft
+from perfmodel import System, features as ft
 from perfmodel.dynamics import Trace, poisson_arrivals, rescale_arrivals
 from perfmodel.simulator import (
     PrefixCaching,
@@ -104,16 +104,19 @@ def simulated_features(
 
 def simulate_disagg(
     args,
-    model,
-    hardware,
-    deployment,
-    efficiency,
+    system: System,
     trace: Trace,
     concurrency: int,
     prefix,
     speculation,
 ) -> dict:
     """Two pools (prefill with the prefix cache, KV hand-off, decode with speculation); open loop."""
+    model, hardware, deployment, efficiency = (
+        system.model,
+        system.hardware,
+        system.deployment,
+        system.efficiency,
+    )
     if concurrency or not trace.has_arrivals:
         raise UsageError(
             "--disagg in simulate needs timed arrivals; pass --rate R instead of --concurrency"
