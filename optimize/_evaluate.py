@@ -175,9 +175,8 @@ def split_metrics(
 
     def one(ep, ed):
         m = split_slo_metrics(
-            problem.model,
-            (hw_p, dep_p, ep),
-            (hw_d, dep_d, ed),
+            System(problem.model, hw_p, dep_p, ep),
+            System(problem.model, hw_d, dep_d, ed),
             problem.workload,
             temperature,
             spec=spec,

@@ -22,17 +22,18 @@ from statistics import NormalDist
 import jax.numpy as jnp
 
 from perfmodel import (
-    Deployment,
-    Efficiency,
-    HardwareSpec,
-    ModelSpec,
     System,
     max_concurrent_requests,
     prefill_step,
     smooth_min,
 )
 from perfmodel.dynamics import Workload
-from perfmodel.features import DECODE_POOL_ENTRY_STEPS, kv_transfer_s
+from perfmodel.features import (
+    DECODE_POOL_ENTRY_STEPS,
+    DEFAULT_ORCHESTRATION_S,
+    DEFAULT_TRANSFER_LATENCY_S,
+    kv_transfer_s,
+)
 
 from ._metrics import (
     TAIL_PROBABILITY,
@@ -48,28 +49,32 @@ P95_Z = NormalDist().inv_cdf(1.0 - TAIL_PROBABILITY)
 
 
 def split_slo_metrics(
-    model: ModelSpec,
-    prefill: tuple[HardwareSpec, Deployment, Efficiency],
-    decode: tuple[HardwareSpec, Deployment, Efficiency],
+    prefill: System,
+    decode: System,
     workload: Workload,
     temperature: float = 0.0,
     *,
     spec: SpecStep | None = None,
     transfer_bytes_per_s=None,
-    transfer_latency_s=1.0e-4,
-    orchestration_s=1.0e-3,
+    transfer_latency_s=DEFAULT_TRANSFER_LATENCY_S,
+    orchestration_s=DEFAULT_ORCHESTRATION_S,
 ) -> SloMetrics:
-    """p95 TTFT/TPOT, utilisation and KV fit of a prefill + decode split (replicas of each
-    ``Deployment`` = engines in that pool).  ``transfer_bytes_per_s`` <= 0 or None: the prefill
+    """p95 TTFT/TPOT, utilisation and KV fit of a prefill + decode split, each pool a ``System``
+    of the one model (replicas of its ``Deployment`` = engines in that pool).  ``transfer_bytes_per_s`` <= 0 or None: the prefill
     GPU's inter-node bandwidth."""
-    hw_p, dep_p, eff_p = prefill
-    hw_d, dep_d, eff_d = decode
+    model, hw_p, dep_p, eff_p = (
+        prefill.model,
+        prefill.hardware,
+        prefill.deployment,
+        prefill.efficiency,
+    )
+    hw_d, dep_d, eff_d = decode.hardware, decode.deployment, decode.efficiency
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
     context = i_len + o_len / 2.0
     e = 1.0 if spec is None else spec.tokens_per_step
 
     lam_p = workload.arrival_rate_per_s / dep_p.replicas
-    d_pre = prefill_step(System(model, hw_p, dep_p, eff_p), i_len, temperature=temperature).total_s
+    d_pre = prefill_step(prefill, i_len, temperature=temperature).total_s
     rho_p = lam_p * d_pre
     stable_p = rho_p < 1.0
     waits_p = queue_waits(rho_p, 1.0 / d_pre, workload.interarrival_cv, 0.0, stable_p)
@@ -81,13 +86,13 @@ def split_slo_metrics(
     t_kv = kv_transfer_s(model, dep_p, i_len, bw, transfer_latency_s)
 
     lam_d = workload.arrival_rate_per_s / dep_d.replicas
-    seats_d = max_concurrent_requests(model, hw_d, dep_d, i_len + o_len, temperature)
+    seats_d = max_concurrent_requests(decode.model, hw_d, dep_d, i_len + o_len, temperature)
     n_max = jnp.maximum(smooth_min(seats_d, dep_d.max_num_seqs, temperature), 1.0)
     k = 1.0 if spec is None else jnp.maximum(spec.draft_tokens, 1.0)
 
     def iteration(n):
         return iteration_s(
-            System(model, hw_d, dep_d, eff_d),
+            decode,
             spec,
             n_decode=n,
             prefill_tokens=0.0,

@@ -225,10 +225,9 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
 
         def per_draw(e_p, e_d):
             m = split_serving(
-                problem.model,
                 wl,
-                prefill=(hw_p, dep_p, e_p),
-                decode=(hw_d, dep_d, e_d),
+                prefill=System(problem.model, hw_p, dep_p, e_p),
+                decode=System(problem.model, hw_d, dep_d, e_d),
                 cost=cost,
                 transfer_bytes_per_s=bw,
                 transfer_latency_s=problem.transfer_latency_s,

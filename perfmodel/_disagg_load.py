@@ -201,11 +201,10 @@ def _e2e_quantiles(ttft: Array, decode: Array) -> Percentiles:
 
 
 def split_serving(
-    model: ModelSpec,
     workload,
     *,
-    prefill: tuple[HardwareSpec, Deployment, Efficiency],
-    decode: tuple[HardwareSpec, Deployment, Efficiency],
+    prefill: System,
+    decode: System,
     cost: DecodeCost | None = None,
     transfer_bytes_per_s: ArrayLike | None = None,
     transfer_latency_s: ArrayLike = DEFAULT_TRANSFER_LATENCY_S,
@@ -223,22 +222,28 @@ def split_serving(
     drafts and verifies (``decode_iteration_s``) and emits E tokens, so a token costs the
     iteration / E.  TTFT quantiles are sums of its parts' quantiles (an upper bound; exact for the
     fixed parts); E2E adds (E[O] - 1) TPOT, whose spread is independent of TTFT's
-    (``_e2e_quantiles``).  Replicas of each ``Deployment`` are engines in that pool;
+    (``_e2e_quantiles``).  Each pool is a ``System`` (the same model; its own GPU type,
+    deployment and efficiency), the replicas of its ``Deployment`` the engines in that pool;
     ``transfer_bytes_per_s`` None: the prefill GPU's inter-node network.
     """
     from ._workload import lognormal_params
 
     cost = DecodeCost() if cost is None else cost
-    hw_p, dep_p, eff_p = prefill
-    hw_d, dep_d, eff_d = decode
+    model, hw_p, dep_p, eff_p = (
+        prefill.model,
+        prefill.hardware,
+        prefill.deployment,
+        prefill.efficiency,
+    )
+    hw_d, dep_d, eff_d = decode.hardware, decode.deployment, decode.efficiency
     mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     prompts = jnp.stack(
         [workload.prompt_tokens_mean]
         + [jnp.exp(mu + sigma * ndtri(jnp.asarray(q))) for q in PERCENTILE_QUANTILES]
     )
-    own = prefill_step(System(model, hw_p, dep_p, eff_p), prompts).total_s
+    own = prefill_step(prefill, prompts).total_s
     p_mean = workload.prompt_tokens_mean
-    packed_s = prefill_step(System(model, hw_p, dep_p, eff_p), p_mean, 2.0).total_s - own[0]
+    packed_s = prefill_step(prefill, p_mean, 2.0).total_s - own[0]
     fits = jnp.clip((dep_p.max_num_batched_tokens - p_mean) / p_mean, 0.0, 1.0)
     replicas_p = jnp.maximum(dep_p.replicas, 1.0)
     rate_p = workload.arrival_rate_per_s / replicas_p
@@ -258,14 +263,14 @@ def split_serving(
     e_step = cost.tokens_per_step()
 
     def step_d(n):  # seconds per emitted token of a decode iteration at batch n
-        t = decode_iteration_s(
-            System(model, hw_d, dep_d, eff_d), cost, decode_seqs=n, decode_context=ctx
-        )
+        t = decode_iteration_s(decode, cost, decode_seqs=n, decode_context=ctx)
         return t / e_step
 
     rate_d = workload.arrival_rate_per_s / jnp.maximum(dep_d.replicas, COUNT_FLOOR)
     n_d, tpot_d = _decode_fixed_point(step_d, rate_d, o_dec, 1.0)
-    seats_d = max_concurrent_requests(model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0)
+    seats_d = max_concurrent_requests(
+        decode.model, hw_d, dep_d, workload.prompt_tokens_mean + o_dec + 1.0
+    )
     seats = jnp.minimum(seats_d, dep_d.max_num_seqs)
     seat_s = DECODE_POOL_ENTRY_STEPS * step_d(seats) + o_dec * step_d(seats)
     rho_d = rate_d * seat_s / jnp.maximum(seats, COUNT_FLOOR)
@@ -330,10 +335,9 @@ def disaggregation_percentiles(
     eff_p = efficiency if prefill_efficiency is None else prefill_efficiency
     eff_d = efficiency if decode_efficiency is None else decode_efficiency
     split = split_serving(
-        model,
         workload,
-        prefill=(*prefill, eff_p),
-        decode=(*decode, eff_d),
+        prefill=System(model, *prefill, eff_p),
+        decode=System(model, *decode, eff_d),
         transfer_bytes_per_s=transfer_bytes_per_s,
         transfer_latency_s=transfer_latency_s,
         orchestration_s=orchestration_s,

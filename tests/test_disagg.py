@@ -271,7 +271,12 @@ def _split(rate, cost=None, prompt=2000.0, output=256.0, pools=4):
 
     wl = Workload(arrival_rate_per_s=rate, prompt_tokens_mean=prompt, output_tokens_mean=output)
     dep = Deployment.create(replicas=pools)
-    return split_serving(LLAMA8B, wl, prefill=(H100, dep, EFF), decode=(H100, dep, EFF), cost=cost)
+    return split_serving(
+        wl,
+        prefill=System(LLAMA8B, H100, dep, EFF),
+        decode=System(LLAMA8B, H100, dep, EFF),
+        cost=cost,
+    )
 
 
 def test_split_serving_speculative_decode_pool_emits_e_tokens_per_iteration():

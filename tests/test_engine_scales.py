@@ -78,7 +78,9 @@ def test_split_pools_take_the_prefill_ttft_and_the_decode_tpot_scale():
     dec = dataclasses.replace(pm.Efficiency(), ttft_scale=5.0, tpot_scale=0.5)
 
     def split(p, d):
-        return pm.features.split_serving(MODEL, w, prefill=(H100, DEP, p), decode=(H100, DEP, d))
+        return pm.features.split_serving(
+            w, prefill=System(MODEL, H100, DEP, p), decode=System(MODEL, H100, DEP, d)
+        )
 
     base, got = split(pm.Efficiency(), pm.Efficiency()), split(pre, dec)
     np.testing.assert_allclose(_pct(got.ttft_s), 3.0 * _pct(base.ttft_s), rtol=1e-12)
@@ -96,7 +98,7 @@ def test_split_search_model_takes_the_same_pool_scales():
     dec = dataclasses.replace(pm.Efficiency(), ttft_scale=5.0, tpot_scale=0.5)
 
     def split(p, d):
-        return split_slo_metrics(MODEL, (H100, DEP, p), (H100, DEP, d), w)
+        return split_slo_metrics(System(MODEL, H100, DEP, p), System(MODEL, H100, DEP, d), w)
 
     base, got = split(pm.Efficiency(), pm.Efficiency()), split(pre, dec)
     np.testing.assert_allclose(got.ttft_quantiles_s, 3.0 * np.asarray(base.ttft_quantiles_s))

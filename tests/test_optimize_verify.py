@@ -61,8 +61,9 @@ def _config(spec=0, pool=0, prefill_gpu=0):
 class _Recorded:
     """What ``split_serving`` was called with, packed into its outputs."""
 
-    def __init__(self, model, workload, *, prefill, decode, cost, **kw):
-        (hw_p, dep_p, eff_p), (hw_d, dep_d, eff_d) = prefill, decode
+    def __init__(self, workload, *, prefill, decode, cost, **kw):
+        hw_p, dep_p, eff_p = prefill.hardware, prefill.deployment, prefill.efficiency
+        hw_d, dep_d, eff_d = decode.hardware, decode.deployment, decode.efficiency
         bw = kw["transfer_bytes_per_s"]
         k = jnp.asarray(0.0) if cost is None else cost.draft_tokens
         alpha = jnp.asarray(0.0) if cost is None else cost.acceptance
