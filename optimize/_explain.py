@@ -47,6 +47,20 @@ SENSITIVITIES: tuple[str, ...] = (
 
 _SIGMOID_WIDTH = 0.05
 
+ELASTICITY_TEMPERATURE = 0.02
+"""Smoothing of the load model's min/max laws where the elasticities differentiate it (narrower
+than the search's: the derivative is read at one configuration, not followed across kinks)."""
+
+SLACK_CLIP = 10.0
+"""Log-slacks are clipped to +-10 (an unbounded SLO, +inf, counts as met) before the sigmoid."""
+
+REPLICA_BISECTIONS = 40
+"""Bisection steps on log r for the continuous replicas r* (the bracket [1e-3, 4 x max_replicas]
+narrows by 2^-40)."""
+
+LOWEST_REPLICAS, HIGHEST_REPLICAS_FACTOR = 1e-3, 4.0
+"""The bracket of r*: from a thousandth of a replica to 4 x the grid's ``max_replicas``."""
+
 
 def _scaled(problem: Problem, log_scales: Array) -> Problem:
     s = jnp.exp(log_scales)
@@ -94,10 +108,10 @@ def _smooth_probability(
     problem: Problem, config: Array, log_r: Array, log_scales: Array, split: bool
 ) -> Array:
     p = _scaled(problem, log_scales)
-    m = _metrics(p, config, jnp.exp(log_r), 0.02, split)
+    m = _metrics(p, config, jnp.exp(log_r), ELASTICITY_TEMPERATURE, split)
     slacks = constraint_slacks(p, m)
     slacks = jnp.where(
-        jnp.isnan(slacks), -10.0, jnp.clip(slacks, -10.0, 10.0)
+        jnp.isnan(slacks), -SLACK_CLIP, jnp.clip(slacks, -SLACK_CLIP, SLACK_CLIP)
     )  # +inf: unbounded SLO
     return jnp.mean(jnp.prod(jax.nn.sigmoid(slacks / _SIGMOID_WIDTH), axis=0))
 
@@ -126,9 +140,11 @@ def _elasticities(problem: Problem, config: Array, split: bool) -> tuple[Array, 
         ok = gap(mid) >= 0
         return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
 
-    _lo, hi = jax.lax.fori_loop(
-        0, 40, step, (jnp.log(1e-3), jnp.log(4.0 * problem.grid.max_replicas))
+    bracket = (
+        jnp.log(LOWEST_REPLICAS),
+        jnp.log(HIGHEST_REPLICAS_FACTOR * problem.grid.max_replicas),
     )
+    _lo, hi = jax.lax.fori_loop(0, REPLICA_BISECTIONS, step, bracket)
     log_r = hi
     d_log_r, d_theta = jax.grad(  # one backward pass for both
         lambda lr, ls: _smooth_probability(problem, config, lr, ls, split), argnums=(0, 1)

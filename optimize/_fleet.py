@@ -29,6 +29,12 @@ import optax
 from perfmodel import RATE_FLOOR_PER_S
 
 ROUNDING_TOLERANCE = 1e-9
+
+DESCENT_LEARNING_RATE, DESCENT_STEPS = 0.05, 300
+"""Adam step size on the replica logits and the number of steps of the relaxed fleet descent."""
+
+NO_LIMIT_GPUS = 1e12
+"""A GPU type without an availability limit (``--max-gpus``) counts as having this many."""
 """Relative slack of the integer plan's checks and roundings (replicas, GPUs, served rates):
 ceil(x - tol) and floor(x + tol) keep a count that floating point puts a hair past an integer
 at that integer."""
@@ -133,7 +139,7 @@ def _descend_body(theta0, rates, capacity, cost, gpus, max_gpus):
         )
         * rates
     )
-    opt = optax.adam(0.05)
+    opt = optax.adam(DESCENT_LEARNING_RATE)
     grad = jax.vmap(jax.grad(_relaxed_loss), in_axes=(0, None, None, None, None, None, None))
 
     def step(carry, _):
@@ -142,7 +148,7 @@ def _descend_body(theta0, rates, capacity, cost, gpus, max_gpus):
         up, st = opt.update(g, st, th)
         return (optax.apply_updates(th, up), st), None
 
-    (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), None, length=300)
+    (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), None, length=DESCENT_STEPS)
     return jax.vmap(_replicas, in_axes=(0, None, None))(theta, rates, capacity)
 
 
@@ -167,7 +173,8 @@ def _complete_greedy(fp: FleetProblem, base: np.ndarray, residual: np.ndarray) -
             continue
         left = fp.max_gpus - (fp.replica_gpus * n).sum(axis=0)
         room = np.floor(
-            np.where(np.isfinite(left), left, 1e12) / fp.replica_gpus[c] + ROUNDING_TOLERANCE
+            np.where(np.isfinite(left), left, NO_LIMIT_GPUS) / fp.replica_gpus[c]
+            + ROUNDING_TOLERANCE
         )
         best, best_cost = None, np.inf
         for g in range(g_count):
@@ -246,7 +253,7 @@ def _improve(fp: FleetProblem, n: np.ndarray, max_passes: int = 6) -> np.ndarray
 def fleet_gradient(fp: FleetProblem, *, num_starts: int = 16, seed: int = 0) -> FleetPlan:
     """Relaxed gradient solution from ``num_starts`` starts, rounded up and improved exactly."""
     cap = np.asarray(fp.capacity, dtype=float)
-    big = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, 1e12)
+    big = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, NO_LIMIT_GPUS)
     key = jax.random.PRNGKey(seed)
     theta0 = np.asarray(jax.random.normal(key, (num_starts, *cap.shape))) - 1.0
     # the first starts put each class on its k-th cheapest type per request served

@@ -253,6 +253,13 @@ def tpot_quantiles(
     return _mixture_quantiles(gap_s, var) / tokens_per_step
 
 
+TABLE_SIGMAS_BELOW, TABLE_SIGMAS_ABOVE = 3.0, 4.0
+"""A tabulated latency law spans 3 sd of its widest lognormal below the mean's log to 4 above
+(p99 lies 2.3 sd above the median: the grid holds it with room for the mixture's spread)."""
+
+TABLE_LOG_VARIANCE_FLOOR = 1e-12
+"""Narrowest log-variance a tabulated law takes (sd 1e-6), so its grid never collapses to a point."""
+
 QUANTILE_GRID = 64
 """Log-spaced points on which the search model's TPOT mixture CDF is tabulated (one vectorised
 evaluation instead of a bisection loop; quantiles by interpolation, error ~0.1 sd)."""
@@ -264,9 +271,11 @@ def _mixture_quantiles(mean: Array, variances: Array) -> Array:
     widest component, inverted by linear interpolation in log t."""
     m = jnp.maximum(mean, POSITIVE_FLOOR)[..., None]
     s2 = jnp.log1p(jnp.maximum(variances, 0.0) / jnp.square(m))
-    mu, sd = jnp.log(m) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, 1e-12))
+    mu, sd = jnp.log(m) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, TABLE_LOG_VARIANCE_FLOOR))
     widest = jnp.max(sd, axis=-1, keepdims=True)
-    log_t = jnp.log(m) + widest * jnp.linspace(-3.0, 4.0, QUANTILE_GRID)
+    log_t = jnp.log(m) + widest * jnp.linspace(
+        -TABLE_SIGMAS_BELOW, TABLE_SIGMAS_ABOVE, QUANTILE_GRID
+    )
     cdf = jnp.mean(ndtr((log_t[..., :, None] - mu[..., None, :]) / sd[..., None, :]), axis=-1)
 
     def invert(c, x):
@@ -293,9 +302,9 @@ def itl_quantiles(
     inverted by interpolation (no bisection), per token (/ E)."""
     means = jnp.maximum(jnp.stack(jnp.broadcast_arrays(short_s, long_s), axis=-1), POSITIVE_FLOOR)
     s2 = jnp.log1p(jnp.maximum(variance, 0.0)[..., None] / jnp.square(means))
-    mu, sd = jnp.log(means) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, 1e-12))
-    lo = jnp.min(mu - 3.0 * sd, axis=-1, keepdims=True)
-    hi = jnp.max(mu + 4.0 * sd, axis=-1, keepdims=True)
+    mu, sd = jnp.log(means) - s2 / 2.0, jnp.sqrt(jnp.maximum(s2, TABLE_LOG_VARIANCE_FLOOR))
+    lo = jnp.min(mu - TABLE_SIGMAS_BELOW * sd, axis=-1, keepdims=True)
+    hi = jnp.max(mu + TABLE_SIGMAS_ABOVE * sd, axis=-1, keepdims=True)
     log_t = lo + (hi - lo) * jnp.linspace(0.0, 1.0, ITL_GRID)
     phi = ndtr((log_t[..., :, None] - mu[..., None, :]) / sd[..., None, :])
     f = jnp.clip(long_share, 0.0, 1.0)[..., None]
@@ -511,6 +520,10 @@ def slo_metrics(
     )
 
 
+SERVED_PROMPT_QUANTILE, SERVED_OUTPUT_QUANTILE = 0.999, 0.99
+"""The longest request ``served_max_model_len`` sizes the context for: the prompt law's 99.9th
+plus the output law's 99th percentile."""
+
 MAX_MODEL_LEN_STEP = 1024
 """``served_max_model_len`` rounds up to a multiple of this many tokens."""
 
@@ -525,9 +538,9 @@ def served_max_model_len(workload: Workload, default: float = DEFAULT_MAX_MODEL_
         mu, sigma = lognormal_params(mean, cv)
         return jnp.exp(mu + sigma * ndtri(q))
 
-    longest = quantile(workload.prompt_tokens_mean, workload.prompt_tokens_cv, 0.999) + quantile(
-        workload.output_tokens_mean, workload.output_tokens_cv, 0.99
-    )
+    longest = quantile(
+        workload.prompt_tokens_mean, workload.prompt_tokens_cv, SERVED_PROMPT_QUANTILE
+    ) + quantile(workload.output_tokens_mean, workload.output_tokens_cv, SERVED_OUTPUT_QUANTILE)
     step = MAX_MODEL_LEN_STEP
     return jnp.maximum(jnp.asarray(default), jnp.ceil(longest / step) * step)
 

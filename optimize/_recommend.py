@@ -45,6 +45,7 @@ from ._grid import (
     one_hot_weights,
     prefill_pool_weights,
 )
+from ._pareto_points import TOKENS_PER_MILLION
 from ._problem import Problem
 from ._program_cache import cached_jit
 from ._search import SearchOptions, search
@@ -126,7 +127,7 @@ def _num(x: float) -> float | None:
 def _per_million(problem: Problem, cost: float) -> float:
     w = problem.workload
     tokens_per_hour = float(w.arrival_rate_per_s * w.output_tokens_mean) * SECONDS_PER_HOUR
-    return cost / tokens_per_hour * 1e6
+    return cost / tokens_per_hour * TOKENS_PER_MILLION
 
 
 def _group(config: np.ndarray) -> tuple[int, ...]:

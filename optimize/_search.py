@@ -53,6 +53,22 @@ from ._sharding import AXIS, MeshLike, device_mesh, map_rows, num_shards, pad_ro
 
 _NEG = -1e9
 
+SEARCH_TEMPERATURE = 0.05
+"""Smoothing (``temperature``) of the load model's hard min/max laws inside the relaxed loss,
+so the descent has gradients across their kinks; the exact re-check evaluates them at 0."""
+
+SHORTFALL_WIDTH = 0.02
+"""Width, in probability, of the softplus that prices the smoothed P(SLO) falling short of the
+confidence: a shortfall much wider costs ``penalty`` x the shortfall, a narrower one a smooth
+ramp (the loss stays differentiable where the constraint starts to bind)."""
+
+START_LOGIT_SD = 2.0
+"""Standard deviation of the starts' random knob logits (the softmax of each knob's logits is
+the start's mix of its options)."""
+
+START_GPU_LEAN = 3.0
+"""Logit added to start i's GPU type i mod G, so the starts cover every GPU type."""
+
 
 class SearchOptions(NamedTuple):
     """Knobs of the search itself (static).
@@ -135,7 +151,7 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
 
     sub = jax.tree_util.tree_map(lambda e: e[:, : options.relaxed_draws], problem.efficiency)
     small = eqx.tree_at(lambda p: p.efficiency, problem, sub)
-    col, split = pool_metrics(small, weights, replicas, temperature=0.05)
+    col, split = pool_metrics(small, weights, replicas, temperature=SEARCH_TEMPERATURE)
     w = options.sigmoid_width
     mem = memory_slack(small, weights)
     p_smooth, far = _smooth_feasibility(small, col, mem, w)
@@ -151,17 +167,19 @@ def relaxed_loss(problem: Problem, x: Relaxed, options: SearchOptions) -> Array:
         p_smooth = w0 * p_smooth + (1.0 - w0) * p_split
         far = w0 * far + (1.0 - w0) * far_split
         cost = w0 * cost + (1.0 - w0) * cost_split
-    shortfall = jax.nn.softplus((problem.confidence - p_smooth) / 0.02) * 0.02
+    shortfall = jax.nn.softplus((problem.confidence - p_smooth) / SHORTFALL_WIDTH) * SHORTFALL_WIDTH
     return jnp.log(cost) + options.penalty * shortfall + far
 
 
 def _init(problem: Problem, key: Array, options: SearchOptions) -> Relaxed:
     sizes = problem.grid.sizes()
     keys = jax.random.split(key, len(sizes) + 1)
-    logits = [2.0 * jax.random.normal(k, (options.num_starts, n)) for k, n in zip(keys, sizes)]
+    logits = [
+        START_LOGIT_SD * jax.random.normal(k, (options.num_starts, n)) for k, n in zip(keys, sizes)
+    ]
     # spread the starts over the GPU types: start i leans towards GPU i mod G
     lean = jnp.eye(sizes[0])[jnp.arange(options.num_starts) % sizes[0]]
-    logits[0] = logits[0] + 3.0 * lean
+    logits[0] = logits[0] + START_GPU_LEAN * lean
     logits = tuple(logits)
     log_r = jax.random.uniform(
         keys[-1], (options.num_starts,), maxval=jnp.log(problem.grid.max_replicas)

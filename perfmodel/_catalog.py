@@ -23,6 +23,10 @@ from ._specs import HardwareSpec, ModelSpec
 DEFAULT_INTERNODE_BYTES_PER_S = 50.0 * GB
 """Between nodes: one 400 Gb/s InfiniBand NDR / RoCE NIC per GPU (DGX H100 layout), one direction."""
 
+DEFAULT_GPUS_PER_NODE = 8.0
+"""GPUs sharing a node's fast fabric when a hardware row leaves ``gpus_per_node`` empty (an HGX /
+DGX baseboard); a TP group larger than this crosses nodes."""
+
 _FLOP_COLUMNS = {
     "bf16": "dense_bf16_flops_per_s",
     "fp8": "dense_fp8_flops_per_s",
@@ -154,7 +158,7 @@ def hardware_from_row(
         link_bytes_per_s=_field(row, "link_bytes_per_s_unidir", where, False),
         gpus_per_node=_field(row, "gpus_per_node", where, False)
         if row.get("gpus_per_node")
-        else 8.0,
+        else DEFAULT_GPUS_PER_NODE,
         internode_bytes_per_s=internode_bytes_per_s,
         price_per_gpu_hour=price_per_gpu_hour,
     )

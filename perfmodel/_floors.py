@@ -22,6 +22,12 @@ RATE_FLOOR_PER_S = 1e-12
 PROBABILITY_FLOOR = 1e-12
 """A probability (or a load rho) kept off 0 before a log, a power or a division."""
 
+COUNT_VARIANCE_FLOOR = 1e-9
+"""Smallest variance of a count of requests (requests^2) a standardisation divides by."""
+
+LOG_SD_FLOOR = 1e-9
+"""Smallest log-normal sigma a length law divides by (a fixed length: cv -> 0)."""
+
 SHARE_FLOOR = 1e-9
 """A share of iterations or arrivals that divides a time spread over them (the iterations that
 carry prefill, the arrivals that wait): a billionth of them, where per-event times stop meaning

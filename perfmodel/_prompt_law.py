@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from ._floors import PROBABILITY_FLOOR
+from ._floors import LOG_SD_FLOOR, PROBABILITY_FLOOR
 
 
 def truncated_lognormal(mean, cv, max_len):
@@ -15,7 +15,7 @@ def truncated_lognormal(mean, cv, max_len):
     engine accepts (vLLM rejects prompts longer than ``max_model_len``).  With a = (ln L - mu) / s:
     P = Phi(a), E = mean Phi(a - s) / Phi(a), E[X^2 | .] = mean^2 (1 + cv^2) Phi(a - 2 s) / Phi(a)."""
     mean, cv = jnp.asarray(mean), jnp.asarray(cv)
-    s = jnp.maximum(jnp.sqrt(jnp.log1p(jnp.square(cv))), 1e-9)
+    s = jnp.maximum(jnp.sqrt(jnp.log1p(jnp.square(cv))), LOG_SD_FLOOR)
     a = (jnp.log(max_len) - jnp.log(mean) + jnp.square(s) / 2.0) / s
     accept = jnp.maximum(ndtr(a), PROBABILITY_FLOOR)
     m = mean * ndtr(a - s) / accept

@@ -25,11 +25,25 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import ndtr, ndtri
 
-from ._floors import LOG_VARIANCE_FLOOR, POSITIVE_FLOOR, PROBABILITY_FLOOR, TIME_FLOOR_S
+from ._floors import (
+    COUNT_VARIANCE_FLOOR,
+    LOG_VARIANCE_FLOOR,
+    POSITIVE_FLOOR,
+    PROBABILITY_FLOOR,
+    TIME_FLOOR_S,
+)
 from ._types import Array, ArrayLike
 
 _RHO_SAFE = 0.5
 """Stand-in utilisation inside masked (overloaded) branches; never reported."""
+
+QUANTILE_BRACKET_SIGMAS = 6.0
+"""Upper end of a lognormal mixture's quantile bracket: every component's mu + 6 sigma (a 1e-9
+tail), so the bisection starts with the quantile inside it."""
+
+SERIES_BELOW_CORRELATIONS = 1.0e-3
+"""Windows shorter than this many correlation times use the series 1 - y / 3 of the OU window
+factor (the closed form loses its digits to cancellation there)."""
 
 MAX_WAIT_SHIFT_SHARE = 0.99
 """Largest share of the conditional wait W_cond that its deterministic shift d may take (the
@@ -110,7 +124,7 @@ def diffusion_seat_wait(
     c = jnp.asarray(servers)
     stable = n < c
     gap = jnp.where(stable, c - n, 1.0)
-    v = jnp.maximum(jnp.asarray(busy_var), 1e-9)
+    v = jnp.maximum(jnp.asarray(busy_var), COUNT_VARIANCE_FLOOR)
     beta = gap / jnp.sqrt(v)
     if stiffness is None:
         phi = jnp.exp(-0.5 * jnp.square(beta)) / jnp.sqrt(2.0 * jnp.pi)
@@ -177,7 +191,7 @@ def window_mean_variance_factor(window_over_correlation: ArrayLike) -> Array:
     """Var of the mean of a stationary Ornstein-Uhlenbeck process over a window of length y
     correlation times, as a fraction of its variance: 2 (y - 1 + exp(-y)) / y^2 (1 at y -> 0)."""
     y = jnp.maximum(jnp.asarray(window_over_correlation), 0.0)
-    short = y < 1e-3
+    short = y < SERIES_BELOW_CORRELATIONS
     ys = jnp.where(short, 1.0, y)
     return jnp.where(short, 1.0 - y / 3.0, 2.0 * (ys + jnp.expm1(-ys)) / jnp.square(ys))
 
@@ -278,5 +292,5 @@ def lognormal_mixture_quantile(means: Array, variances: Array, q: ArrayLike) -> 
         z = (jnp.log(jnp.maximum(t[..., None], POSITIVE_FLOOR)) - mu) / s
         return jnp.mean(ndtr(z), axis=-1)
 
-    hi = jnp.max(jnp.exp(mu + 6.0 * s), axis=-1) * jnp.ones_like(q)
+    hi = jnp.max(jnp.exp(mu + QUANTILE_BRACKET_SIGMAS * s), axis=-1) * jnp.ones_like(q)
     return solve_quantile(cdf, q, jnp.zeros_like(hi), hi)

@@ -54,6 +54,7 @@ from ._batching import (
 from ._floors import COUNT_FLOOR, LOG_VARIANCE_FLOOR, POSITIVE_FLOOR, SHARE_FLOOR
 from ._prompt_law import prompt_nodes, tail_ratio, truncated_lognormal
 from ._queueing import (
+    QUANTILE_BRACKET_SIGMAS,
     diffusion_seat_wait,
     kingman_wait_s,
     lognormal_mixture_quantile,
@@ -189,7 +190,7 @@ def gap_quantiles(short_s, long_s, long_share, variance, qs):
         z = ndtr((jnp.log(jnp.maximum(t[..., None], POSITIVE_FLOOR)) - mu) / sd)
         return (1.0 - f[..., 0]) * z[..., 0] + f[..., 0] * z[..., 1]
 
-    hi = jnp.max(jnp.exp(mu + 6.0 * sd), axis=-1) * jnp.ones_like(qs)
+    hi = jnp.max(jnp.exp(mu + QUANTILE_BRACKET_SIGMAS * sd), axis=-1) * jnp.ones_like(qs)
     return solve_quantile(cdf, qs, jnp.zeros_like(hi), hi)
 
 
