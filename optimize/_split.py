@@ -60,14 +60,10 @@ def split_slo_metrics(
     orchestration_s=DEFAULT_ORCHESTRATION_S,
 ) -> SloMetrics:
     """p95 TTFT/TPOT, utilisation and KV fit of a prefill + decode split, each pool a ``System``
-    of the one model (replicas of its ``Deployment`` = engines in that pool).  ``transfer_bytes_per_s`` <= 0 or None: the prefill
-    GPU's inter-node bandwidth."""
-    model, hw_p, dep_p, eff_p = (
-        prefill.model,
-        prefill.hardware,
-        prefill.deployment,
-        prefill.efficiency,
-    )
+    of the one model (replicas of its ``Deployment`` = engines in that pool).
+    ``transfer_bytes_per_s`` <= 0 or None: the prefill GPU's inter-node bandwidth."""
+    model = prefill.model  # both pools serve it
+    hw_p, dep_p, eff_p = prefill.hardware, prefill.deployment, prefill.efficiency
     hw_d, dep_d, eff_d = decode.hardware, decode.deployment, decode.efficiency
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
     context = i_len + o_len / 2.0

@@ -110,12 +110,7 @@ def decode_iteration_s(
             temperature=temperature,
         )
     k = cost.draft_tokens
-    target_s = step_total_s(
-        system,
-        decode_seqs=n,
-        decode_context=d_ctx,
-        temperature=temperature,
-    )
+    target_s = step_total_s(system, decode_seqs=n, decode_context=d_ctx, temperature=temperature)
     if cost.draft_model is None:
         busy = target_s - efficiency.step_overhead_s
         draft = k * MTP_LAYERS_PER_DRAFT_TOKEN * busy / model.num_layers
@@ -177,10 +172,7 @@ def decode_iterations_s(
         for j in range(len(names))
     ]
     total = decode_iteration_s(
-        system,
-        cost,
-        temperature=temperature,
-        **dict(zip(names, laid, strict=True)),
+        system, cost, temperature=temperature, **dict(zip(names, laid, strict=True))
     )
     times, start = [], 0
     for shape in shapes:

@@ -208,9 +208,7 @@ def closed_loop_state(
     wave_tokens = n * prompt
     wave_chunks = jnp.maximum(wave_tokens / budget, 1.0)
     full = iteration_s(
-        system,
-        prefill_tokens=wave_tokens / wave_chunks,
-        prefill_seqs=n / wave_chunks,
+        system, prefill_tokens=wave_tokens / wave_chunks, prefill_seqs=n / wave_chunks
     )
     lockstep_decode_s = iteration_s(system, decode_seqs=n, decode_context=ctx)
     lockstep = lockstep_share(deployment, workload)

@@ -229,12 +229,8 @@ def split_serving(
     from ._workload import lognormal_params
 
     cost = DecodeCost() if cost is None else cost
-    model, hw_p, dep_p, eff_p = (
-        prefill.model,
-        prefill.hardware,
-        prefill.deployment,
-        prefill.efficiency,
-    )
+    model = prefill.model  # both pools serve it
+    hw_p, dep_p, eff_p = prefill.hardware, prefill.deployment, prefill.efficiency
     hw_d, dep_d, eff_d = decode.hardware, decode.deployment, decode.efficiency
     mu, sigma = lognormal_params(workload.prompt_tokens_mean, workload.prompt_tokens_cv)
     prompts = jnp.stack(

@@ -63,17 +63,9 @@ def prefix_serving_metrics(
     from ._serving import serving_metrics  # the dynamics layer, imported where used
 
     served, cost = prefix_workload(
-        system,
-        workload,
-        shared_fraction=shared_fraction,
-        prefix_tokens=prefix_tokens,
+        system, workload, shared_fraction=shared_fraction, prefix_tokens=prefix_tokens
     )
-    m = serving_metrics(
-        system,
-        served,
-        chunked_prefill=chunked_prefill,
-        decode_cost=cost,
-    )
+    m = serving_metrics(system, served, chunked_prefill=chunked_prefill, decode_cost=cost)
     return _loaded(m, 1.0)
 
 

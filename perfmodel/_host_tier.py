@@ -77,12 +77,7 @@ def host_tier(
     per_seq_s = jnp.where(has_link, seq_bytes / jnp.where(has_link, bw, 1.0), jnp.inf)
 
     def tau(n):
-        return decode_step(
-            system,
-            jnp.maximum(n, 1.0),
-            sequence_tokens,
-            temperature,
-        ).total_s
+        return decode_step(system, jnp.maximum(n, 1.0), sequence_tokens, temperature).total_s
 
     def transfer_excess(x):
         return x * per_seq_s - tau(b_h + x)

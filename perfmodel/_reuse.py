@@ -190,12 +190,7 @@ def prefix_reuse(
     hit = jnp.where(reusable > 0, hit, 0.0)
     reused_fraction = f * hit
 
-    cold = step_total_s(
-        system,
-        prefill_tokens=prompt,
-        prefill_seqs=1.0,
-        temperature=temperature,
-    )
+    cold = step_total_s(system, prefill_tokens=prompt, prefill_seqs=1.0, temperature=temperature)
     warm = step_total_s(
         system,
         prefill_tokens=prompt - reusable,

@@ -137,11 +137,7 @@ class ServingMetrics(eqx.Module):
 
 
 def _binding(system: System, workload):
-    return binding_budget(
-        system,
-        workload.prompt_tokens_mean,
-        workload.output_tokens_mean,
-    )
+    return binding_budget(system, workload.prompt_tokens_mean, workload.output_tokens_mean)
 
 
 def is_closed_loop(workload: Workload) -> bool:

@@ -448,8 +448,5 @@ def decode_step(
 ) -> StepTime:
     """One decode iteration: one new token for each of ``batch_size`` sequences at ``context_len``."""
     return forward_step(
-        system,
-        decode_seqs=batch_size,
-        decode_context=context_len,
-        temperature=temperature,
+        system, decode_seqs=batch_size, decode_context=context_len, temperature=temperature
     )

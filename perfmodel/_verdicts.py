@@ -170,10 +170,7 @@ def verdicts(
             metrics
             if metrics is not None
             else serving_metrics(
-                system,
-                workload,
-                chunked_prefill=chunked_prefill,
-                chunk_tokens=chunk_tokens,
+                system, workload, chunked_prefill=chunked_prefill, chunk_tokens=chunk_tokens
             )
         )
     out["kv_or_queue"] = _kv_or_queue(seats, cap, m)
@@ -183,12 +180,7 @@ def verdicts(
     if arrival_rate_per_s is not None and seats >= 1.0 and prefill_interference is not None:
         stretch = float(prefill_interference)
     elif arrival_rate_per_s is not None and seats >= 1.0:
-        co = colocated_disaggregation(
-            system,
-            prompt_tokens,
-            output_tokens,
-            arrival_rate_per_s,
-        )
+        co = colocated_disaggregation(system, prompt_tokens, output_tokens, arrival_rate_per_s)
         stretch = float(co.prefill_interference)
 
     mem, comp = float(budgets.decode_memory_s), float(budgets.decode_compute_s)

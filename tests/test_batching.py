@@ -37,11 +37,7 @@ def test_iteration_is_forward_step():
         forward_step(System(MODEL, GPU, d, EFF), **kw).total_s
     )
     assert np.isfinite(
-        float(
-            iteration_s(
-                System(MODEL, GPU, d, EFF),
-            )
-        )
+        float(iteration_s(System(MODEL, GPU, d, EFF)))
     )  # empty iteration: overhead, no NaN
 
 

@@ -233,9 +233,7 @@ def test_long_prefill_binding_is_compute(h100, llama8b):
 
 
 def test_empty_iteration_costs_only_overhead(h100, llama8b):
-    step = pm.forward_step(
-        System(llama8b, h100, pm.Deployment.create(), pm.Efficiency()),
-    )
+    step = pm.forward_step(System(llama8b, h100, pm.Deployment.create(), pm.Efficiency()))
     assert float(step.compute_s) == 0.0
     assert float(step.total_s) == pytest.approx(
         float(pm.Efficiency().step_overhead_s) + float(step.memory_s)

@@ -231,13 +231,9 @@ def feature_report(
         prefill_interference=None
         if rate is None
         else _colocated_interference(
-            system,
-            *(jnp.asarray(float(v)) for v in (prompt, output, rate)),
+            system, *(jnp.asarray(float(v)) for v in (prompt, output, rate))
         ),
-        budgets=_verdict_budgets(
-            system,
-            *(jnp.asarray(float(v)) for v in (prompt, output)),
-        ),
+        budgets=_verdict_budgets(system, *(jnp.asarray(float(v)) for v in (prompt, output))),
     )
     return out
 
