@@ -26,11 +26,10 @@ from perfmodel import (
     load_model,
     prefill_step,
 )
-from perfmodel.dynamics import Trace, Workload
+from perfmodel.dynamics import DecodeCost, Trace, Workload
 from perfmodel.simulator import (
     PrefixCaching,
     SimResult,
-    Speculation,
     kept_requests,
     simulate,
     simulate_disaggregated,
@@ -248,7 +247,9 @@ def spec_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list
                             np.full(n, GRID_PROMPT),
                             np.full(n, GRID_OUTPUT),
                         ),
-                        speculation=Speculation(k, alpha, draft),
+                        speculation=DecodeCost(
+                            draft_tokens=k, acceptance=alpha, draft_model=draft, speculative=True
+                        ),
                         seed=seed,
                     )
                     for seed in SEEDS

@@ -1,7 +1,7 @@
 """The recommendation in the discrete-event simulator, whatever its kind.
 
 Colocated: ``perfmodel.dynamics.simulate`` on the deployment (chunk = the config's chunk).
-Speculative: the same engine with ``perfmodel.simulator.Speculation`` (k draft tokens, i.i.d.
+Speculative: the same engine with a speculative ``perfmodel.dynamics.DecodeCost`` (k draft tokens, i.i.d.
 acceptance alpha; MTP heads or the draft model).  Pool split: ``simulate_disaggregated`` (prefill
 pool of p x replicas engines on the prefill GPU, KV hand-off, decode pool of d x replicas engines
 with the speculation, if any), as ``servingmath simulate --disagg`` runs it.  Every pool runs at
@@ -50,9 +50,8 @@ def simulate_check(
     is inf otherwise); ``kind`` says which simulator ran."""
     import equinox as eqx
 
-    from perfmodel.dynamics import simulate
+    from perfmodel.dynamics import DecodeCost, simulate
     from perfmodel.simulator import (
-        Speculation,
         engine_summary,
         requests_from_workload,
         shared_prefix_caching,
@@ -67,7 +66,12 @@ def simulate_check(
     spec = None
     if k > 0:
         draft = None if bool(problem.draft_is_mtp) else problem.draft_model
-        spec = Speculation(int(k), float(problem.spec_acceptance[int(config[SPEC])]), draft)
+        spec = DecodeCost(
+            draft_tokens=int(k),
+            acceptance=float(problem.spec_acceptance[int(config[SPEC])]),
+            draft_model=draft,
+            speculative=True,
+        )
     chunk = int(g.chunk_sizes[int(config[CHUNK])] or g.max_num_batched_tokens[int(config[MNBT])])
     pool = int(config[POOL])
     trace = requests_from_workload(problem.workload, num_requests, seed)

@@ -153,6 +153,34 @@ def test_simulated_speculation_agrees_with_the_closed_form():
             assert float(np.nanmean(sim.tpot_s)) == pytest.approx(float(closed.tpot_s), rel=tol)
 
 
+@pytest.mark.parametrize(
+    "cost",
+    [
+        {"draft_tokens": 4.0, "acceptance": 0.7},  # not marked speculative: plain decoding
+        {
+            "draft_tokens": 4.0,
+            "acceptance": 0.7,
+            "speculative": True,
+            "cached_prompt_tokens": 500.0,
+        },
+    ],
+)
+def test_the_simulator_refuses_a_decode_cost_it_would_not_simulate(cost):
+    # the simulator draws speculation from the load model's DecodeCost; a plain one (the engine
+    # would not speculate) or one with a closed-form cached prefix (the simulator's own prefix
+    # cache decides hits) would be silently ignored, so it is refused
+    import numpy as np
+
+    from perfmodel._batching import DecodeCost
+    from perfmodel._traces import Trace
+    from perfmodel.simulator import simulate
+
+    trace = Trace(np.zeros(4), np.full(4, 100), np.full(4, 20))
+    system = System(load_model("meta-llama/Llama-3.1-8B"), H100, Deployment.create(), EFF)
+    with pytest.raises(ValueError, match="speculative DecodeCost"):
+        simulate(system, trace, concurrency=2, speculation=DecodeCost(**cost))
+
+
 def test_speculation_under_load_at_zero_acceptance_only_adds_the_spec_cost():
     # alpha = 0: one token per step.  The one-solve form (DecodeCost priced at draft + verify)
     # is cross-checked against an independent construction: the plain engine with each decode

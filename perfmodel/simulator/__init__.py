@@ -10,7 +10,6 @@ from ._engine import (
 )
 from ._features import (
     PrefixCaching as PrefixCaching,
-    Speculation as Speculation,
     shared_prefix_caching as shared_prefix_caching,
     synthetic_prefix_hashes as synthetic_prefix_hashes,
     synthetic_prefix_hit_rate as synthetic_prefix_hit_rate,

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._batching import DecodeCost
 from .._disagg import DEFAULT_ORCHESTRATION_S, DEFAULT_TRANSFER_LATENCY_S, kv_transfer_s
 from .._specs import Deployment, Efficiency, HardwareSpec, ModelSpec, System
 from .._traces import Trace
 from ._engine import EngineHooks
-from ._features import PrefixCaching, Speculation
+from ._features import PrefixCaching
 from ._records import SimResult
 from ._simulate import simulate
 
@@ -37,7 +38,7 @@ def simulate_disaggregated(
     orchestration_s: float = DEFAULT_ORCHESTRATION_S,
     seed: int = 0,
     prefix: PrefixCaching | None = None,
-    speculation: Speculation | None = None,
+    speculation: DecodeCost | None = None,
     decode_efficiency: Efficiency | None = None,
 ) -> SimResult:
     """Simulate the split system on a timed trace; per-request records as seen by the user.

@@ -2,9 +2,11 @@
 
 ``PrefixCaching`` carries each request's chain of block identities (the Mooncake trace's
 ``hash_ids`` at 512 tokens per id, or synthetic shared-prefix chains at the engine's block size);
-every replica keeps its own LRU cache (``_prefix_cache.BlockPrefixCache``).  ``Speculation``
-swaps the step time for draft + verification (``_speculative.speculative_step_function``) and
-samples accepted tokens per sequence per step (Leviathan et al. 2023).
+every replica keeps its own LRU cache (``_prefix_cache.BlockPrefixCache``).  A speculative
+``DecodeCost`` (the load model's decode-cost type: k draft tokens, acceptance alpha, a draft model
+or MTP heads) swaps the step time for draft + verification
+(``_speculative.speculative_step_function``) and samples accepted tokens per sequence per step
+(Leviathan et al. 2023).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._specs import ModelSpec
+from .._batching import DecodeCost
 from ._prefix_cache import BlockPrefixCache, TraceRequest, prefix_cache_hook
 from ._speculative import accepted_tokens_sampler
 
@@ -32,15 +34,6 @@ class PrefixCaching:
     block_hashes: Sequence[tuple[Hashable, ...]]
     hash_block_tokens: int
     capacity_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class Speculation:
-    """Draft length k, i.i.d. per-token acceptance alpha, draft model (``None``: MTP heads)."""
-
-    draft_tokens: int
-    acceptance: float
-    draft_model: ModelSpec | None = None
 
 
 @dataclass
@@ -128,7 +121,7 @@ def replica_hooks(
     engine_capacity_tokens: int,
     counts: FeatureCounts,
     prefix: PrefixCaching | None,
-    speculation: Speculation | None,
+    speculation: DecodeCost | None,
 ):
     """(cached_prefix_tokens, decode_tokens) hooks for the requests ``idx`` of one replica."""
     cached = decode_tokens = None

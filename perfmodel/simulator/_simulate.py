@@ -7,14 +7,14 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from .._batching import iteration_s
+from .._batching import DecodeCost, iteration_s
 from .._memory import kv_capacity_tokens
 from .._specs import Deployment, HardwareSpec, ModelSpec, System
 from .._traces import Trace
 from .._workload import Workload, sample_arrivals, sample_lengths
 from ._engine import EngineHooks, EngineLimits, run_engine
 from ._fast_forward import DECODE_RUN_CHUNK
-from ._features import FeatureCounts, PrefixCaching, Speculation, gather_reused, replica_hooks
+from ._features import FeatureCounts, PrefixCaching, gather_reused, replica_hooks
 from ._records import DecodeGaps, SimResult
 from ._speculative import speculative_step_function
 
@@ -109,24 +109,18 @@ def engine_limits(
 
 def _iteration_functions(
     system: System,
-    speculation: Speculation | None,
+    speculation: DecodeCost | None,
 ) -> tuple[Callable, Callable | None]:
     """(iteration time, decode-run time) the engine loop calls: the step model's, or with
     ``speculation`` its draft-and-verify iteration (no decode-run shortcut: each step's
     acceptance is sampled)."""
     if speculation is None:
         return (
-            step_function(
-                system,
-            ),
-            decode_run_function(
-                system,
-            ),
+            step_function(system),
+            decode_run_function(system),
         )
     step_s = speculative_step_function(
-        system,
-        int(speculation.draft_tokens),
-        speculation.draft_model,
+        system, int(speculation.draft_tokens), speculation.draft_model
     )
     return step_s, None
 
@@ -138,7 +132,7 @@ def _replica_engine_hooks(
     limits: EngineLimits,
     counts: FeatureCounts,
     prefix: PrefixCaching | None,
-    speculation: Speculation | None,
+    speculation: DecodeCost | None,
     *,
     requests: np.ndarray,
     replica: int,
@@ -180,7 +174,7 @@ def simulate(
     hooks: EngineHooks | None = None,
     progress: Callable[[int, int], None] | None = None,
     prefix: PrefixCaching | None = None,
-    speculation: Speculation | None = None,
+    speculation: DecodeCost | None = None,
 ) -> SimResult:
     """Simulate a continuous-batching deployment request by request.
 
@@ -192,7 +186,8 @@ def simulate(
         hooks: extension points (default none); ``prefix`` / ``speculation`` replace the
             matching hook.
         prefix: block-level LRU prefix cache per replica (``PrefixCaching``).
-        speculation: draft + verification steps with sampled acceptance (``Speculation``).
+        speculation: a speculative ``DecodeCost`` (k draft tokens, acceptance alpha, draft model
+            or None for MTP heads): draft + verification steps with sampled acceptance.
         progress: called as ``progress(finished, total)`` now and then.
 
     Returns:
@@ -210,6 +205,13 @@ def simulate(
     concurrency = concurrency or 0
     if concurrency == 0 and not trace.has_arrivals:
         raise ValueError(f"trace {trace.name!r} has no arrival times; give a concurrency or a rate")
+    if speculation is not None and not (
+        speculation.speculative and float(speculation.cached_prompt_tokens) == 0.0
+    ):
+        raise ValueError(
+            "speculation must be a speculative DecodeCost without cached prompt tokens "
+            "(the simulator's prefix cache decides hits: pass prefix=)"
+        )
     limits = engine_limits(model, hardware, deployment, chunked_prefill, chunk_tokens)
     step_s, decode_run = _iteration_functions(system, speculation)
     replicas = max(round(float(deployment.replicas)), 1)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+from .._batching import DecodeCost
 from .._specs import ModelSpec, System
 from .._speculative import MTP_LAYERS_PER_DRAFT_TOKEN
 from .._step import decode_step, step_total_s
@@ -66,10 +67,7 @@ def speculative_step_function(
         seqs = p_seq + d_seq
         ctx = (p_seq * p_ctx + d_seq * d_ctx) / jax.numpy.maximum(seqs, 1.0)
         verify = step_total_s(
-            system,
-            prefill_tokens=p_tok + d_seq * (k + 1.0),
-            prefill_seqs=seqs,
-            prefill_context=ctx,
+            system, prefill_tokens=p_tok + d_seq * (k + 1.0), prefill_seqs=seqs, prefill_context=ctx
         )
         return verify + jax.numpy.where(d_seq > 0, draft, 0.0)
 
@@ -91,7 +89,6 @@ def simulate_speculative(
 ) -> SimResult:
     """One replica of the engine with speculative decoding (open loop on the trace's arrivals,
     or closed loop with ``concurrency`` in flight)."""
-    from ._features import Speculation
     from ._simulate import simulate
 
     return simulate(
@@ -99,5 +96,10 @@ def simulate_speculative(
         trace,
         concurrency=concurrency,
         seed=seed,
-        speculation=Speculation(draft_tokens, acceptance, draft_model),
+        speculation=DecodeCost(
+            draft_tokens=draft_tokens,
+            acceptance=acceptance,
+            draft_model=draft_model,
+            speculative=True,
+        ),
     )

@@ -9,8 +9,8 @@ import numpy as np
 
 import perfmodel as pm
 from perfmodel import System
-from perfmodel.dynamics import workload_from_trace
-from perfmodel.simulator import Speculation, engine_summary, simulate
+from perfmodel.dynamics import DecodeCost, workload_from_trace
+from perfmodel.simulator import engine_summary, simulate
 
 from ..errors import UsageError
 from ..evaluation.features import feature_report
@@ -95,7 +95,12 @@ def run(args: argparse.Namespace) -> int:
     speculation = None
     if spec:
         draft = None if spec["draft"] == "mtp" else pm.load_model(args.spec_draft)
-        speculation = Speculation(int(args.spec_k), float(spec["acceptance"]), draft)
+        speculation = DecodeCost(
+            draft_tokens=int(args.spec_k),
+            acceptance=float(spec["acceptance"]),
+            draft_model=draft,
+            speculative=True,
+        )
     phases = phases_for(args)
     result = simulate(
         system,
