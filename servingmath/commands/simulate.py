@@ -5,21 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
-import perfmodel as pm
 from perfmodel import System
-from perfmodel.dynamics import DecodeCost, workload_from_trace
+from perfmodel.dynamics import workload_from_trace
 from perfmodel.simulator import engine_summary, simulate
 
-from ..errors import UsageError
 from ..evaluation.features import feature_report
 from ..evaluation.load import engine_scales_report
 from ..evaluation.simulated import (
     prefix_caching,
     requests_to_simulate,
+    require_served,
     simulate_disagg,
     simulated_features,
+    speculation_of,
     trace_reuse,
 )
 from ..options.calibration import add_calibration_arguments, simulation_efficiency
@@ -91,16 +89,7 @@ def run(args: argparse.Namespace) -> int:
     features = feature_report(args, system, workload, trace_reuse=measured)
     block = round(float(deployment.block_size_tokens))
     prefix = prefix_caching(args, requests, block)
-    spec = features.get("speculative")
-    speculation = None
-    if spec:
-        draft = None if spec["draft"] == "mtp" else pm.load_model(args.spec_draft)
-        speculation = DecodeCost(
-            draft_tokens=int(args.spec_k),
-            acceptance=float(spec["acceptance"]),
-            draft_model=draft,
-            speculative=True,
-        )
+    speculation = speculation_of(args, features)
     phases = phases_for(args)
     result = simulate(
         system,
@@ -115,15 +104,7 @@ def run(args: argparse.Namespace) -> int:
         speculation=speculation,
     )
     phases.done()
-    if np.isinf(result.finish_s).any():
-        raise UsageError(
-            "some requests never fit in the KV cache; raise --gpu-memory-utilization or --tp, "
-            "or lower --max-model-len"
-        )
-    if result.num_rejected == len(result.arrival_s):
-        raise UsageError(
-            f"every prompt is longer than --max-model-len {args.max_model_len}; raise --max-model-len"
-        )
+    require_served(result, args.max_model_len)
     report = {
         "efficiency_source": source,
         **simulation_report(result, engine_summary(result, efficiency)),

@@ -12,6 +12,7 @@ from perfmodel import System, features as ft
 from perfmodel.dynamics import Trace, poisson_arrivals, rescale_arrivals
 from perfmodel.simulator import (
     PrefixCaching,
+    SimResult,
     engine_summary,
     replay_trace_reuse,
     requests_from_workload,
@@ -42,6 +43,33 @@ def requests_to_simulate(args, workload, trace, concurrency: int) -> tuple[Trace
         elif not sub.has_arrivals:
             sub = poisson_arrivals(sub, args.rate, args.seed)
     return sub, concurrency
+
+
+def speculation_of(args, features: dict) -> pm.dynamics.DecodeCost | None:
+    """The speculative ``DecodeCost`` the simulator runs for ``--spec-*`` (its acceptance as the
+    feature report resolved it), or None without speculation."""
+    spec = features.get("speculative")
+    if not spec:
+        return None
+    return pm.dynamics.DecodeCost(
+        draft_tokens=int(args.spec_k),
+        acceptance=float(spec["acceptance"]),
+        draft_model=None if spec["draft"] == "mtp" else pm.load_model(args.spec_draft),
+        speculative=True,
+    )
+
+
+def require_served(result: SimResult, max_model_len: int) -> None:
+    """A run that served nothing usable is an error with its fix, not a table of infinities."""
+    if np.isinf(result.finish_s).any():
+        raise UsageError(
+            "some requests never fit in the KV cache; raise --gpu-memory-utilization or --tp, "
+            "or lower --max-model-len"
+        )
+    if result.num_rejected == len(result.arrival_s):
+        raise UsageError(
+            f"every prompt is longer than --max-model-len {max_model_len}; raise --max-model-len"
+        )
 
 
 def prefix_caching(args, trace: Trace, block: int) -> PrefixCaching | None:
