@@ -203,8 +203,8 @@ def held_out_scales(
 
 
 @jax.jit
-def _closed_form(model, hardware, deployment, efficiency, workload):
-    r = closed_loop_metrics(System(model, hardware, deployment, efficiency), workload)
+def _closed_form(system, workload):
+    r = closed_loop_metrics(system, workload)
     return r.ttft_s[0], r.tpot_s[0]  # column 0: the mean
 
 
@@ -222,12 +222,13 @@ def predict(run: dict, eff: Efficiency, max_requests: int, seed: int) -> dict:
         requests_per_client=f["requests_per_client"],
     )
     t0 = time.perf_counter()
-    cf_ttft, cf_tpot = (float(x) for x in _closed_form(model, hardware, deployment, eff, workload))
+    system = System(model, hardware, deployment, eff)
+    cf_ttft, cf_tpot = (float(x) for x in _closed_form(system, workload))
     t1 = time.perf_counter()
     conc = round(f["concurrency"])
     n = int(min(max(f["requests_per_client"] * conc, conc), max(max_requests, conc)))
     r = simulate(
-        System(model, hardware, deployment, eff),
+        system,
         workload,
         num_requests=n,
         seed=seed,

@@ -165,15 +165,16 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
         )
 
         def per_draw(e):
+            system = System(problem.model, hw, dep, e)
             f = speculative_serving_metrics(
-                System(problem.model, hw, dep, e),
+                system,
                 wl,
                 draft_tokens=k,
                 acceptance=alpha,
                 draft_model=None if mtp else problem.draft_model,
                 chunk_tokens=chunk,
             )
-            itl = _speculative_itl(problem.model, hw, dep, e, wl, k, alpha, mtp, problem, chunk)
+            itl = _speculative_itl(system, wl, k, alpha, mtp, problem, chunk)
             m = SloMetrics(
                 ttft_p95_s=f.ttft_s.p95,
                 tpot_p95_s=f.tpot_s.p95,
@@ -251,7 +252,7 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
     return jax.vmap(one)(configs, replicas)
 
 
-def _speculative_itl(model, hw, dep, eff, wl, k, alpha, mtp, problem, chunk):
+def _speculative_itl(system: System, wl, k, alpha, mtp, problem, chunk):
     """ITL (p50, p95, p99) of speculative decoding: ``serving_metrics`` under the same
     ``DecodeCost`` that ``speculative_serving_metrics`` builds (per token, as its TPOT)."""
     cost = DecodeCost(
@@ -260,7 +261,7 @@ def _speculative_itl(model, hw, dep, eff, wl, k, alpha, mtp, problem, chunk):
         draft_model=None if mtp else problem.draft_model,
         speculative=True,
     )
-    m = serving_metrics(System(model, hw, dep, eff), wl, chunk_tokens=chunk, decode_cost=cost)
+    m = serving_metrics(system, wl, chunk_tokens=chunk, decode_cost=cost)
     return jnp.stack([m.itl_s.p50, m.itl_s.p95, m.itl_s.p99])
 
 

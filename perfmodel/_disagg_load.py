@@ -62,23 +62,38 @@ LUNDBERG_BISECTIONS = 80
 GAIN_MAX = 0.9
 """Cap on the decode pool's TPOT feedback gain g (the variance factor 1 / (1 - g)^2 <= 100)."""
 
+DETERMINISTIC_SCV = 1e-9
+"""Service with a squared CV below this is deterministic (ln E[exp(x S / D)] = x; the gamma
+form divides by it)."""
+
+RHO_MARGIN = 1e-6
+"""The Lundberg solve takes rho in [1e-6, 1 - 1e-6] (an empty or saturated pool has no root)."""
+
+ROOT_MARGIN = 1e-12
+"""The bracket's upper end stops this far (relative) below the gamma MGF's pole at x = 1 / c2."""
+
+ROOT_LOWER = 1e-9
+"""The bracket's lower end: the exponent theta D is positive (x = 0 is the trivial root)."""
+
 
 def _log_mgf(x, c2):
     """ln E[exp(x S / D)] of Gamma service with mean D and squared CV c2 (c2 -> 0: x)."""
-    small = c2 < 1e-9
+    small = c2 < DETERMINISTIC_SCV
     c = jnp.where(small, 1.0, c2)
     return jnp.where(small, x, -jnp.log1p(-x * c) / c)
 
 
 def lundberg_tail(rho, c2):
     """(theta D, C) of P(W > t) ~ C exp(-theta t) for M/G/1 with Gamma service, 0 < rho < 1."""
-    rho = jnp.clip(jnp.asarray(rho, dtype=float), 1e-6, 1.0 - 1e-6)
+    rho = jnp.clip(jnp.asarray(rho, dtype=float), RHO_MARGIN, 1.0 - RHO_MARGIN)
     c2 = jnp.asarray(c2, dtype=float)
 
     def f(x):
         return rho * jnp.expm1(_log_mgf(x, c2)) - x
 
-    hi0 = jnp.where(c2 < 1e-9, 2.0 * jnp.log(1.0 / rho) / rho + 2.0, (1.0 - 1e-12) / c2)
+    hi0 = jnp.where(
+        c2 < DETERMINISTIC_SCV, 2.0 * jnp.log(1.0 / rho) / rho + 2.0, (1.0 - ROOT_MARGIN) / c2
+    )
 
     def body(_, b):
         lo, hi = b
@@ -86,7 +101,7 @@ def lundberg_tail(rho, c2):
         pos = f(mid) > 0.0
         return jnp.where(pos, lo, mid), jnp.where(pos, mid, hi)
 
-    lo0 = jnp.full_like(rho, 1e-9)
+    lo0 = jnp.full_like(rho, ROOT_LOWER)
     lo, hi = jax.lax.fori_loop(
         0, LUNDBERG_BISECTIONS, body, (lo0, jnp.broadcast_to(hi0, rho.shape))
     )

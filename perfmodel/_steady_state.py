@@ -46,6 +46,14 @@ figures by < 1e-3 relative)."""
 FULL_SLOT_ITERATIONS = 8
 """Iterations of the gap at full slots (a contraction with factor lambda tau E[m] e^(-x) < 1)."""
 
+RUN_END_FLOOR = 1e-6
+"""Smallest chance 1 - p_c that a run of carrying iterations ends (the run's mean length
+R = E[S] / (1 - p_c) stays finite when every group is followed by another)."""
+
+GAMMA_SHAPE_FLOOR = 1e-6
+"""Smallest shape k of the gamma law of the prefill tokens arriving in one iteration (the
+Wilson-Hilferty normal divides by 9 k)."""
+
 
 class MeanGap(eqx.Module):
     """The mean decode gap at one state (decode batch, prefill busy share, previous gap) and the
@@ -259,10 +267,10 @@ def _carrying_share(x: Pricing, g: CarryingGroup, t_group, tau_d) -> tuple[Array
     need, budget = g.need, g.budget
     p_c = jnp.mean(-jnp.expm1(-rate * t_group))
     p_d = -jnp.expm1(-rate * tau_d)
-    run_c = jnp.mean(g.group / g.k_tok) / jnp.maximum(1.0 - p_c, 1e-6)
+    run_c = jnp.mean(g.group / g.k_tok) / jnp.maximum(1.0 - p_c, RUN_END_FLOOR)
     f_run = run_c / (run_c + 1.0 / jnp.maximum(p_d, POSITIVE_FLOOR))
     p2 = p_mean + x.prompt_var / p_mean
-    k = jnp.maximum(need / p2, 1e-6)
+    k = jnp.maximum(need / p2, GAMMA_SHAPE_FLOOR)
     h = 1.0 / (9.0 * k)
     q = ndtr(-(jnp.cbrt(budget / p2 / k) - 1.0 + h) / jnp.sqrt(h))
     f_run = 1.0 - (1.0 - f_run) * (1.0 - q)
