@@ -406,9 +406,10 @@ class System(eqx.Module):
 
     One pytree instead of four positional arguments.  ``vmap`` maps it part by part: a
     posterior's draws with ``in_axes=(System(None, None, None, 0),)`` over a ``System`` whose
-    efficiency leaves carry the draws axis.  The spec names are its only static fields;
-    ``without_names`` drops them, so systems of different GPUs or models stack leaf by leaf with
-    ``jax.tree.map`` and one compiled program serves every spec of the same shapes.  Change one
+    efficiency leaves carry the draws axis.  Its static fields are the spec names and the
+    deployment's ``kv_allocation``; ``without_names`` drops the names, so systems of different GPUs
+    or models (one allocation mode) stack leaf by leaf with ``jax.tree.map`` and one compiled
+    program serves every spec of the same shapes.  Change one
     part with ``dataclasses.replace(system, deployment=...)``.
     """
 
