@@ -194,28 +194,31 @@ def serving_metrics(
     return _serving_metrics(
         system,
         workload,
-        chunked_prefill,
-        chunk_tokens,
-        temperature,
-        closed_loop,
-        decode_cost,
-        means_only,
-        (int(quadrature_nodes[0]), int(quadrature_nodes[1])),
+        chunked_prefill=chunked_prefill,
+        chunk_tokens=chunk_tokens,
+        temperature=temperature,
+        closed_loop=closed_loop,
+        decode_cost=decode_cost,
+        means_only=means_only,
+        quadrature_nodes=(int(quadrature_nodes[0]), int(quadrature_nodes[1])),
     )
 
 
 @eqx.filter_jit
 def _serving_metrics(
     system: System,
-    workload,
-    chunked_prefill,
-    chunk_tokens,
-    temperature,
-    closed_loop,
-    decode_cost,
-    means_only,
-    quadrature_nodes,
-):
+    workload: Workload,
+    *,
+    chunked_prefill: bool,
+    chunk_tokens: float | None,
+    temperature: float,
+    closed_loop: bool,
+    decode_cost: DecodeCost,
+    means_only: bool,
+    quadrature_nodes: tuple[int, int],
+) -> ServingMetrics:
+    """``serving_metrics``' compiled body (one program per static options and shapes): the load
+    model with its fitted corrections, as the engine delivers it (``engine_scaled``)."""
     physics = serving_metrics_with_corrections(
         system,
         workload,
