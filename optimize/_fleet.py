@@ -29,15 +29,24 @@ import optax
 from perfmodel import RATE_FLOOR_PER_S
 
 ROUNDING_TOLERANCE = 1e-9
+"""Relative slack of the integer plan's checks and roundings (replicas, GPUs, served rates):
+ceil(x - tol) and floor(x + tol) keep a count that floating point puts a hair past an integer
+at that integer."""
 
 DESCENT_LEARNING_RATE, DESCENT_STEPS = 0.05, 300
 """Adam step size on the replica logits and the number of steps of the relaxed fleet descent."""
 
+CONSTRAINT_PENALTY = 1000.0
+"""Weight of the squared unserved share and the squared excess over a GPU limit in the relaxed
+fleet loss, against its cost (normalised to about 1)."""
+
 NO_LIMIT_GPUS = 1e12
 """A GPU type without an availability limit (``--max-gpus``) counts as having this many."""
-"""Relative slack of the integer plan's checks and roundings (replicas, GPUs, served rates):
-ceil(x - tol) and floor(x + tol) keep a count that floating point puts a hair past an integer
-at that integer."""
+
+START_LOGIT_MEAN, START_OFF_LOGIT, START_ON_LOGIT = -1.0, -3.0, 1.0
+"""Starting replica logits: random starts around -1 (softplus ~0.3 of what a type would carry
+alone); the first starts put every class on its k-th cheapest type (logit 1, softplus ~1.3) and
+almost nothing elsewhere (logit -3, softplus ~0.05)."""
 
 
 class FleetProblem(NamedTuple):
@@ -123,7 +132,8 @@ def _relaxed_loss(theta, rates, capacity, cost, gpus, max_gpus, scale):
     n = _replicas(theta, rates, capacity)
     short = jax.nn.relu(1.0 - (capacity * n).sum(axis=1) / rates)
     over = jax.nn.relu((gpus * n).sum(axis=0) - max_gpus) / jnp.maximum(max_gpus, 1.0)
-    return (cost * n).sum() / scale + 1000.0 * (jnp.square(short).sum() + jnp.square(over).sum())
+    penalty = jnp.square(short).sum() + jnp.square(over).sum()
+    return (cost * n).sum() / scale + CONSTRAINT_PENALTY * penalty
 
 
 @jax.jit
@@ -255,13 +265,13 @@ def fleet_gradient(fp: FleetProblem, *, num_starts: int = 16, seed: int = 0) -> 
     cap = np.asarray(fp.capacity, dtype=float)
     big = np.where(np.isfinite(fp.max_gpus), fp.max_gpus, NO_LIMIT_GPUS)
     key = jax.random.PRNGKey(seed)
-    theta0 = np.asarray(jax.random.normal(key, (num_starts, *cap.shape))) - 1.0
+    theta0 = np.asarray(jax.random.normal(key, (num_starts, *cap.shape))) + START_LOGIT_MEAN
     # the first starts put each class on its k-th cheapest type per request served
     per_request = np.where(cap > 0, fp.replica_cost / np.where(cap > 0, cap, 1.0), np.inf)
     rank = np.argsort(per_request, axis=1)
     for k in range(min(cap.shape[1], num_starts)):
-        theta0[k] = -3.0
-        theta0[k, np.arange(cap.shape[0]), rank[:, k]] = 1.0
+        theta0[k] = START_OFF_LOGIT
+        theta0[k, np.arange(cap.shape[0]), rank[:, k]] = START_ON_LOGIT
     theta0 = jnp.asarray(theta0)
     x = np.asarray(
         _descend(
