@@ -247,9 +247,7 @@ def spec_grid(quick: bool, requests: int | None = None) -> tuple[list[str], list
                             np.full(n, GRID_PROMPT),
                             np.full(n, GRID_OUTPUT),
                         ),
-                        speculation=DecodeCost(
-                            draft_tokens=k, acceptance=alpha, draft_model=draft, speculative=True
-                        ),
+                        speculation=DecodeCost.speculation(k, alpha, draft),
                         seed=seed,
                     )
                     for seed in SEEDS

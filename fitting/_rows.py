@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 import perfmodel
-from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, ModelSpec, unnamed  # noqa: F401  (re-exported)
+from perfmodel import DTYPE_BYTES, KERNEL_FIELDS, Deployment, HardwareSpec, unnamed  # noqa: F401  (KERNEL_FIELDS re-exported)
 
 from ._blocks import BLOCK_NAMES, BLOCK_TYPES, Blocks
 from ._blocks_e2e import (

@@ -398,12 +398,7 @@ def slo_metrics(
     g = n t_d' / t (t_d' the decode-only iteration's slope in the batch), moving the gap by
     t_d' sqrt(Var(N)), at most the headroom t_d' (n_sat - n) to the saturated batch.
     """
-    model, hardware, deployment, efficiency = (
-        system.model,
-        system.hardware,
-        system.deployment,
-        system.efficiency,
-    )
+    deployment, efficiency = system.deployment, system.efficiency
     lam = workload.arrival_rate_per_s / deployment.replicas
     i_len, o_len = workload.prompt_tokens_mean, workload.output_tokens_mean
     cached = jnp.asarray(cached_prompt_tokens)
@@ -411,7 +406,9 @@ def slo_metrics(
     budget = deployment.max_num_batched_tokens
     chunk = budget if chunk_tokens is None else chunk_tokens
     e = 1.0 if spec is None else spec.tokens_per_step
-    concurrent = max_concurrent_requests(model, hardware, deployment, i_len + o_len, temperature)
+    concurrent = max_concurrent_requests(
+        system.model, system.hardware, deployment, i_len + o_len, temperature
+    )
     n_max = jnp.maximum(smooth_min(concurrent, deployment.max_num_seqs, temperature), 1.0)
 
     def iteration(n_decode, prefill_tokens, per_seq, prefill_context):

@@ -66,11 +66,8 @@ def simulate_check(
     spec = None
     if k > 0:
         draft = None if bool(problem.draft_is_mtp) else problem.draft_model
-        spec = DecodeCost(
-            draft_tokens=int(k),
-            acceptance=float(problem.spec_acceptance[int(config[SPEC])]),
-            draft_model=draft,
-            speculative=True,
+        spec = DecodeCost.speculation(
+            int(k), float(problem.spec_acceptance[int(config[SPEC])]), draft
         )
     chunk = int(g.chunk_sizes[int(config[CHUNK])] or g.max_num_batched_tokens[int(config[MNBT])])
     pool = int(config[POOL])

@@ -214,11 +214,10 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
             hw_p.internode_bytes_per_s,
         )
         cost = (
-            DecodeCost(
-                draft_tokens=tables["spec_k"][c[SPEC]],
-                acceptance=problem.spec_acceptance[c[SPEC]],
-                draft_model=None if problem.draft_is_mtp else problem.draft_model,
-                speculative=True,
+            DecodeCost.speculation(
+                tables["spec_k"][c[SPEC]],
+                problem.spec_acceptance[c[SPEC]],
+                None if problem.draft_is_mtp else problem.draft_model,
             )
             if speculative
             else None
@@ -255,11 +254,10 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
 def _speculative_itl(system: System, wl, k, alpha, mtp, problem, chunk):
     """ITL (p50, p95, p99) of speculative decoding: ``serving_metrics`` under the same
     ``DecodeCost`` that ``speculative_serving_metrics`` builds (per token, as its TPOT)."""
-    cost = DecodeCost(
-        draft_tokens=jnp.asarray(k, dtype=float),
-        acceptance=jnp.asarray(alpha, dtype=float),
-        draft_model=None if mtp else problem.draft_model,
-        speculative=True,
+    cost = DecodeCost.speculation(
+        jnp.asarray(k, dtype=float),
+        jnp.asarray(alpha, dtype=float),
+        None if mtp else problem.draft_model,
     )
     m = serving_metrics(system, wl, chunk_tokens=chunk, decode_cost=cost)
     return jnp.stack([m.itl_s.p50, m.itl_s.p95, m.itl_s.p99])

@@ -61,6 +61,25 @@ class DecodeCost(eqx.Module):
     draft_model: ModelSpec | None = None
     speculative: bool = eqx.field(static=True, default=False)
 
+    @classmethod
+    def speculation(
+        cls,
+        draft_tokens: ArrayLike,
+        acceptance: ArrayLike,
+        draft_model: ModelSpec | None = None,
+        cached_prompt_tokens: ArrayLike = 0.0,
+    ) -> DecodeCost:
+        """Speculative decoding: ``draft_tokens`` k drafted per sequence per iteration, each
+        accepted with probability alpha = ``acceptance``, by ``draft_model`` (None: the target's
+        MTP heads)."""
+        return cls(
+            cached_prompt_tokens=cached_prompt_tokens,
+            draft_tokens=draft_tokens,
+            acceptance=acceptance,
+            draft_model=draft_model,
+            speculative=True,
+        )
+
     def tokens_per_step(self) -> Array:
         """E[T] = (1 - a^(k+1)) / (1 - a) tokens a sequence emits per iteration (1 when plain)."""
         if not self.speculative:

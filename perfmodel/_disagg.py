@@ -226,15 +226,10 @@ def colocated_disaggregation(
 ) -> Disaggregation:
     """``disaggregation`` with both pools the colocated deployment itself: its own figures under
     the load (the colocated TPOT, the stretch prefill work puts on its decode iterations)."""
-    model, hardware, deployment, efficiency = (
-        system.model,
-        system.hardware,
-        system.deployment,
-        system.efficiency,
-    )
+    hardware, deployment = system.hardware, system.deployment
     return disaggregation(
-        model,
-        efficiency,
+        system.model,
+        system.efficiency,
         colocated=(hardware, deployment),
         prefill=(hardware, deployment),
         decode=(hardware, deployment),

@@ -115,11 +115,8 @@ def speculative_serving_metrics(
     per-sequence prefill chunk (None: the token budget)."""
     from ._serving import serving_metrics
 
-    cost = DecodeCost(
-        draft_tokens=jnp.asarray(draft_tokens, dtype=float),
-        acceptance=jnp.asarray(acceptance, dtype=float),
-        draft_model=draft_model,
-        speculative=True,
+    cost = DecodeCost.speculation(
+        jnp.asarray(draft_tokens, dtype=float), jnp.asarray(acceptance, dtype=float), draft_model
     )
     m = serving_metrics(
         system,

@@ -101,15 +101,10 @@ def pp_transfer_s(
     temperature: float = 0.0,
 ) -> BatchArray:
     """Activation hand-offs between the pp stages of one forward pass: (pp - 1) sends."""
-    model, hardware, deployment, efficiency = (
-        system.model,
-        system.hardware,
-        system.deployment,
-        system.efficiency,
-    )
-    message = jnp.asarray(tokens) * model.hidden_size * ACTIVATION_BYTES
-    link = group_link_bytes_per_s(hardware, deployment.tp * deployment.pp, temperature)
-    return (deployment.pp - 1.0) * point_to_point_s(message, link, efficiency)
+    deployment = system.deployment
+    message = jnp.asarray(tokens) * system.model.hidden_size * ACTIVATION_BYTES
+    link = group_link_bytes_per_s(system.hardware, deployment.tp * deployment.pp, temperature)
+    return (deployment.pp - 1.0) * point_to_point_s(message, link, system.efficiency)
 
 
 def pp_bubble_fraction(pp: BatchLike, microbatches: BatchLike) -> BatchArray:

@@ -205,32 +205,12 @@ def serving_metrics(
 
 
 @eqx.filter_jit
-def _serving_metrics(
-    system: System,
-    workload: Workload,
-    *,
-    chunked_prefill: bool,
-    chunk_tokens: float | None,
-    temperature: float,
-    closed_loop: bool,
-    decode_cost: DecodeCost,
-    means_only: bool,
-    quadrature_nodes: tuple[int, int],
-) -> ServingMetrics:
+def _serving_metrics(system: System, workload: Workload, **options) -> ServingMetrics:
     """``serving_metrics``' compiled body (one program per static options and shapes): the load
-    model with its fitted corrections, as the engine delivers it (``engine_scaled``)."""
-    physics = serving_metrics_with_corrections(
-        system,
-        workload,
-        chunked_prefill=chunked_prefill,
-        chunk_tokens=chunk_tokens,
-        temperature=temperature,
-        closed_loop=closed_loop,
-        decode_cost=decode_cost,
-        means_only=means_only,
-        quadrature_nodes=quadrature_nodes,
-    )
-    return engine_scaled(physics, system.efficiency, closed_loop)
+    model with its fitted corrections under ``options`` (``serving_metrics_with_corrections``'
+    keywords), as the engine delivers it (``engine_scaled``)."""
+    physics = serving_metrics_with_corrections(system, workload, **options)
+    return engine_scaled(physics, system.efficiency, options["closed_loop"])
 
 
 def _scaled(p: Percentiles, factor: Array) -> Percentiles:

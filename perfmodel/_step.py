@@ -58,14 +58,29 @@ def _stacked(kernels: list[tuple]) -> list[Array]:
     return [jnp.stack(flat[j::width]) for j in range(width)]
 
 
+class _Microbatch(eqx.Module):
+    """One microbatch's share of an iteration's work (``deployment.microbatches`` of them)."""
+
+    p_tok: Array
+    p_seq: Array
+    d_seq: Array
+    tokens: Array
+    per_prompt: Array  # prompt tokens per prefilling sequence (0 without any)
+
+    @staticmethod
+    def of(deployment: Deployment, prefill_tokens, prefill_seqs, decode_seqs) -> _Microbatch:
+        m = deployment.microbatches
+        p_tok = jnp.asarray(prefill_tokens) / m
+        p_seq = jnp.asarray(prefill_seqs) / m
+        d_seq = jnp.asarray(decode_seqs) / m
+        per_prompt = jnp.where(p_seq > 0, p_tok / jnp.where(p_seq > 0, p_seq, 1.0), 0.0)
+        return _Microbatch(p_tok, p_seq, d_seq, p_tok + d_seq, per_prompt)
+
+
 def _layer_kernels_s(
     system: System,
-    tokens: Array,
-    p_tok: Array,
-    p_seq: Array,
-    per_prompt: Array,
+    work: _Microbatch,
     prefill_context: ArrayLike,
-    d_seq: Array,
     decode_context: ArrayLike,
     temperature: float,
 ) -> Array:
@@ -94,20 +109,11 @@ def _layer_kernels_s(
     )
     peak = peak_flops_per_s(hardware, deployment)
     bw = hardware.hbm_bytes_per_s
-    gemms_s = _gemms_s(model, deployment, efficiency, tokens, p_seq + d_seq, peak, bw, temperature)
+    tokens = work.tokens
+    sampled = work.p_seq + work.d_seq
+    gemms_s = _gemms_s(model, deployment, efficiency, tokens, sampled, peak, bw, temperature)
     attn_s = _attention_s(
-        model,
-        deployment,
-        efficiency,
-        peak,
-        bw,
-        temperature,
-        p_tok=p_tok,
-        p_seq=p_seq,
-        per_prompt=per_prompt,
-        prefill_context=prefill_context,
-        d_seq=d_seq,
-        decode_context=decode_context,
+        model, deployment, efficiency, peak, bw, temperature, work, prefill_context, decode_context
     )
     elementwise_s = _elementwise_s(model, deployment, efficiency, tokens, bw)
     body = gemms_s + model.num_layers * attn_s + elementwise_s
@@ -179,18 +185,15 @@ def _attention_s(
     peak: Array,
     bw: Array,
     temperature: float,
-    *,
-    p_tok: Array,
-    p_seq: Array,
-    per_prompt: Array,
+    work: _Microbatch,
     prefill_context: ArrayLike,
-    d_seq: Array,
     decode_context: ArrayLike,
 ) -> Array:
     """Fused attention of one layer on one rank (seconds), one call per phase (FlashAttention
     varlen over the prefill pieces: ``p_tok`` tokens in ``p_seq`` sequences of ``per_prompt``
     tokens after ``prefill_context`` earlier ones; paged decode over ``d_seq`` sequences at
     ``decode_context``); a phase with no sequences launches nothing."""
+    p_tok, p_seq, d_seq, per_prompt = work.p_tok, work.p_seq, work.d_seq, work.per_prompt
     a = deployment.attention_dp
     attention_tp = deployment.tp / a
     own_p_tok, own_p_seq, own_d_seq = p_tok / a, p_seq / a, d_seq / a
@@ -312,11 +315,8 @@ def forward_step(
         system.deployment,
         system.efficiency,
     )
-    work, busy, comm_s, factor = _timed(
-        system,
-        (prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context),
-        temperature,
-    )
+    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
+    busy, comm_s, factor = _timed(system, work, prefill_context, decode_context, temperature)
     p_seq, d_seq, tokens, per_prompt = work.p_seq, work.d_seq, work.tokens, work.per_prompt
     flops = (
         linear_flops(model, tokens, p_seq + d_seq)
@@ -367,62 +367,31 @@ def step_total_s(
     """``forward_step(...).total_s`` alone: the iteration's wall time, without the whole-model
     FLOP and byte rooflines ``forward_step`` reports beside it (what binds), which a load model
     never reads (a fifth of the step's operations, traced and differentiated at every call)."""
-    efficiency = system.efficiency
-    _, busy, _, factor = _timed(
-        system,
-        (prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context),
-        temperature,
-    )
-    return busy * factor + efficiency.step_overhead_s
-
-
-class _Microbatch(eqx.Module):
-    """One microbatch's share of an iteration's work (``deployment.microbatches`` of them)."""
-
-    p_tok: Array
-    p_seq: Array
-    d_seq: Array
-    tokens: Array
-    per_prompt: Array  # prompt tokens per prefilling sequence (0 without any)
-
-    @staticmethod
-    def of(deployment: Deployment, prefill_tokens, prefill_seqs, decode_seqs) -> _Microbatch:
-        m = deployment.microbatches
-        p_tok = jnp.asarray(prefill_tokens) / m
-        p_seq = jnp.asarray(prefill_seqs) / m
-        d_seq = jnp.asarray(decode_seqs) / m
-        per_prompt = jnp.where(p_seq > 0, p_tok / jnp.where(p_seq > 0, p_seq, 1.0), 0.0)
-        return _Microbatch(p_tok, p_seq, d_seq, p_tok + d_seq, per_prompt)
+    work = _Microbatch.of(system.deployment, prefill_tokens, prefill_seqs, decode_seqs)
+    busy, _, factor = _timed(system, work, prefill_context, decode_context, temperature)
+    return busy * factor + system.efficiency.step_overhead_s
 
 
 def _timed(
-    system: System, step: tuple, temperature: float
-) -> tuple[_Microbatch, Array, Array, Array]:
-    """The iteration of ``step`` (prefill tokens, prefill sequences, prefill context, decode
-    sequences, decode context): (its microbatch; kernels + communication of one microbatch,
-    x ``time_scale``; the communication alone; the pipeline factor m (m + p - 1) / p that turns
-    one microbatch into the iteration)."""
+    system: System,
+    work: _Microbatch,
+    prefill_context: ArrayLike,
+    decode_context: ArrayLike,
+    temperature: float,
+) -> tuple[Array, Array, Array]:
+    """One microbatch ``work`` of an iteration, its prefill pieces after ``prefill_context``
+    cached tokens and its decodes at ``decode_context``: (kernels + communication of the
+    microbatch, x ``time_scale``; the communication alone; the pipeline factor m (m + p - 1) / p
+    that turns one microbatch into the iteration)."""
     deployment, efficiency = system.deployment, system.efficiency
-    prefill_tokens, prefill_seqs, prefill_context, decode_seqs, decode_context = step
-    work = _Microbatch.of(deployment, prefill_tokens, prefill_seqs, decode_seqs)
     tokens = work.tokens
     comm_s = tp_comm_s(system, tokens, temperature) + pp_transfer_s(system, tokens, temperature)
     comm_s = jnp.where(tokens > 0, comm_s, 0.0)
-    kernels_s = _layer_kernels_s(
-        system,
-        tokens,
-        work.p_tok,
-        work.p_seq,
-        work.per_prompt,
-        prefill_context,
-        work.d_seq,
-        decode_context,
-        temperature,
-    )
+    kernels_s = _layer_kernels_s(system, work, prefill_context, decode_context, temperature)
     m = deployment.microbatches
     factor = m * pipeline_time_factor(deployment.pp, m)
     # layers split over pp stages: the chain of stages runs every layer once
-    return work, (kernels_s + comm_s) * efficiency.time_scale, comm_s, factor
+    return (kernels_s + comm_s) * efficiency.time_scale, comm_s, factor
 
 
 def prefill_step(

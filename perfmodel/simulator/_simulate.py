@@ -115,10 +115,7 @@ def _iteration_functions(
     ``speculation`` its draft-and-verify iteration (no decode-run shortcut: each step's
     acceptance is sampled)."""
     if speculation is None:
-        return (
-            step_function(system),
-            decode_run_function(system),
-        )
+        return step_function(system), decode_run_function(system)
     step_s = speculative_step_function(
         system, int(speculation.draft_tokens), speculation.draft_model
     )

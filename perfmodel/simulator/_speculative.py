@@ -96,10 +96,5 @@ def simulate_speculative(
         trace,
         concurrency=concurrency,
         seed=seed,
-        speculation=DecodeCost(
-            draft_tokens=draft_tokens,
-            acceptance=acceptance,
-            draft_model=draft_model,
-            speculative=True,
-        ),
+        speculation=DecodeCost.speculation(draft_tokens, acceptance, draft_model),
     )

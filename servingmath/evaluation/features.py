@@ -73,12 +73,8 @@ def feature_load(args, system: System, load):
         )
     if args.spec_draft:
         draft, alpha, _ = _spec_params(args, model)
-        cost = DecodeCost(
-            cached_prompt_tokens=cost.cached_prompt_tokens,
-            draft_tokens=float(args.spec_k),
-            acceptance=float(alpha),
-            draft_model=draft,
-            speculative=True,
+        cost = DecodeCost.speculation(
+            float(args.spec_k), float(alpha), draft, cached_prompt_tokens=cost.cached_prompt_tokens
         )
     return served, cost
 
@@ -113,16 +109,10 @@ def _spec(args, system: System, prompt, output, batch) -> dict:
 def _colocated_interference(system: System, prompt, output, rate):
     """``disaggregation``'s prefill interference of one colocated deployment (what the verdicts
     read), as one program whose trace is kept on disk (op by op: ~1.8 s of every warm run)."""
-    model, hardware, deployment, efficiency = (
-        system.model,
-        system.hardware,
-        system.deployment,
-        system.efficiency,
-    )
-    pools = (hardware, deployment)
+    pools = (system.hardware, system.deployment)
     return ft.disaggregation(
-        model,
-        efficiency,
+        system.model,
+        system.efficiency,
         colocated=pools,
         prefill=pools,
         decode=pools,

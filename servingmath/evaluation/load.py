@@ -94,12 +94,6 @@ def dynamics_report(
     to hundreds near the running slots' saturation, where a 1 % load error moves the p95 by half
     or more (docs/benchmarks-history.md, the queueing section).  ``metrics``: the
     ``load_metrics`` of ``workload`` when the caller has them already."""
-    model, hardware, deployment, efficiency = (
-        system.model,
-        system.hardware,
-        system.deployment,
-        system.efficiency,
-    )
 
     def at(w):
         return load_metrics(args, system, w, decode_cost)
@@ -119,11 +113,13 @@ def dynamics_report(
         "output_tokens_per_s": float(m.output_tokens_per_s),
         "decode_batch": float(m.decode_batch),
         "ttft_p95_load_elasticity": elasticity,
-        "engine_scales": engine_scales_report(args, efficiency),
+        "engine_scales": engine_scales_report(args, system.efficiency),
         "p95_intervals": (
             None
             if draws is None
-            else p95_intervals(args, model, hardware, deployment, draws, workload, decode_cost)
+            else p95_intervals(
+                args, system.model, system.hardware, system.deployment, draws, workload, decode_cost
+            )
         ),
     }
 

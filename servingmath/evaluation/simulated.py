@@ -51,12 +51,8 @@ def speculation_of(args, features: dict) -> pm.dynamics.DecodeCost | None:
     spec = features.get("speculative")
     if not spec:
         return None
-    return pm.dynamics.DecodeCost(
-        draft_tokens=int(args.spec_k),
-        acceptance=float(spec["acceptance"]),
-        draft_model=None if spec["draft"] == "mtp" else pm.load_model(args.spec_draft),
-        speculative=True,
-    )
+    draft = None if spec["draft"] == "mtp" else pm.load_model(args.spec_draft)
+    return pm.dynamics.DecodeCost.speculation(int(args.spec_k), float(spec["acceptance"]), draft)
 
 
 def require_served(result: SimResult, max_model_len: int) -> None:
@@ -139,17 +135,12 @@ def simulate_disagg(
     speculation,
 ) -> dict:
     """Two pools (prefill with the prefix cache, KV hand-off, decode with speculation); open loop."""
-    model, hardware, deployment, efficiency = (
-        system.model,
-        system.hardware,
-        system.deployment,
-        system.efficiency,
-    )
+    model, hardware, efficiency = system.model, system.hardware, system.efficiency
     if concurrency or not trace.has_arrivals:
         raise UsageError(
             "--disagg in simulate needs timed arrivals; pass --rate R instead of --concurrency"
         )
-    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, deployment)
+    p_gpus, d_gpus, hw_p, hw_d, pre, dec, bw = disagg_pools(args, hardware, system.deployment)
     longest = float(
         min(int(trace.prompt_tokens.max() + trace.output_tokens.max()), args.max_model_len)
     )
