@@ -92,11 +92,22 @@ def test_malformed_config_json(tmp_path):
 
 def test_every_catalog_model_loads():
     for model_id in pm.model_ids():
-        if model_id == "meta-llama/Llama-3.3-70B-Instruct":  # catalog row with all values empty
-            with pytest.raises(pm.CatalogError, match="lacks dimensions"):
-                pm.load_model(model_id)
-            continue
         assert float(pm.load_model(model_id).total_params) > 1e9, model_id
+
+
+def test_llama_3_3_70b_row_has_the_published_70b_dimensions():
+    """The row without a config.json (80 layers, d = 8192, 64 heads, 8 KV heads, gated MLP
+    28672 wide, vocabulary 128256, untied embeddings) gives, by hand: per layer q and o
+    8192^2 each, k and v 8192 x 1024 each, MLP 3 x 8192 x 28672, two norms 8192 each, so
+    855,654,400; x 80 plus two 128256 x 8192 embeddings and the final norm = 70,553,706,496,
+    the count Llama-3.1-70B's config.json gives; KV 2 x 80 x 8 x 128 x 2 B = 327,680 B/token."""
+    row_model = pm.load_model("meta-llama/Llama-3.3-70B-Instruct")
+    per_layer = 2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    assert float(row_model.total_params) == 80 * per_layer + 2 * 128256 * 8192 + 8192
+    assert float(row_model.total_params) == float(
+        pm.load_model("meta-llama/Llama-3.1-70B").total_params
+    )
+    assert float(pm.kv_bytes_per_token(row_model, 2.0)) == 327_680.0
 
 
 # ---------------------------------------------------------------- current catalog: new rows --------
