@@ -42,18 +42,12 @@ def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
     )
 
 
-def _resolve_model(
-    name: str, known: dict[str, str], bases: dict[str, str]
-) -> tuple[str | None, str]:
-    """Catalog id (exact, any case, or a unique basename such as ``/models/Llama-3.1-8B``)."""
-    if name.lower() in known:
-        return known[name.lower()], ""
-    parts = name.replace("\\", "/").rstrip("/").split("/")
-    for candidate in ("/".join(parts[-2:]).lower(), parts[-1].lower()):
-        if candidate in known:
-            return known[candidate], ""
-        if candidate in bases:
-            return bases[candidate], ""
+def _resolve_model(name: str, known: dict[str, str]) -> tuple[str | None, str]:
+    """Catalog id (``perfmodel.resolve_model_id``: exact, any case, a unique basename such as
+    ``/models/Llama-3.1-8B``, or a fine-tuned / quantised checkpoint of a catalog model)."""
+    found = perfmodel.resolve_model_id(name, known.values())
+    if found is not None:
+        return found, ""
     if name.endswith(".json") and Path(name).is_file():
         try:
             perfmodel.load_model(name)
@@ -70,15 +64,22 @@ def catalog_filter(
     frame: pd.DataFrame,
     lines: np.ndarray,
     path: Path,
-    catalog: tuple[dict[str, str], dict[str, str], dict[str, str]],
+    catalog: tuple[dict[str, str], dict[str, str]],
     skipped: list[SkippedRow],
 ) -> pd.DataFrame:
-    """Canonical GPU/model ids; rows the catalog does not know go to ``skipped``."""
-    gpus, models, bases = catalog
+    """Canonical GPU/model ids; rows the catalog does not know go to ``skipped``.  A row of a
+    pre-quantized checkpoint (``...-FP8``, ``-AWQ``) with no weight dtype takes the one its
+    model's name states, before the name becomes the base model's id."""
+    gpus, models = catalog
+    codes, names = pd.factorize(frame["model"])
+    stated = np.asarray([perfmodel.checkpoint_weight_dtype(n) or "" for n in names], dtype=object)
+    if len(names) and (stated != "").any():
+        empty = (frame["weight_dtype"] == "").to_numpy()
+        frame.loc[empty, "weight_dtype"] = stated[codes[empty]]
     reasons = np.full(len(frame), "", dtype=object)
     for col, resolve in (
         ("gpu", lambda n: _resolve_gpu(n, gpus)),
-        ("model", lambda n: _resolve_model(n, models, bases)),
+        ("model", lambda n: _resolve_model(n, models)),
     ):
         codes, uniques = pd.factorize(frame[col])
         mapped = []
@@ -103,12 +104,8 @@ def catalog_filter(
 
 def catalog_lookups(
     hardware_ids: Collection[str] | None, model_ids: Collection[str] | None
-) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-    """Lower-case look-ups: GPU ids, model ids, and model basenames owned by exactly one id."""
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Lower-case look-ups of the GPU ids and the model ids."""
     gpus = hardware_ids if hardware_ids is not None else perfmodel.hardware_ids()
     ids = list(model_ids if model_ids is not None else perfmodel.model_ids())
-    owners: dict[str, list[str]] = {}
-    for m in ids:
-        owners.setdefault(m.split("/")[-1].lower(), []).append(m)
-    bases = {base: found[0] for base, found in owners.items() if len(found) == 1}
-    return {g.lower(): g for g in gpus}, {m.lower(): m for m in ids}, bases
+    return {g.lower(): g for g in gpus}, {m.lower(): m for m in ids}

@@ -67,6 +67,8 @@ import math
 import shlex
 from pathlib import Path
 
+import perfmodel
+
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 """Engines with a flag table under ``optimize/engine_flags``."""
 
@@ -224,6 +226,12 @@ def _weights(engine: str, model: str, config: dict, checkpoint: str | None, note
     """(model id to serve, --quantization value or None) for the weight dtype."""
     w = config["weight_dtype"]
     if w in _UNQUANTIZED:
+        return model, None
+    if perfmodel.checkpoint_weight_dtype(model) == w:
+        notes.add(
+            f"{model} is a pre-quantized {w} checkpoint: the engines read its quantization "
+            "from its config (no --quantization flag)"
+        )
         return model, None
     q = flag_table(engine)["maps"]["quantization"].get(w)
     if q is None:

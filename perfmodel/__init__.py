@@ -59,6 +59,12 @@ from ._memory import (
     weight_bytes_per_gpu as weight_bytes_per_gpu,
     workspace_bytes_per_gpu as workspace_bytes_per_gpu,
 )
+from ._model_names import (
+    architecture_key as architecture_key,
+    checkpoint_weight_dtype as checkpoint_weight_dtype,
+    resolve_model_id as resolve_model_id,
+    served_model_id as served_model_id,
+)
 from ._ops import (
     ATTENTION_QUERY_TILE as ATTENTION_QUERY_TILE,
     COLLECTIVE_KINDS as COLLECTIVE_KINDS,

@@ -17,6 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from ._constants import COMPUTE_DTYPES, GB
+from ._model_names import resolve_model_id
 from ._params import LayerCounts, layer_counts, text_config
 from ._specs import HardwareSpec, ModelSpec
 
@@ -300,19 +301,13 @@ def model_from_row(row: dict[str, str]) -> ModelSpec:
 
 
 @lru_cache(maxsize=4)
-def _model_index(catalog: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    rows = {r["id"]: r for r in _read_csv(Path(catalog) / "models.csv")}
-    alias_owners: dict[str, list[str]] = {}
-    for model_id in rows:
-        alias_owners.setdefault(model_id.split("/")[-1].lower(), []).append(model_id)
-        alias_owners.setdefault(model_id.lower(), []).append(model_id)
-    aliases = {a: ids[0] for a, ids in alias_owners.items() if len(ids) == 1}
-    return rows, aliases
+def _model_index(catalog: str) -> dict[str, dict[str, str]]:
+    return {r["id"]: r for r in _read_csv(Path(catalog) / "models.csv")}
 
 
 def model_ids() -> list[str]:
     """Hugging Face ids in the bundled ``models.csv``."""
-    return list(_model_index(str(data_dir()))[0])
+    return list(_model_index(str(data_dir())))
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -339,8 +334,8 @@ def _model_source(name_or_path: str) -> tuple[str, dict[str, Any] | None, dict[s
     if name_or_path.endswith(".json") or path.is_file():
         return path.stem, _read_config(path), None
     catalog = data_dir()
-    rows, aliases = _model_index(str(catalog))
-    model_id = name_or_path if name_or_path in rows else aliases.get(name_or_path.lower())
+    rows = _model_index(str(catalog))
+    model_id = resolve_model_id(name_or_path, rows.keys())
     if model_id is None:
         raise CatalogError(
             f"unknown model {name_or_path!r}; close matches: {_close(name_or_path, list(rows))} "
@@ -353,7 +348,9 @@ def _model_source(name_or_path: str) -> tuple[str, dict[str, Any] | None, dict[s
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """Load a model by Hugging Face id, short alias (``llama-3.1-70b``) or ``config.json`` path.
+    """Load a model by Hugging Face id, short alias (``llama-3.1-70b``), the id of a fine-tuned or
+    quantised checkpoint of a catalog model (``meta-llama/Llama-3.1-8B-Instruct``, read as its base
+    architecture: ``resolve_model_id``) or ``config.json`` path.
 
     Raises:
         CatalogError: unknown name (close matches listed) or a malformed config.

@@ -1,9 +1,11 @@
 """Catalog loaders: ids, aliases, user files through the same path, and clear errors."""
 
 import csv
+import dataclasses
 import json
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import perfmodel as pm
 
@@ -185,3 +187,89 @@ def test_missing_rate_is_the_weight_only_kernels(gpu, dtype, expected):
     hw = pm.load_hardware(gpu)
     dep = pm.Deployment.create(weight_dtype=dtype)
     assert float(pm.peak_flops_per_s(hw, dep)) == pytest.approx(expected, rel=1e-3)
+
+
+# ---------------------------------------------------------------- checkpoint ids --------------
+
+
+@pytest.mark.parametrize(
+    "name, catalog_id",
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B"),
+        ("meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B"),
+        ("meta-llama/Meta-Llama-3-8B-Instruct", "meta-llama/Meta-Llama-3-8B"),
+        ("meta-llama/Llama-2-70b-chat-hf", "meta-llama/Llama-2-70b-hf"),
+        ("mistralai/Mistral-7B-Instruct-v0.1", "mistralai/Mistral-7B-v0.1"),
+        ("deepseek-ai/DeepSeek-R1-0528", "deepseek-ai/DeepSeek-R1"),
+        ("Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B"),
+        ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "meta-llama/Llama-3.3-70B-Instruct"),
+        ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "meta-llama/Llama-3.1-70B"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "meta-llama/Llama-3.1-8B"),
+        ("qwen/qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B"),
+        ("/models/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+        ("Qwen/Qwen2-72B-Instruct", "Qwen/Qwen2-72B-Instruct"),  # its own row comes first
+    ],
+)
+def test_a_checkpoint_id_reads_as_its_catalog_architecture(name, catalog_id):
+    assert pm.load_model(name).name == catalog_id
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mistralai/Mistral-7B-Instruct-v0.3",  # v0.3: another vocabulary than v0.1
+        "openai/gpt-oss-20b",  # another size than the 120b row
+        "Qwen/Qwen3-8B",
+        "meta-llama/Llama-3.2-11B-Vision-Instruct",
+    ],
+)
+def test_another_version_or_size_is_not_read_as_a_neighbour(name):
+    with pytest.raises(pm.CatalogError, match="unknown model"):
+        pm.load_model(name)
+
+
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "fp8"),
+        ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "fp8"),
+        ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "int4"),
+        ("TheBloke/Llama-2-70B-Chat-GPTQ", "int4"),
+        ("nvidia/Llama-3.3-70B-Instruct-FP4", "fp4"),
+        ("nvidia/DeepSeek-V3.1-NVFP4", "fp4"),
+        ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "int8"),
+        ("meta-llama/Llama-3.1-8B-Instruct", None),
+        ("fp8/Llama-3.1-8B", None),  # an organisation is not a tag
+    ],
+)
+def test_a_checkpoint_name_states_its_weight_dtype(name, dtype):
+    assert pm.checkpoint_weight_dtype(name) == dtype
+
+
+@pytest.mark.parametrize(
+    "requested, served",
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
+        ("/models/Llama-3.1-8B", "/models/Llama-3.1-8B"),
+        ("llama-3.1-8b", "meta-llama/Llama-3.1-8B"),  # an alias serves the catalog id
+        ("META-LLAMA/llama-3.1-8b", "meta-llama/Llama-3.1-8B"),
+        ("/tmp/config.json", "meta-llama/Llama-3.1-8B"),
+    ],
+)
+def test_engines_serve_the_checkpoint_the_user_named(requested, served):
+    assert pm.served_model_id(requested, "meta-llama/Llama-3.1-8B") == served
+
+
+_TAGS = st.sampled_from(["Instruct", "chat", "hf", "it", "FP8", "dynamic", "AWQ", "INT4", "0528"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(pm.model_ids()), st.lists(_TAGS, min_size=1, max_size=3), st.booleans())
+def test_tags_never_change_the_architecture_read(model_id, tags, lower):
+    """Any fine-tune / quantisation / date tags after a catalog id, under another organisation
+    and in any case, read as a catalog model with the same dimensions."""
+    name = "someone/" + model_id.split("/")[-1] + "-" + "-".join(tags)
+    base, read = pm.load_model(model_id), pm.load_model(name.lower() if lower else name)
+    for field in dataclasses.fields(base):
+        if field.name != "name":
+            assert float(getattr(read, field.name)) == float(getattr(base, field.name)), field

@@ -192,6 +192,28 @@ def test_bad_flag_is_refused_at_parse_time(no_work, capsys, argv, fragment):
     _one_line_exit_2(capsys, argv, fragment)
 
 
+FP8_CHECKPOINT = ["--model", "neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8"]
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["explain", *FP8_CHECKPOINT, "--gpu", "h100-sxm", "--prior"], "pass --weight-dtype fp8"),
+        (
+            ["simulate", *FP8_CHECKPOINT, "--gpu", "h100-sxm", "--weight-dtype", "int4"],
+            "pre-quantized fp8 checkpoint (its name says so), not int4 weights",
+        ),
+        (
+            ["optimize", *FP8_CHECKPOINT, "--gpus", "h100-sxm", "--weight-dtypes", "bf16"],
+            "pass --weight-dtypes fp8",
+        ),
+        (["fleet", *FP8_CHECKPOINT, "--gpus", "h100-sxm", "--weight-dtypes", "int4"], "fp8"),
+    ],
+)
+def test_a_quantized_checkpoint_in_another_dtype_is_refused(no_work, capsys, argv, fragment):
+    _one_line_exit_2(capsys, argv, fragment)
+
+
 def test_spec_k_is_capped_in_simulate_too(capsys):
     argv = [*SIMULATE, "--rate", "1", "--spec-draft", "meta-llama/Llama-3.2-1B-Instruct"]
     _one_line_exit_2(capsys, [*argv, "--spec-k", "1000"], "--spec-k must be a positive integer")

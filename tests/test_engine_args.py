@@ -339,6 +339,22 @@ def test_dtypes_map_per_engine_version():
     assert "in place of" not in out["notes"]
 
 
+def test_a_pre_quantized_checkpoint_id_carries_its_own_quantization():
+    """A model id that names its quantisation (``-FP8``, ``-AWQ-INT4``) is served as named, with
+    no --quantization flag: the engines read the method from the checkpoint's config (vLLM
+    refuses a --quantization that differs from it)."""
+    for checkpoint, dtype in (
+        ("neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8", "fp8"),
+        ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "int4"),
+    ):
+        out = engine_args(checkpoint, _cfg(weight_dtype=dtype))
+        for engine in ENGINES:
+            line = parse(engine, out[engine])
+            assert line["model"] == checkpoint and "--quantization" not in line["flags"], engine
+        assert f"{checkpoint} is a pre-quantized {dtype} checkpoint" in out["notes"]
+        assert "in place of" not in out["notes"]
+
+
 def test_memory_fractions_convert_the_share_of_hbm():
     _, config, out = _all("dense-memory")
     h, w, a = MEMORY["hbm_bytes"], MEMORY["weight_bytes"], MEMORY["workspace_bytes"]

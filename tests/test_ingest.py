@@ -406,3 +406,26 @@ def test_stream_interval_fills_the_notes_of_runs_that_do_not_say(tmp_path):
     assert kept.notes.str.contains("stream_interval=4").all()
     assert not kept.notes.str.contains("stream_interval=10").any()
     assert not load_measurements(VLLM, **H100).table.notes.str.contains("stream_interval").any()
+
+
+def test_a_fine_tuned_or_quantized_checkpoint_reads_as_its_base_model(tmp_path):
+    """Benchmarks name the checkpoint they served: a chat fine-tune keeps the row's fp16; a
+    pre-quantized FP8 checkpoint with no weight dtype recorded takes fp8 from its name."""
+    path = _edit(tmp_path, 2, "model", "meta-llama/Llama-2-70b-chat-hf")
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table.loc[9 - 2, "model"] = "RedHatAI/Qwen3-32B-FP8-dynamic"
+    table.to_csv(path, index=False)
+    result = load_measurements(path)
+    assert result.skipped == []
+    first, quantized, plain = result.table.iloc[0], result.table.iloc[7], result.table.iloc[8]
+    assert (first.model, first.weight_dtype) == ("meta-llama/Llama-2-70b-hf", "fp16")
+    assert (quantized.model, quantized.weight_dtype) == ("Qwen/Qwen3-32B", "fp8")
+    assert (plain.model, plain.weight_dtype) == ("Qwen/Qwen3-32B", "")
+
+
+def test_a_bench_serve_run_of_an_instruct_checkpoint_is_read(tmp_path):
+    record = json.loads(VLLM.read_text()) | {"model_id": "meta-llama/Meta-Llama-3.1-8B-Instruct"}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(record))
+    result = load_measurements(path, **H100)
+    assert result.skipped == [] and set(result.table.model) == {"meta-llama/Llama-3.1-8B"}

@@ -15,6 +15,7 @@ from ..evaluation.sheet import sheet_intervals, sheet_report
 from ..options.deployment import (
     add_deployment_arguments,
     add_length_arguments,
+    check_checkpoint_weight,
     positive,
     require_fit,
     require_mtp,
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Feature options that need no budget, before the posterior loads or anything compiles."""
+    check_checkpoint_weight(args)
     validate_feature_arguments(args, float(args.input_len))
     if args.spec_draft and args.spec_draft.lower() == "mtp":
         require_mtp(args.model)

@@ -8,7 +8,7 @@ import sys
 
 from ..errors import UsageError
 from ..options.fleet import add_fleet_arguments, classes_from_args, read_classes
-from ..options.grid import check_moe_layout_argument
+from ..options.grid import check_checkpoint_weights, check_moe_layout_argument
 from ..options.outputs import check_output_paths, close_figures, write_report
 from ..options.problem import gpu_ids, problem_from_args, resolve_common, resolve_workload
 from ..options.speculation import check_speculation_arguments
@@ -29,6 +29,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_output_paths(args, files=("report",))
     check_speculation_arguments(args)
     check_moe_layout_argument(args)
+    check_checkpoint_weights(args)
     gpus = gpu_ids(args)
     for g in args.max_gpus:
         if g not in gpus:

@@ -9,7 +9,7 @@ import sys
 
 from ..errors import UsageError
 from ..options.forecast import add_forecast_arguments
-from ..options.grid import check_moe_layout_argument
+from ..options.grid import check_checkpoint_weights, check_moe_layout_argument
 from ..options.outputs import check_output_paths, close_figures, write_report
 from ..options.problem import problem_from_args, resolve_common, resolve_workload
 from ..options.speculation import check_speculation_arguments
@@ -29,6 +29,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     model with MTP layers."""
     check_speculation_arguments(args)
     check_moe_layout_argument(args)
+    check_checkpoint_weights(args)
     check_output_paths(args, files=("report",))
 
 

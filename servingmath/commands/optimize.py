@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from perfmodel import CatalogError
+from perfmodel import CatalogError, served_model_id
 
 from ..errors import UsageError
-from ..options.grid import check_moe_layout_argument
+from ..options.grid import check_checkpoint_weights, check_moe_layout_argument
 from ..options.optimize import add_optimize_arguments
 from ..options.outputs import check_output_paths, close_figures, write_report, write_text
 from ..options.problem import (
@@ -37,6 +37,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_slo_arguments(args)
     check_speculation_arguments(args)
     check_moe_layout_argument(args)
+    check_checkpoint_weights(args)
     check_output_paths(args, files=("report",), folders=("emit",))
 
 
@@ -65,17 +66,19 @@ def _run(args: argparse.Namespace, phases: Phases) -> int:
         require_peak_capacity(problem, gpus)
     except (ValueError, CatalogError) as exc:
         raise UsageError(str(exc)) from None
+    served = served_model_id(args.model, model.name)
     rec = recommend(
         problem,
         gpus,
-        model.name,
+        served,
         verify=not args.no_verify,
         simulate_requests=args.simulate,
         draft_name=None if isinstance(draft, str) or draft is None else draft.name,
         progress=callback(phases),
     )
     out = rec.to_json()
-    out["question"] = provenance.question(args, model.name, gpus, workload)
+    read_as = {"architecture": model.name} if served != model.name else {}
+    out["question"] = provenance.question(args, served, gpus, workload, **read_as)
     out["assumptions"] = provenance.assumptions(args, gpus, hardware)
     figures = []
     if (args.plot or args.report) and out["feasible"]:

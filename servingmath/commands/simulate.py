@@ -23,6 +23,7 @@ from ..evaluation.simulated import (
 from ..options.calibration import add_calibration_arguments, simulation_efficiency
 from ..options.deployment import (
     add_deployment_arguments,
+    check_checkpoint_weight,
     positive,
     require_fit,
     require_mtp,
@@ -58,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Before the posterior loads or anything compiles: --spec-draft mtp needs MTP layers."""
+    check_checkpoint_weight(args)
     if args.spec_draft and args.spec_draft.lower() == "mtp":
         require_mtp(args.model)
 

@@ -157,6 +157,18 @@ def resolve_model_and_gpu(args: argparse.Namespace) -> tuple[ModelSpec, Hardware
     return model, hardware
 
 
+def check_checkpoint_weight(args: argparse.Namespace) -> None:
+    """A pre-quantized checkpoint (its id says ``-FP8``, ``-AWQ``, ...) is served in its own
+    weight dtype: another ``--weight-dtype`` is refused before any work."""
+    stated = pm.checkpoint_weight_dtype(args.model)
+    if stated is not None and args.weight_dtype != stated:
+        raise UsageError(
+            f"--model {args.model} is a pre-quantized {stated} checkpoint (its name says so), "
+            f"not {args.weight_dtype} weights; pass --weight-dtype {stated}, or the base "
+            f"model's id for {args.weight_dtype} weights"
+        )
+
+
 def resolve_max_model_len(model: str, tokens: int | None) -> int:
     """The context the engine admits: ``tokens``, or ``DEFAULT_MAX_MODEL_LEN`` capped at the
     model's context (``pm.model_context_tokens``); a ``tokens`` above that context is a

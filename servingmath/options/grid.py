@@ -69,6 +69,12 @@ def add_moe_layout_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_checkpoint_weights(args: argparse.Namespace) -> None:
+    """--weight-dtypes leaves room for a pre-quantized checkpoint's own dtype (before any work)."""
+    allowed = tuple(t.strip() for t in args.weight_dtypes.split(",") if t.strip())
+    _checkpoint_weight_dtypes(args.model, allowed)
+
+
 def check_moe_layout_argument(args: argparse.Namespace) -> None:
     """A bad --moe-layouts is refused before any work (the model's config is enough; an
     unknown model is left to the command's own one-line refusal)."""
@@ -105,6 +111,23 @@ def _moe_layouts(args: argparse.Namespace, model) -> tuple[str, ...]:
     return items
 
 
+def _checkpoint_weight_dtypes(model: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A pre-quantized checkpoint (its id says ``-FP8``, ``-AWQ``, ...) is served in its own
+    dtype only: the allowed list narrows to it, or is refused when it leaves it out."""
+    from perfmodel import checkpoint_weight_dtype
+
+    stated = checkpoint_weight_dtype(model)
+    if stated is None:
+        return allowed
+    if stated not in allowed:
+        raise UsageError(
+            f"--model {model} is a pre-quantized {stated} checkpoint (its name says so); "
+            f"pass --weight-dtypes {stated}, or the base model's id to consider "
+            f"{','.join(allowed)} weights"
+        )
+    return (stated,)
+
+
 def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int, model=None):
     """The knob grid with the dtypes the user allows (``model``: the MoE layouts it may take)."""
     from optimize import Grid
@@ -120,6 +143,7 @@ def grid_from_args(args: argparse.Namespace, num_gpus: int, max_replicas: int, m
                 f"{','.join(DTYPE_BYTES)}"
             )
         dtypes[flag] = items
+    dtypes["--weight-dtypes"] = _checkpoint_weight_dtypes(args.model, dtypes["--weight-dtypes"])
     if max_replicas < 1:
         raise UsageError(f"--max-replicas must be >= 1, got {max_replicas}")
     extra = {}
