@@ -5,6 +5,7 @@ the catalog does not know become ``SkippedRow``s with the reason (never silently
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,9 @@ def _close(name: str, options: Collection[str]) -> str:
 def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
     if not name:
         return None, "gpu is empty; fill the gpu column or pass gpu="
-    if name.lower() in known:
-        return known[name.lower()], ""
+    found = perfmodel.resolve_gpu_id(name, known_capacities(tuple(known.values())))
+    if found is not None:
+        return found, ""
     return None, (
         f"gpu {name!r} is not in the hardware catalog{_close(name, known.values())}; "
         "fix the id, or add its row to a hardware CSV and pass its ids as hardware_ids="
@@ -58,6 +60,14 @@ def _resolve_model(name: str, known: dict[str, str]) -> tuple[str | None, str]:
         f"model {name!r} is not in the model catalog{_close(name, known.values())} "
         "and is not a config.json path; pass model= with a catalog id or a config path"
     )
+
+
+@functools.lru_cache(maxsize=4)
+def known_capacities(ids: tuple[str, ...]) -> dict[str, float | None]:
+    """The GPU ids with the bundled catalog's HBM bytes where it lists them (a user's own id:
+    None, matched by name alone)."""
+    bundled = perfmodel.hardware_capacities()
+    return {i: bundled.get(i) for i in ids}
 
 
 def catalog_filter(

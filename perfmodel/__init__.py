@@ -5,6 +5,7 @@ from ._catalog import (
     MTP_CONFIG_KEYS as MTP_CONFIG_KEYS,
     CatalogError as CatalogError,
     data_dir as data_dir,
+    hardware_capacities as hardware_capacities,
     hardware_from_row as hardware_from_row,
     hardware_ids as hardware_ids,
     load_hardware as load_hardware,
@@ -43,6 +44,11 @@ from ._floors import (
     RATE_FLOOR_PER_S as RATE_FLOOR_PER_S,
     SHARE_FLOOR as SHARE_FLOOR,
     TIME_FLOOR_S as TIME_FLOOR_S,
+)
+from ._gpu_names import (
+    gpu_candidates as gpu_candidates,
+    gpu_parts as gpu_parts,
+    resolve_gpu_id as resolve_gpu_id,
 )
 from ._memory import (
     allocated_tokens_per_sequence as allocated_tokens_per_sequence,

@@ -17,6 +17,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from ._constants import COMPUTE_DTYPES, GB
+from ._gpu_names import gpu_candidates
 from ._model_names import resolve_model_id
 from ._params import LayerCounts, layer_counts, text_config
 from ._specs import HardwareSpec, ModelSpec
@@ -105,6 +106,21 @@ def hardware_ids(hardware_csv: str | Path | None = None) -> list[str]:
     return list(_hardware_rows(str(hardware_csv or data_dir() / "hardware.csv")))
 
 
+def hardware_capacities(hardware_csv: str | Path | None = None) -> dict[str, float | None]:
+    """Each id of a hardware CSV with its HBM bytes (None where the cell is not a number), what
+    ``resolve_gpu_id`` reads a stated memory size against."""
+    rows = _hardware_rows(str(hardware_csv or data_dir() / "hardware.csv"))
+    out: dict[str, float | None] = {}
+    for gpu_id, row in rows.items():
+        try:
+            out[gpu_id] = float(row.get("hbm_bytes") or "nan")
+        except ValueError:
+            out[gpu_id] = None
+        if out[gpu_id] is not None and not math.isfinite(out[gpu_id]):
+            out[gpu_id] = None
+    return out
+
+
 def _positive(raw: str, where: str, key: str) -> float:
     """A CSV cell that must hold a positive, finite number."""
     try:
@@ -171,22 +187,26 @@ def load_hardware(
     hardware_csv: str | Path | None = None,
     prices_csv: str | Path | None = None,
 ) -> HardwareSpec:
-    """Load accelerator ``name`` (an ``id`` of ``hardware.csv``) with its cheapest listed price.
+    """Load accelerator ``name`` (an ``id`` of ``hardware.csv``, or a name such as ``nvidia-smi``
+    prints, ``NVIDIA H100 80GB HBM3``: ``gpu_candidates``) with its cheapest listed price.
 
     Raises:
-        CatalogError: unknown id (close matches are listed) or a malformed row.
+        CatalogError: unknown id (close matches are listed), a name several parts fit (they are
+            listed), or a malformed row.
     """
     path = str(hardware_csv or data_dir() / "hardware.csv")
     rows = _hardware_rows(path)
-    if name not in rows:
-        lowered = {k.lower(): k for k in rows}
-        if name.lower() in lowered:
-            name = lowered[name.lower()]
-        else:
-            raise CatalogError(
-                f"unknown GPU {name!r}; close matches: {_close(name, list(rows))} "
-                f"(all ids: servingmath gpus, or pass --hardware-csv with your own row)"
-            )
+    found = gpu_candidates(name, hardware_capacities(hardware_csv))
+    if len(found) > 1:
+        raise CatalogError(
+            f"GPU {name!r} could be any of {', '.join(found)}; pass one of those ids"
+        )
+    if not found:
+        raise CatalogError(
+            f"unknown GPU {name!r}; close matches: {_close(name, list(rows))} "
+            f"(all ids: servingmath gpus, or pass --hardware-csv with your own row)"
+        )
+    name = found[0]
     price = _prices(str(prices_csv or data_dir() / "prices.csv")).get(name, math.nan)
     return hardware_from_row(rows[name], price_per_gpu_hour=price, where=path)
 

@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or bad input argparse already reported in one line
         return int(exc.code or 0)
     try:
+        from .options.gpu_names import canonical_gpu_arguments
+
+        canonical_gpu_arguments(args)
         if args._check is not None:
             args._check(args)
         enable_compile_cache()

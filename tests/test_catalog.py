@@ -53,7 +53,7 @@ def test_bloom_size_from_dimensions():
 
 def test_unknown_names_list_close_matches():
     with pytest.raises(pm.CatalogError, match="close matches: .*h100-sxm"):
-        pm.load_hardware("h100")
+        pm.load_hardware("h100-sxn")  # a misspelt form is no form: the chip "h100sxn" is unknown
     with pytest.raises(pm.CatalogError, match="close matches: .*Llama-3.1-8B"):
         pm.load_model("llama-3.1-8")
 
@@ -273,3 +273,53 @@ def test_tags_never_change_the_architecture_read(model_id, tags, lower):
     for field in dataclasses.fields(base):
         if field.name != "name":
             assert float(getattr(read, field.name)) == float(getattr(base, field.name)), field
+
+
+# ---------------------------------------------------------------- GPU names -------------------
+
+
+@pytest.mark.parametrize(
+    "name, gpu_id",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # nvidia-smi's SXM H100: no form in the name
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("H100-SXM5-80GB", "h100-sxm"),
+        ("H200", "h200-sxm"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+        ("A100 80GB", "a100-sxm-80gb"),
+        ("AMD Instinct MI300X OAM", "mi300x"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GH200", "gh200"),
+        ("GH200 144GB HBM3e", "gh200-144gb"),
+        ("Google TPU v6e", "tpu-v6e"),
+    ],
+)
+def test_a_gpu_named_as_nvidia_smi_or_its_vendor_does_is_its_catalog_part(name, gpu_id):
+    assert pm.load_hardware(name).name == gpu_id
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("A100", "could be any of a100-sxm-40gb, a100-sxm-80gb; pass one"),  # SXM: no form
+        ("NVIDIA A100-PCIE-40GB", "unknown GPU"),  # no 40 GB PCIe row: not the 80 GB one
+        ("NVIDIA GH200 480GB", "unknown GPU"),  # 480 GB is the module, neither HBM size
+        ("H800", "unknown GPU"),
+        ("Tesla T4", "unknown GPU"),
+    ],
+)
+def test_a_gpu_name_that_fits_no_part_or_several_is_refused(name, fragment):
+    with pytest.raises(pm.CatalogError, match=fragment):
+        pm.load_hardware(name)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(pm.hardware_ids()), st.sampled_from(["NVIDIA ", "AMD ", ""]), st.booleans())
+def test_every_catalog_id_spelled_another_way_reads_as_itself(gpu_id, vendor, underscores):
+    spelled = vendor + gpu_id.upper().replace("-", "_" if underscores else " ")
+    assert pm.resolve_gpu_id(spelled, pm.hardware_capacities()) == gpu_id

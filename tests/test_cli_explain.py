@@ -288,3 +288,38 @@ def test_scheduler_recv_interval_delays_the_first_token_under_load(capsys):
         code, out, err = run(capsys, *base, "--scheduler-recv-interval", bad)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
         assert "--scheduler-recv-interval" in err and "Traceback" not in err
+
+
+def test_a_checkpoint_and_gpu_named_as_a_benchmark_names_them_explain_the_same(capsys):
+    """``meta-llama/Llama-3.1-8B-Instruct`` on ``NVIDIA H100 80GB HBM3`` (nvidia-smi's name) is
+    the catalog's Llama-3.1-8B on h100-sxm: the same budget sheet, word for word."""
+    common = ("explain", "--prior", "--tp", "2", "--json")
+    named = run(
+        capsys,
+        *common,
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--gpu",
+        "NVIDIA H100 80GB HBM3",
+    )
+    catalog = run(capsys, *common, "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm")
+    assert named[0] == catalog[0] == 0
+    assert json.loads(named[1]) == json.loads(catalog[1])
+
+
+def test_gpu_names_on_the_command_line_become_catalog_ids():
+    import argparse
+
+    from servingmath.options.gpu_names import canonical_gpu_arguments
+
+    args = argparse.Namespace(
+        gpu="A100",  # SXM 40 or 80 GB: left for the command's one-line refusal
+        gpus="H100,NVIDIA A100-SXM4-80GB, l40s",
+        max_gpus={"NVIDIA H100 80GB HBM3": 4.0},
+        prefill_gpu="NVIDIA H200",
+        hardware_csv=None,
+    )
+    canonical_gpu_arguments(args)
+    assert args.gpu == "A100" and args.prefill_gpu == "h200-sxm"
+    assert args.gpus == "h100-sxm,a100-sxm-80gb,l40s"
+    assert args.max_gpus == {"h100-sxm": 4.0}

@@ -429,3 +429,9 @@ def test_a_bench_serve_run_of_an_instruct_checkpoint_is_read(tmp_path):
     path.write_text(json.dumps(record))
     result = load_measurements(path, **H100)
     assert result.skipped == [] and set(result.table.model) == {"meta-llama/Llama-3.1-8B"}
+
+
+def test_a_gpu_named_as_nvidia_smi_prints_it_is_read(tmp_path):
+    path = _edit(tmp_path, 4, "gpu", "NVIDIA H100 80GB HBM3")
+    result = load_measurements(path)
+    assert result.skipped == [] and result.table.gpu.iloc[2] == "h100-sxm"
