@@ -132,13 +132,22 @@ _GENAI_METRIC = {
 }
 _ENGINES = {
     "tensorrtllm": "trtllm",
-    "tensorrt-llm": "trtllm",
     "trt": "trtllm",
+    "trtllm": "trtllm",
     "vllm": "vllm",
     "sglang": "sglang",
     "lmdeploy": "lmdeploy",
     "tgi": "tgi",
+    "textgenerationinference": "tgi",
 }
+
+
+def canonical_engine(name: str) -> str:
+    """The engine id a name spells (``TensorRT-LLM``, ``trt_llm`` -> ``trtllm``; ``vLLM`` ->
+    ``vllm``), so rows of one engine share its fitted offsets; another name in lower case."""
+    key = re.sub(r"[\s_\-.]", "", name.strip().lower())
+    return _ENGINES.get(key, name.strip().lower())
+
 
 Fail = Callable[[str], Exception]
 """Builds the error for one record; the caller adds ``file:line``."""
@@ -253,7 +262,7 @@ def _run_base(tool: str, record: Mapping[str, Any], fail: Fail) -> tuple[dict[st
     base = {
         "source": f"{tool}-bench-serve" if tool == "vllm" else "sglang-bench-serving",
         "model": str(record.get("model_id") or record.get("model") or ""),
-        "engine": _ENGINES.get(backend.lower(), ""),
+        "engine": _ENGINES.get(canonical_engine(backend), ""),
         "scenario": "serving",
         "concurrency": _number(record, "max_concurrency", fail),
         "request_rate": _number(record, "request_rate", fail),
@@ -309,7 +318,7 @@ def convert_genai_perf(record: Mapping[str, Any], fail: Fail) -> list[dict]:
         notes.append(f"completed={count:g}")
     backend = str(_find(config, ("backend",)) or "")
     service = _find(config, ("service_kind",))
-    engine = _ENGINES.get(backend.lower(), "") if service in (None, "triton") else ""
+    engine = _ENGINES.get(canonical_engine(backend), "") if service in (None, "triton") else ""
     base = {
         "source": "genai-perf",
         "model": str(model or ""),

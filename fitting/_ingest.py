@@ -263,6 +263,9 @@ def load_measurements(
             "scheduler_recv_interval",
             None if scheduler_recv_interval is None else int(scheduler_recv_interval),
         )
+        codes, engines = pd.factorize(frame["engine"].fillna(""))
+        if len(engines):
+            frame["engine"] = np.asarray([F.canonical_engine(e) for e in engines], object)[codes]
         _check_labels(frame, lines, path)
         frame = _numbers(frame, lines, path)
         frames.append(_catalog_filter(frame, lines, path, catalog, skipped))

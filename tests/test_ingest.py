@@ -435,3 +435,13 @@ def test_a_gpu_named_as_nvidia_smi_prints_it_is_read(tmp_path):
     path = _edit(tmp_path, 4, "gpu", "NVIDIA H100 80GB HBM3")
     result = load_measurements(path)
     assert result.skipped == [] and result.table.gpu.iloc[2] == "h100-sxm"
+
+
+@pytest.mark.parametrize(
+    "spelled, engine",
+    [("TensorRT-LLM", "trtllm"), ("trt_llm", "trtllm"), ("vLLM", "vllm"), ("SGLang", "sglang")],
+)
+def test_an_engine_spelled_as_its_project_does_is_its_id(tmp_path, spelled, engine):
+    """Rows of one engine share its fitted offsets however a lab spells its name."""
+    path = _edit(tmp_path, 4, "engine", spelled)
+    assert load_measurements(path).table.engine.iloc[2] == engine
