@@ -248,7 +248,7 @@ def _weights(engine: str, model: str, config: dict, checkpoint: str | None, note
     notes.group(
         f"checkpoint-{w}",
         f"{w} weights need a pre-quantized checkpoint served in place of {model} "
-        "(pass checkpoint=)",
+        "(name it as --model, e.g. its -FP8 or -AWQ id; checkpoint= in the API)",
         engine,
         q["checkpoint"] + (f", --quantization {q['value']}" if q["value"] else ""),
     )
