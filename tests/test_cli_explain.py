@@ -74,8 +74,8 @@ def test_explain_human_output(capsys):
     "argv, message",
     [
         (
-            ["--model", "llama-3.1-8b", "--gpu", "h100"],
-            "unknown GPU 'h100'; close matches: .*h100-sxm",
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxn"],
+            "unknown GPU 'h100-sxn'; close matches: .*h100-sxm",
         ),
         (["--model", "llama-9", "--gpu", "h100-sxm"], "unknown model 'llama-9'"),
         (

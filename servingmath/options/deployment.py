@@ -160,12 +160,13 @@ def resolve_model_and_gpu(args: argparse.Namespace) -> tuple[ModelSpec, Hardware
 def check_checkpoint_weight(args: argparse.Namespace) -> None:
     """A pre-quantized checkpoint (its id says ``-FP8``, ``-AWQ``, ...) is served in its own
     weight dtype: another ``--weight-dtype`` is refused before any work."""
-    stated = pm.checkpoint_weight_dtype(args.model)
-    if stated is not None and args.weight_dtype != stated:
+    model, weights = getattr(args, "model", None), getattr(args, "weight_dtype", None)
+    stated = pm.checkpoint_weight_dtype(model) if model else None
+    if stated is not None and weights is not None and weights != stated:
         raise UsageError(
-            f"--model {args.model} is a pre-quantized {stated} checkpoint (its name says so), "
-            f"not {args.weight_dtype} weights; pass --weight-dtype {stated}, or the base "
-            f"model's id for {args.weight_dtype} weights"
+            f"--model {model} is a pre-quantized {stated} checkpoint (its name says so), "
+            f"not {weights} weights; pass --weight-dtype {stated}, or the base "
+            f"model's id for {weights} weights"
         )
 
 

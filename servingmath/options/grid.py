@@ -71,8 +71,9 @@ def add_moe_layout_argument(parser: argparse.ArgumentParser) -> None:
 
 def check_checkpoint_weights(args: argparse.Namespace) -> None:
     """--weight-dtypes leaves room for a pre-quantized checkpoint's own dtype (before any work)."""
-    allowed = tuple(t.strip() for t in args.weight_dtypes.split(",") if t.strip())
-    _checkpoint_weight_dtypes(args.model, allowed)
+    model, text = getattr(args, "model", None), getattr(args, "weight_dtypes", None)
+    if model and text:
+        _checkpoint_weight_dtypes(model, tuple(t.strip() for t in text.split(",") if t.strip()))
 
 
 def check_moe_layout_argument(args: argparse.Namespace) -> None:
