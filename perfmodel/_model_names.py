@@ -52,8 +52,9 @@ def _tags(name: str) -> tuple[str, list[str]]:
 def architecture_key(name: str) -> str:
     """The part of a checkpoint's id that fixes its architecture: the basename in lower case,
     split into tags, its tuning, quantisation and date tags dropped (never the first),
-    ``meta-llama-3`` read as ``llama-3`` (Meta's two spellings of one model family):
-    ``Mistral-7B-Instruct-v0.1`` -> ``mistral-7b-v0-1``, as ``Mistral-7B-v0.1``."""
+    ``meta-llama-3`` read as ``llama-3`` (Meta's two spellings of one model family), the rest
+    joined without separators (``llama2-70b`` as ``Llama-2-70b``):
+    ``Mistral-7B-Instruct-v0.1`` -> ``mistral7bv01``, as ``Mistral-7B-v0.1``."""
     _, tags = _tags(name)
     kept = tags[:1] + [
         t
@@ -62,7 +63,7 @@ def architecture_key(name: str) -> str:
     ]
     if kept[:2] == ["meta", "llama"]:
         kept = kept[1:]
-    return "-".join(kept)
+    return "".join(kept)
 
 
 def checkpoint_weight_dtype(name: str) -> str | None:

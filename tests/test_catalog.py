@@ -207,6 +207,7 @@ def test_missing_rate_is_the_weight_only_kernels(gpu, dtype, expected):
         ("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8", "meta-llama/Llama-3.1-8B"),
         ("qwen/qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B"),
         ("/models/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+        ("llama2-70b", "meta-llama/Llama-2-70b-hf"),  # MLPerf's spelling: no separator
         ("Qwen/Qwen2-72B-Instruct", "Qwen/Qwen2-72B-Instruct"),  # its own row comes first
     ],
 )
