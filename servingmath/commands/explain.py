@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from perfmodel import System
+from perfmodel import System, served_model_id
 
 from ..errors import UsageError
 from ..evaluation.features import feature_load, feature_report
@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     system = System(model, hardware, deployment, efficiency)
     report = sheet_report(system, float(args.input_len), float(args.output_len))
     report["efficiency_source"] = source
+    checkpoint = served_model_id(args.model, model.name)
+    if checkpoint != model.name:  # a checkpoint read as the catalog architecture it shares
+        report["checkpoint"] = checkpoint
     if draws is not None:
         report["intervals"] = sheet_intervals(
             model, hardware, deployment, draws, float(args.input_len), float(args.output_len)

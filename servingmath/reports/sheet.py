@@ -28,8 +28,11 @@ def render_sheet(report: dict) -> str:
         ("decode tokens/s at max", _with_interval(report, "decode_tokens_per_s_max", rate)),
         ("binding budget", report["binding_budget"]),
     ]
+    named = report["model"]
+    if "checkpoint" in report:
+        named = f"{report['checkpoint']} (architecture of {named})"
     head = (
-        f"{report['model']} on {report['tp'] * report['pp']}x {report['gpu']} "
+        f"{named} on {report['tp'] * report['pp']}x {report['gpu']} "
         f"(TP {report['tp']}, PP {report['pp']}{layout_text(report)}), prompt {report['input_len']}, "
         f"output {report['output_len']}\nefficiencies: {report['efficiency_source']}"
     )
