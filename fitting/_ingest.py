@@ -32,6 +32,7 @@ from ._ingest_checks import (
     MeasurementFormatError,  # re-exported: errors.py looks here
     check_labels as _check_labels,
     numbers as _numbers,
+    si_units as _si_units,
 )
 
 TABLE_SUFFIXES = (".csv", ".csv.gz")
@@ -266,6 +267,7 @@ def load_measurements(
         codes, engines = pd.factorize(frame["engine"].fillna(""))
         if len(engines):
             frame["engine"] = np.asarray([F.canonical_engine(e) for e in engines], object)[codes]
+        frame = _si_units(frame)
         _check_labels(frame, lines, path)
         frame = _numbers(frame, lines, path)
         frames.append(_catalog_filter(frame, lines, path, catalog, skipped))

@@ -16,6 +16,41 @@ class MeasurementFormatError(ValueError):
     """A measurement file is malformed; the message names file, line, field and the fix."""
 
 
+UNIT_SCALES: dict[str, tuple[str, float]] = {
+    "ms": ("s", 1e-3),
+    "msec": ("s", 1e-3),
+    "milliseconds": ("s", 1e-3),
+    "us": ("s", 1e-6),
+    "sec": ("s", 1.0),
+    "seconds": ("s", 1.0),
+    "tok/s": ("tokens/s", 1.0),
+    "tokens/sec": ("tokens/s", 1.0),
+    "req/s": ("requests/s", 1.0),
+    "requests/sec": ("requests/s", 1.0),
+}
+"""Units a lab may write that say exactly what they are, with the schema's unit and the factor
+to it (a TTFT in ``ms`` is 1e-3 of the same number in ``s``)."""
+
+
+def si_units(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in a ``UNIT_SCALES`` unit rewritten in the schema's (``value`` and ``value_std``
+    scaled); a cell that is not a number is left for the number checks to name."""
+    for unit, (si, scale) in UNIT_SCALES.items():
+        rows = (frame["unit"].str.strip().str.lower() == unit).to_numpy()
+        if not rows.any():
+            continue
+        for col in ("value", "value_std"):
+            if frame[col].dtype.kind in "fiu":
+                frame.loc[rows, col] = frame.loc[rows, col] * scale
+                continue
+            numbers = pd.to_numeric(frame.loc[rows, col], errors="coerce")
+            scaled = (numbers * scale).map(lambda v: repr(float(v)))
+            scaled = scaled.where(numbers.notna(), frame.loc[rows, col])
+            frame.loc[rows, col] = scaled
+        frame.loc[rows, "unit"] = si
+    return frame
+
+
 def check_labels(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> None:
     def fail(mask: pd.Series, col: str, msg: str) -> None:
         i = np.flatnonzero(mask.to_numpy())[0]
@@ -23,10 +58,14 @@ def check_labels(frame: pd.DataFrame, lines: np.ndarray, path: Path) -> None:
         raise MeasurementFormatError(f"{path}:{int(lines[i])}: column {col!r} = {value!r} {msg}")
 
     dtype_fix = f"is not a dtype; use one of {', '.join(F.DTYPES[1:])} or leave it empty"
+    unit_fix = (
+        f"is not a unit; use one of {', '.join(F.UNITS)} "
+        f"(or {', '.join(UNIT_SCALES)}, converted when read)"
+    )
     scenario_fix = f"is not a scenario; use one of {', '.join(F.SCENARIO_METRICS)}"
     for col, allowed, fix in (
         ("scenario", F.SCENARIO_METRICS, scenario_fix),
-        ("unit", F.UNITS, f"is not a unit; use one of {', '.join(F.UNITS)} (SI: seconds, not ms)"),
+        ("unit", F.UNITS, unit_fix),
         ("weight_dtype", F.DTYPES, dtype_fix),
         ("kv_dtype", F.DTYPES, dtype_fix),
     ):

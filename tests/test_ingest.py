@@ -245,7 +245,7 @@ def test_model_alias_and_config_path_are_accepted(tmp_path):
         (4, "value", "abc", ":4: column 'value' = 'abc' is not a number"),
         (2, "value", "", ":2: column 'value' = '' is empty"),
         (5, "value", "-0.5", ":5: column 'value' = '-0.5' must be a positive number"),
-        (6, "unit", "ms", ":6: column 'unit' = 'ms' is not a unit; use one of s, tokens/s"),
+        (6, "unit", "min", ":6: column 'unit' = 'min' is not a unit; use one of s, tokens/s"),
         (2, "metric", "ttft", ":2: column 'metric' = 'ttft' is not a metric of scenario 'prefill'"),
         (7, "batch_size", "1.5", ":7: column 'batch_size' = '1.5' is not a whole number"),
         (3, "tp", "two", ":3: column 'tp' = 'two' is not a number"),
@@ -445,3 +445,20 @@ def test_an_engine_spelled_as_its_project_does_is_its_id(tmp_path, spelled, engi
     """Rows of one engine share its fitted offsets however a lab spells its name."""
     path = _edit(tmp_path, 4, "engine", spelled)
     assert load_measurements(path).table.engine.iloc[2] == engine
+
+
+def test_a_time_in_milliseconds_is_read_in_seconds(tmp_path):
+    """A unit that says exactly what it is (``ms``, ``tokens/sec``) is converted to the schema's:
+    840.8 ms of TTFT is the 0.8408 s of the same row written in seconds; a collective's time
+    and its spread (43 us +- 19.5 us) scale together."""
+    reference = load_measurements(TIDY).table
+    path = _edit(tmp_path, 9, "unit", "ms")
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table.loc[9 - 2, "value"] = "840.8064807531249"
+    table.loc[6 - 2, ["value", "unit", "value_std"]] = ["43", "us", "19.48218559493661"]
+    table.loc[4 - 2, "unit"] = "tokens/sec"
+    table.to_csv(path, index=False)
+    read = load_measurements(path).table
+    assert list(read.unit) == list(reference.unit)
+    np.testing.assert_allclose(read.value, reference.value, rtol=1e-12)
+    np.testing.assert_allclose(read.value_std, reference.value_std, rtol=1e-12)
