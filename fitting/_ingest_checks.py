@@ -35,8 +35,12 @@ to it (a TTFT in ``ms`` is 1e-3 of the same number in ``s``)."""
 def si_units(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in a ``UNIT_SCALES`` unit rewritten in the schema's (``value`` and ``value_std``
     scaled); a cell that is not a number is left for the number checks to name."""
+    other = (~frame["unit"].isin(F.UNITS)).to_numpy()
+    if not other.any():  # the schema's units throughout (every bundled file): nothing to scale
+        return frame
+    spelled = frame["unit"].where(other, "").str.strip().str.lower().to_numpy()
     for unit, (si, scale) in UNIT_SCALES.items():
-        rows = (frame["unit"].str.strip().str.lower() == unit).to_numpy()
+        rows = spelled == unit
         if not rows.any():
             continue
         for col in ("value", "value_std"):
