@@ -33,6 +33,7 @@ from ._ingest_checks import (
     check_labels as _check_labels,
     numbers as _numbers,
     si_units as _si_units,
+    stat_aliases as _stat_aliases,
 )
 
 TABLE_SUFFIXES = (".csv", ".csv.gz")
@@ -267,7 +268,7 @@ def load_measurements(
         codes, engines = pd.factorize(frame["engine"].fillna(""))
         if len(engines):
             frame["engine"] = np.asarray([F.canonical_engine(e) for e in engines], object)[codes]
-        frame = _si_units(frame)
+        frame = _stat_aliases(_si_units(frame))
         _check_labels(frame, lines, path)
         frame = _numbers(frame, lines, path)
         frames.append(_catalog_filter(frame, lines, path, catalog, skipped))

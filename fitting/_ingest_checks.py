@@ -32,6 +32,18 @@ UNIT_SCALES: dict[str, tuple[str, float]] = {
 to it (a TTFT in ``ms`` is 1e-3 of the same number in ``s``)."""
 
 
+STAT_ALIASES = {"avg": "mean", "average": "mean"}
+"""Statistics a lab may name otherwise, with the schema's name."""
+
+
+def stat_aliases(frame: pd.DataFrame) -> pd.DataFrame:
+    """``avg`` / ``average`` read as ``mean``, the schema's word for the same statistic."""
+    aliased = frame["stat"].isin(list(STAT_ALIASES)).to_numpy()
+    if aliased.any():
+        frame.loc[aliased, "stat"] = frame.loc[aliased, "stat"].map(STAT_ALIASES)
+    return frame
+
+
 def si_units(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows in a ``UNIT_SCALES`` unit rewritten in the schema's (``value`` and ``value_std``
     scaled); a cell that is not a number is left for the number checks to name."""

@@ -249,7 +249,7 @@ def test_model_alias_and_config_path_are_accepted(tmp_path):
         (2, "metric", "ttft", ":2: column 'metric' = 'ttft' is not a metric of scenario 'prefill'"),
         (7, "batch_size", "1.5", ":7: column 'batch_size' = '1.5' is not a whole number"),
         (3, "tp", "two", ":3: column 'tp' = 'two' is not a number"),
-        (8, "stat", "average", ":8: column 'stat' = 'average' is not a statistic"),
+        (8, "stat", "typical", ":8: column 'stat' = 'typical' is not a statistic"),
         (9, "kv_dtype", "fp9", ":9: column 'kv_dtype' = 'fp9' is not a dtype"),
     ],
 )
@@ -462,3 +462,16 @@ def test_a_time_in_milliseconds_is_read_in_seconds(tmp_path):
     assert list(read.unit) == list(reference.unit)
     np.testing.assert_allclose(read.value, reference.value, rtol=1e-12)
     np.testing.assert_allclose(read.value_std, reference.value_std, rtol=1e-12)
+
+
+def test_an_average_is_a_mean(tmp_path):
+    path = _edit(tmp_path, 3, "stat", "avg")
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table.loc[7 - 2, "stat"] = "Average"  # not an alias in this case: refused below
+    table.to_csv(path, index=False)
+    with pytest.raises(MeasurementFormatError, match="'Average' is not a statistic"):
+        load_measurements(path)
+    table.loc[7 - 2, "stat"] = "average"
+    table.to_csv(path, index=False)
+    read = load_measurements(path).table
+    assert list(read.stat) == list(load_measurements(TIDY).table.stat)
