@@ -34,13 +34,13 @@ def _close(name: str, options: Collection[str]) -> str:
 
 def _resolve_gpu(name: str, known: dict[str, str]) -> tuple[str | None, str]:
     if not name:
-        return None, "gpu is empty; fill the gpu column or pass gpu="
+        return None, "gpu is empty; fill the gpu column or pass --gpu (gpu= in the API)"
     found = perfmodel.resolve_gpu_id(name, known_capacities(tuple(known.values())))
     if found is not None:
         return found, ""
     return None, (
         f"gpu {name!r} is not in the hardware catalog{_close(name, known.values())}; "
-        "fix the id, or add its row to a hardware CSV and pass its ids as hardware_ids="
+        "fix the id, or add its row to a hardware CSV (--hardware-csv; hardware_ids= in the API)"
     )
 
 
@@ -58,7 +58,8 @@ def _resolve_model(name: str, known: dict[str, str]) -> tuple[str | None, str]:
             return None, f"model config {name!r} is not usable: {exc}"
     return None, (
         f"model {name!r} is not in the model catalog{_close(name, known.values())} "
-        "and is not a config.json path; pass model= with a catalog id or a config path"
+        "and is not a config.json path; write a catalog id or a config path in the model column "
+        "(model= in the API)"
     )
 
 
@@ -103,7 +104,7 @@ def catalog_filter(
         frame[col] = pd.Series(labels, index=frame.index, dtype=str)
     needs = ~frame["scenario"].isin(F.MODEL_FREE_SCENARIOS).to_numpy()
     reasons[needs & (frame["model"] == "").to_numpy() & (reasons == "")] = (
-        "model is empty; a row of this scenario needs one (fill the model column or pass model=)"
+        "model is empty; a row of this scenario needs one (fill the model column; model= in the API)"
     )
     out = reasons != ""
     skipped.extend(
