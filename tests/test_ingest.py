@@ -475,3 +475,32 @@ def test_an_average_is_a_mean(tmp_path):
     table.to_csv(path, index=False)
     read = load_measurements(path).table
     assert list(read.stat) == list(load_measurements(TIDY).table.stat)
+
+
+def test_a_file_written_with_a_labs_names_reads_as_the_catalog_named_one(tmp_path):
+    """The example file with every GPU as ``nvidia-smi`` prints it, every model as a served
+    checkpoint and every engine as its project spells it reads as the same table."""
+    table = pd.read_csv(TIDY, dtype=str, keep_default_na=False)
+    gpus = {
+        "a100-sxm-80gb": "NVIDIA A100-SXM4-80GB",
+        "h100-sxm": "NVIDIA H100 80GB HBM3",
+        "h200-sxm": "NVIDIA H200",
+    }
+    models = {
+        "meta-llama/Llama-2-70b-hf": "meta-llama/Llama-2-70b-chat-hf",
+        "EleutherAI/gpt-j-6b": "EleutherAI/gpt-j-6b",
+        "mistralai/Mixtral-8x7B-v0.1": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        "Qwen/Qwen-72B": "Qwen/Qwen-72B-Chat",
+        "Qwen/Qwen3-32B": "Qwen/Qwen3-32B",
+        "": "",
+    }
+    engines = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
+    table["gpu"] = table["gpu"].map(gpus)
+    table["model"] = table["model"].map(models)
+    table["engine"] = table["engine"].map(lambda e: engines.get(e, e))
+    table.to_csv(tmp_path / "lab.csv", index=False)
+    read = load_measurements(tmp_path / "lab.csv")
+    assert read.skipped == []
+    pd.testing.assert_frame_equal(
+        read.table.drop(columns="source"), load_measurements(TIDY).table.drop(columns="source")
+    )
