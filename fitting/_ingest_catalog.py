@@ -71,6 +71,16 @@ def known_capacities(ids: tuple[str, ...]) -> dict[str, float | None]:
     return {i: bundled.get(i) for i in ids}
 
 
+def _fill_stated_weight_dtype(frame: pd.DataFrame, codes: np.ndarray, names) -> None:
+    """Rows with no weight dtype take the one their model's name states (``-FP8``, ``-AWQ``),
+    read before the name becomes the base model's id (``codes`` / ``names``: the model column
+    factorized)."""
+    stated = np.asarray([perfmodel.checkpoint_weight_dtype(n) or "" for n in names], dtype=object)
+    if len(names) and (stated != "").any():
+        empty = (frame["weight_dtype"] == "").to_numpy()
+        frame.loc[empty, "weight_dtype"] = stated[codes[empty]]
+
+
 def catalog_filter(
     frame: pd.DataFrame,
     lines: np.ndarray,
@@ -82,17 +92,14 @@ def catalog_filter(
     pre-quantized checkpoint (``...-FP8``, ``-AWQ``) with no weight dtype takes the one its
     model's name states, before the name becomes the base model's id."""
     gpus, models = catalog
-    codes, names = pd.factorize(frame["model"])
-    stated = np.asarray([perfmodel.checkpoint_weight_dtype(n) or "" for n in names], dtype=object)
-    if len(names) and (stated != "").any():
-        empty = (frame["weight_dtype"] == "").to_numpy()
-        frame.loc[empty, "weight_dtype"] = stated[codes[empty]]
     reasons = np.full(len(frame), "", dtype=object)
     for col, resolve in (
         ("gpu", lambda n: _resolve_gpu(n, gpus)),
         ("model", lambda n: _resolve_model(n, models)),
     ):
         codes, uniques = pd.factorize(frame[col])
+        if col == "model":
+            _fill_stated_weight_dtype(frame, codes, uniques)
         mapped = []
         for u, value in enumerate(uniques):
             canonical, why = (value, "") if col == "model" and value == "" else resolve(value)

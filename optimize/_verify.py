@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from perfmodel import System, max_concurrent_requests
-from perfmodel.dynamics import QUANTILES, DecodeCost, serving_metrics
+from perfmodel.dynamics import QUANTILES, DecodeCost
 from perfmodel.features import speculative_serving_metrics, split_serving
 
 from ._evaluate import (
@@ -174,7 +174,7 @@ def _speculative(problem: Problem, configs, replicas, mtp: bool) -> SloMetrics:
                 draft_model=None if mtp else problem.draft_model,
                 chunk_tokens=chunk,
             )
-            itl = _speculative_itl(system, wl, k, alpha, mtp, problem, chunk)
+            itl = jnp.stack([f.itl_s.p50, f.itl_s.p95, f.itl_s.p99])
             m = SloMetrics(
                 ttft_p95_s=f.ttft_s.p95,
                 tpot_p95_s=f.tpot_s.p95,
@@ -249,18 +249,6 @@ def _split(problem: Problem, configs, replicas, speculative: bool) -> SloMetrics
         return jax.vmap(per_draw)(eff_p, eff_d)
 
     return jax.vmap(one)(configs, replicas)
-
-
-def _speculative_itl(system: System, wl, k, alpha, mtp, problem, chunk):
-    """ITL (p50, p95, p99) of speculative decoding: ``serving_metrics`` under the same
-    ``DecodeCost`` that ``speculative_serving_metrics`` builds (per token, as its TPOT)."""
-    cost = DecodeCost.speculation(
-        jnp.asarray(k, dtype=float),
-        jnp.asarray(alpha, dtype=float),
-        None if mtp else problem.draft_model,
-    )
-    m = serving_metrics(system, wl, chunk_tokens=chunk, decode_cost=cost)
-    return jnp.stack([m.itl_s.p50, m.itl_s.p95, m.itl_s.p99])
 
 
 def _kind_metrics(problem: Problem, kind: str, configs: np.ndarray, replicas: np.ndarray):

@@ -30,10 +30,11 @@ from ._types import Array, ArrayLike
 
 
 class LoadedFeature(eqx.Module):
-    """TTFT and TPOT percentiles, utilisation, stability, decode batch (one replica)."""
+    """TTFT, TPOT and ITL percentiles, utilisation, stability, decode batch (one replica)."""
 
     ttft_s: Percentiles
     tpot_s: Percentiles
+    itl_s: Percentiles
     utilization: Array
     stable: Array
     decode_batch: Array
@@ -44,6 +45,7 @@ def _loaded(m, tokens_per_step):
     return LoadedFeature(
         ttft_s=m.ttft_s,
         tpot_s=m.tpot_s,
+        itl_s=m.itl_s,
         utilization=m.utilization,
         stable=m.stable,
         decode_batch=m.decode_batch,
